@@ -1,0 +1,167 @@
+//! Wiring: builds the dispatcher from a validated configuration and runs it until a signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::json;
+use sqlx::PgPool;
+use tracing::{info, warn};
+
+use crate::config::{DatabaseConfig, RunConfig};
+use crate::dispatcher::{Dispatcher, Shutdown};
+use crate::mailer::Mailer;
+use crate::message::NewMessage;
+use crate::render::Renderer;
+use crate::store;
+
+/// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
+const POOL_SIZE: u32 = 4;
+
+/// A dispatcher ready to run, with what it was built from.
+pub struct App {
+    pub pool: PgPool,
+    pub dispatcher: Arc<Dispatcher>,
+    pub mailer: Arc<Mailer>,
+    pub shutdown: Shutdown,
+    pub config: RunConfig,
+}
+
+impl App {
+    /// Loads the templates, connects, and checks the schema: everything that can be
+    /// wrong is found here, before the first message is claimed.
+    pub async fn build(config: RunConfig) -> anyhow::Result<Self> {
+        let renderer = Renderer::new(
+            config.templates.as_deref(),
+            config.from.clone(),
+            config.message_id_domain.clone(),
+        )?;
+        let mailer = Mailer::new(config.smtp.clone())
+            .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
+        let pool = connect_checked(&config.database).await?;
+        let shutdown = Shutdown::default();
+        let mailer = Arc::new(mailer);
+        let dispatcher = Arc::new(Dispatcher::new(
+            pool.clone(),
+            Arc::new(renderer),
+            Arc::clone(&mailer),
+            config.dispatch.clone(),
+            shutdown.clone(),
+        ));
+        Ok(Self {
+            pool,
+            dispatcher,
+            mailer,
+            shutdown,
+            config,
+        })
+    }
+
+    /// Delivers until SIGTERM or Ctrl-C, then drains within the shutdown bound.
+    pub async fn run(self) -> anyhow::Result<()> {
+        if self.mailer.is_enabled() {
+            info!(smtp = ?self.config.smtp, "delivering over SMTP");
+        } else {
+            warn!(
+                "OUTBOXD_SMTP_URL is not set: NO EMAIL WILL BE SENT. Messages are only logged and \
+                 marked dispatched. This is for development; set OUTBOXD_SMTP_URL in production."
+            );
+        }
+        tokio::spawn(watch_signals(
+            self.shutdown.clone(),
+            self.config.shutdown_timeout,
+        ));
+        self.dispatcher.run().await;
+        self.mailer.shutdown().await;
+        self.pool.close().await;
+        Ok(())
+    }
+}
+
+/// Connects and fails with one clear line when the server or the schema is not there.
+pub async fn connect_checked(database: &DatabaseConfig) -> anyhow::Result<PgPool> {
+    let pool = store::connect(database.options(), POOL_SIZE)
+        .await
+        .map_err(|e| store::connect_error(e, database.options()))?;
+    store::check_schema(&pool).await?;
+    Ok(pool)
+}
+
+/// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.
+pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
+    let pool = store::create_and_migrate(config.database.options()).await?;
+    for message in sample_messages() {
+        let kind = message.kind.clone();
+        let id = store::enqueue(&pool, message)
+            .await
+            .with_context(|| format!("could not enqueue the sample {kind}"))?;
+        info!(outbox.id = id, outbox.kind = %kind, "enqueued a sample message");
+    }
+    pool.close().await;
+    App::build(config).await?.run().await
+}
+
+/// One message of each kind the first application sends.
+pub fn sample_messages() -> Vec<NewMessage> {
+    vec![
+        NewMessage::new(
+            "account_verification",
+            json!({"to": "Ada Lovelace <ada@example.com>", "name": "Ada",
+                   "verify_url": "https://app.example.com/verify?token=demo"}),
+        ),
+        NewMessage::new(
+            "workspace_invite",
+            json!({"to": "grace@example.com", "inviter_name": "Ada Lovelace",
+                   "workspace_name": "Analytical Engines",
+                   "accept_url": "https://app.example.com/invites/demo"}),
+        ),
+        NewMessage::new(
+            "invoice_notice",
+            json!({"to": ["billing@example.com"], "cc": "ada@example.com",
+                   "customer_name": "Analytical Engines Ltd", "invoice_number": "INV-2026-0042",
+                   "amount": "1,250.00", "currency": "EUR", "due_date": "2026-12-31",
+                   "invoice_url": "https://app.example.com/invoices/INV-2026-0042"}),
+        ),
+    ]
+}
+
+/// First SIGTERM or Ctrl-C: stop claiming and let sends in flight finish within `bound`.
+/// After the bound, or at a second signal: give up on them (their rows are released).
+async fn watch_signals(shutdown: Shutdown, bound: Duration) {
+    wait_for_signal().await;
+    info!(
+        bound = %humantime::format_duration(bound),
+        "shutting down: no new claims; finishing sends in flight"
+    );
+    shutdown.stop.cancel();
+    tokio::select! {
+        () = tokio::time::sleep(bound) => warn!("shutdown bound reached; releasing unfinished sends"),
+        () = wait_for_signal() => warn!("second signal; releasing unfinished sends"),
+    }
+    shutdown.abort.cancel();
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops outboxd");
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

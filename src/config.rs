@@ -1,0 +1,328 @@
+//! Configuration: every option is a flag with an environment variable, parsed by clap and
+//! then validated as a whole into typed settings before anything starts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use lettre::message::Mailbox;
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::postgres::PgConnectOptions;
+
+use crate::dispatcher::DispatchSettings;
+use crate::mailer::SmtpSettings;
+use crate::message::RetryPolicy;
+
+/// The database a fresh machine with a local PostgreSQL can use as it is.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outboxd";
+
+/// The sender used when none is configured; only sensible without SMTP.
+const DEV_FROM: &str = "outboxd <outboxd@localhost>";
+
+/// Where the database is.
+#[derive(Args, Clone)]
+pub struct DatabaseArgs {
+    /// PostgreSQL connection URL. The password, if any, is never logged.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
+    pub database_url: String,
+}
+
+impl std::fmt::Debug for DatabaseArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseArgs")
+            .field("database_url", &redact_url(&self.database_url))
+            .finish()
+    }
+}
+
+/// Options of `outboxd run` (and `outboxd demo`).
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// How often to look for due messages when no notification arrives (e.g. 15s, 1m).
+    #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+
+    /// Messages claimed per batch; a drain goes on while batches come back full.
+    #[arg(long, env = "OUTBOXD_BATCH_SIZE", default_value_t = 25,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch_size: u32,
+
+    /// Attempts (including the first) before a message is dead-lettered.
+    #[arg(long, env = "OUTBOXD_MAX_ATTEMPTS", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_attempts: u32,
+
+    /// First retry delay after a transient failure; doubles each time, with jitter. 0s retries at the next poll.
+    #[arg(long, env = "OUTBOXD_RETRY_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    pub retry_backoff: Duration,
+
+    /// The longest delay between two attempts.
+    #[arg(long, env = "OUTBOXD_RETRY_BACKOFF_MAX", default_value = "1h", value_parser = parse_duration)]
+    pub retry_backoff_max: Duration,
+
+    /// How long a claimed batch is this process's; a crashed replica's rows come back after it.
+    #[arg(long, env = "OUTBOXD_LEASE", default_value = "60s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// SMTP server, in lettre's URL form: smtp://user:pass@host:587?tls=required, smtps://host.
+    /// Unset: messages are only logged and marked dispatched (development only).
+    #[arg(long, env = "OUTBOXD_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+
+    /// Sender address, e.g. "Acme <no-reply@acme.example>". Required with --smtp-url.
+    #[arg(long, env = "OUTBOXD_FROM")]
+    pub from: Option<String>,
+
+    /// SMTP connections, and so sends in flight at once.
+    #[arg(long, env = "OUTBOXD_SMTP_CONCURRENCY", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub smtp_concurrency: u32,
+
+    /// Bound on connecting to the SMTP server and on each whole SMTP transaction.
+    #[arg(long, env = "OUTBOXD_SMTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub smtp_timeout: Duration,
+
+    /// Directory of templates, one subdirectory per kind (subject.txt, body.txt, body.html);
+    /// adds kinds and overrides the built-in ones.
+    #[arg(long, env = "OUTBOXD_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+
+    /// Domain of the deterministic Message-ID (<outbox-ID@DOMAIN>). Default: the sender's domain.
+    #[arg(long, env = "OUTBOXD_MESSAGE_ID_DOMAIN")]
+    pub message_id_domain: Option<String>,
+
+    /// HTTP address for metrics and probes.
+    #[arg(long, env = "OUTBOXD_LISTEN", default_value = "0.0.0.0:9898")]
+    pub listen: SocketAddr,
+
+    /// On SIGTERM or Ctrl-C, how long sends in flight may take before their rows are released.
+    #[arg(long, env = "OUTBOXD_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Name written to locked_by on claimed rows. Default: host name and process id.
+    #[arg(long, env = "OUTBOXD_WORKER_ID")]
+    pub worker_id: Option<String>,
+}
+
+impl std::fmt::Debug for RunArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunArgs")
+            .field("database", &self.database)
+            .field("poll_interval", &self.poll_interval)
+            .field("batch_size", &self.batch_size)
+            .field("smtp_url", &self.smtp_url.as_deref().map(redact_url))
+            .field("from", &self.from)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A database location, with the password kept out of every `Debug` and log line.
+#[derive(Clone)]
+pub struct DatabaseConfig {
+    url: SecretString,
+    options: PgConnectOptions,
+}
+
+impl std::fmt::Debug for DatabaseConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_url(self.url.expose_secret()))
+    }
+}
+
+impl DatabaseConfig {
+    pub fn options(&self) -> &PgConnectOptions {
+        &self.options
+    }
+}
+
+impl DatabaseArgs {
+    pub fn validate(&self) -> anyhow::Result<DatabaseConfig> {
+        let options = PgConnectOptions::from_str(&self.database_url).map_err(|e| {
+            anyhow::anyhow!(
+                "invalid --database-url / DATABASE_URL {}: {e}",
+                redact_url(&self.database_url)
+            )
+        })?;
+        Ok(DatabaseConfig {
+            url: SecretString::from(self.database_url.clone()),
+            options: options.application_name("outboxd"),
+        })
+    }
+}
+
+/// Everything `outboxd run` needs, checked.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub database: DatabaseConfig,
+    pub dispatch: DispatchSettings,
+    pub smtp: Option<SmtpSettings>,
+    pub from: Mailbox,
+    pub message_id_domain: String,
+    pub templates: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub shutdown_timeout: Duration,
+}
+
+impl RunArgs {
+    /// Checks the options together; the error names the option and what is wrong with it.
+    pub fn validate(&self) -> anyhow::Result<RunConfig> {
+        let database = self.database.validate()?;
+        if self.poll_interval.is_zero() {
+            bail!("--poll-interval / OUTBOXD_POLL_INTERVAL must be more than 0s");
+        }
+        if self.smtp_timeout.is_zero() {
+            bail!("--smtp-timeout / OUTBOXD_SMTP_TIMEOUT must be more than 0s");
+        }
+        if self.retry_backoff_max < self.retry_backoff {
+            bail!(
+                "--retry-backoff-max / OUTBOXD_RETRY_BACKOFF_MAX ({}) is shorter than --retry-backoff / OUTBOXD_RETRY_BACKOFF ({})",
+                humantime::format_duration(self.retry_backoff_max),
+                humantime::format_duration(self.retry_backoff)
+            );
+        }
+        if self.lease <= self.smtp_timeout * 3 {
+            bail!(
+                "--lease / OUTBOXD_LEASE ({}) must be more than three times --smtp-timeout / OUTBOXD_SMTP_TIMEOUT ({}), so that a send always ends inside its lease",
+                humantime::format_duration(self.lease),
+                humantime::format_duration(self.smtp_timeout)
+            );
+        }
+        let smtp = match self.smtp_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => {
+                let settings = SmtpSettings {
+                    url: SecretString::from(url.to_owned()),
+                    timeout: self.smtp_timeout,
+                    pool_size: self.smtp_concurrency,
+                };
+                settings.validate().map_err(|e| {
+                    anyhow::anyhow!(
+                        "invalid --smtp-url / OUTBOXD_SMTP_URL {}: {e}",
+                        redact_url(url)
+                    )
+                })?;
+                Some(settings)
+            }
+        };
+        let from: &str = match (&self.from, &smtp) {
+            (Some(from), _) => from,
+            (None, Some(_)) => {
+                bail!("--from / OUTBOXD_FROM is required when OUTBOXD_SMTP_URL is set")
+            }
+            (None, None) => DEV_FROM,
+        };
+        let from: Mailbox = from
+            .parse()
+            .with_context(|| format!("invalid --from / OUTBOXD_FROM {from:?}"))?;
+        let message_id_domain = match &self.message_id_domain {
+            Some(domain) => {
+                if domain.is_empty()
+                    || !domain
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+                {
+                    bail!(
+                        "invalid --message-id-domain / OUTBOXD_MESSAGE_ID_DOMAIN {domain:?}: expected a domain name"
+                    );
+                }
+                domain.clone()
+            }
+            None => from.email.domain().to_owned(),
+        };
+        if let Some(dir) = &self.templates
+            && !dir.is_dir()
+        {
+            bail!(
+                "--templates / OUTBOXD_TEMPLATES {} is not a directory",
+                dir.display()
+            );
+        }
+        let worker_id = match &self.worker_id {
+            Some(id) if !id.trim().is_empty() => id.trim().to_owned(),
+            Some(_) => bail!("--worker-id / OUTBOXD_WORKER_ID must not be empty"),
+            None => default_worker_id(),
+        };
+        Ok(RunConfig {
+            database,
+            dispatch: DispatchSettings {
+                batch_size: self.batch_size,
+                retry: RetryPolicy {
+                    max_attempts: self.max_attempts,
+                    base: self.retry_backoff,
+                    max: self.retry_backoff_max,
+                },
+                lease: self.lease,
+                concurrency: self.smtp_concurrency as usize,
+                poll_interval: self.poll_interval,
+                send_timeout: self.smtp_timeout,
+                worker_id,
+            },
+            smtp,
+            from,
+            message_id_domain,
+            templates: self.templates.clone(),
+            listen: self.listen,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+}
+
+/// `15s`, `1m30s`, `500ms`, `1h`: humantime's syntax, with a message that shows it.
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value.trim())
+        .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms, 2m or 1h"))
+}
+
+fn default_worker_id() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "outboxd".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A URL fit for logs: the password, if any, replaced by `***`.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) => {
+            if url.password().is_some() && url.set_password(Some("***")).is_err() {
+                return "<unparseable URL>".to_owned();
+            }
+            url.to_string()
+        }
+        Err(_) => "<unparseable URL>".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_survive_redaction() {
+        let shown = redact_url("postgres://app:s3cret@db:5432/app");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("app:***@db"), "{shown}");
+        assert_eq!(redact_url("not a url s3cret"), "<unparseable URL>");
+    }
+
+    #[test]
+    fn durations_use_humantime_syntax() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("15").unwrap_err().contains("such as 15s"));
+    }
+}

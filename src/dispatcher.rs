@@ -1,0 +1,529 @@
+//! The loop: wake-ups, claiming, concurrent sends, the retry policy, the SMTP circuit
+//! breaker and graceful shutdown. It owns the order of operations between the store and
+//! the mailer; [`Dispatcher::dispatch_once`] is one step of it, so tests can drive it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt as _;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::mailer::{Mailer, SendError};
+use crate::message::{ClaimedMessage, Delivery, FailureClass, Outcome, RetryPolicy};
+use crate::render::{RenderError, Renderer};
+use crate::store::{self, ClaimRequest};
+
+/// How quickly the dispatcher comes back after the SMTP server or the database failed.
+const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy {
+    max_attempts: u32::MAX,
+    base: Duration::from_secs(1),
+    max: Duration::from_secs(60),
+};
+
+/// How the dispatcher behaves; validated by the configuration before it is built.
+#[derive(Debug, Clone)]
+pub struct DispatchSettings {
+    /// Rows claimed per batch; a drain continues while batches come back full.
+    pub batch_size: u32,
+    pub retry: RetryPolicy,
+    /// How long a claim is this dispatcher's; after it, another may take the rows.
+    pub lease: Duration,
+    /// Sends in flight at once.
+    pub concurrency: usize,
+    /// The fallback wake-up when no notification arrives.
+    pub poll_interval: Duration,
+    /// The longest one send may take; no send starts later than this before the lease ends.
+    pub send_timeout: Duration,
+    /// Written to `locked_by`, so an operator can tell which replica holds a row.
+    pub worker_id: String,
+}
+
+/// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on
+/// sends still in flight (their rows are released, not lost).
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    pub stop: CancellationToken,
+    pub abort: CancellationToken,
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BatchReport {
+    pub claimed: usize,
+    pub sent: usize,
+    pub retried: usize,
+    pub dead_lettered: usize,
+    pub released: usize,
+    /// Outcomes not recorded because another claimer took the rows over.
+    pub lost: usize,
+    /// Rows whose previous claimer's lease ran out without an outcome.
+    pub reclaimed: usize,
+}
+
+/// What one step of the dispatcher did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Batch(BatchReport),
+    /// The SMTP server is unreachable; nothing was claimed. Try again after `retry_in`.
+    CircuitOpen {
+        retry_in: Duration,
+    },
+    /// Shutting down; nothing was claimed.
+    Stopped,
+}
+
+/// A dispatcher failure that is not any single message's: the database.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// What an attempt at one message came to, before it is turned into an outcome.
+#[derive(Debug)]
+enum Attempt {
+    Delivered(Delivery),
+    RenderFailed(RenderError),
+    SendFailed(SendError),
+    /// Not started: shutting down, or too close to the end of the lease.
+    NotStarted,
+    /// Started, then given up at the shutdown bound; it may or may not have been delivered.
+    Abandoned,
+}
+
+#[derive(Debug)]
+enum Breaker {
+    Closed,
+    Open { until: Instant, failures: u32 },
+}
+
+/// Claims, renders, sends and records, over and over.
+pub struct Dispatcher {
+    pool: PgPool,
+    renderer: Arc<Renderer>,
+    mailer: Arc<Mailer>,
+    settings: DispatchSettings,
+    shutdown: Shutdown,
+    breaker: Mutex<Breaker>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        pool: PgPool,
+        renderer: Arc<Renderer>,
+        mailer: Arc<Mailer>,
+        settings: DispatchSettings,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            pool,
+            renderer,
+            mailer,
+            settings,
+            shutdown,
+            breaker: Mutex::new(Breaker::Closed),
+        }
+    }
+
+    pub fn settings(&self) -> &DispatchSettings {
+        &self.settings
+    }
+
+    /// Claims one batch of due rows and delivers it: the single step of the loop.
+    pub async fn dispatch_once(&self) -> Result<Step, DispatchError> {
+        self.step(None).await.map(|(step, _)| step)
+    }
+
+    /// Dispatches batches until one comes back short, as the original design did. Rows
+    /// that fall due during the drain (new ones, or retries with no delay) wait for the
+    /// next cycle, so a failing message is not retried in a tight loop.
+    pub async fn drain(&self) -> Result<Step, DispatchError> {
+        let mut total = BatchReport::default();
+        let mut due_by = None;
+        loop {
+            let (step, claimed_at) = self.step(due_by).await?;
+            let Step::Batch(report) = step else {
+                return Ok(if total.claimed > 0 {
+                    Step::Batch(total)
+                } else {
+                    step
+                });
+            };
+            let full = report.claimed >= self.settings.batch_size as usize;
+            total.add(&report);
+            if !full {
+                return Ok(Step::Batch(total));
+            }
+            due_by = due_by.or(claimed_at);
+        }
+    }
+
+    /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
+    /// circuit breaker's next probe, or a database back-off. Never returns an error:
+    /// database and SMTP outages are waited out.
+    pub async fn run(&self) {
+        let mut listener: Option<PgListener> = None;
+        let mut database_failures = 0_u32;
+        info!(
+            worker_id = %self.settings.worker_id,
+            poll_interval = %humantime::format_duration(self.settings.poll_interval),
+            batch_size = self.settings.batch_size,
+            concurrency = self.settings.concurrency,
+            "dispatcher started"
+        );
+        while !self.shutdown.stop.is_cancelled() {
+            // Listen before looking, so that nothing committed meanwhile goes unnoticed.
+            if listener.is_none() {
+                match store::listen(&self.pool).await {
+                    Ok(l) => listener = Some(l),
+                    Err(e) => {
+                        warn!(error = %e, "cannot LISTEN for new messages; polling meanwhile")
+                    }
+                }
+            }
+            let (wait, listen) = match self.drain().await {
+                Ok(Step::Stopped) => break,
+                Ok(Step::CircuitOpen { retry_in }) => (retry_in, false),
+                Ok(Step::Batch(report)) => {
+                    database_failures = 0;
+                    if report.claimed > 0 {
+                        debug!(?report, "drained");
+                    }
+                    (self.settings.poll_interval, true)
+                }
+                Err(e) => {
+                    database_failures = database_failures.saturating_add(1);
+                    let retry_in = OUTAGE_BACKOFF.delay_after(database_failures);
+                    error!(
+                        error = %e,
+                        retry_in = %humantime::format_duration(retry_in),
+                        "dispatch cycle failed; retrying"
+                    );
+                    (retry_in, false)
+                }
+            };
+            tokio::select! {
+                biased;
+                () = self.shutdown.stop.cancelled() => break,
+                woke = wait_for_notification(&mut listener), if listen && listener.is_some() => {
+                    if let Err(e) = woke {
+                        warn!(error = %e, "lost the LISTEN connection; reconnecting");
+                        listener = None;
+                    }
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        info!("dispatcher stopped");
+    }
+
+    /// One batch. Also returns the database's clock at claim time, for [`Self::drain`].
+    async fn step(
+        &self,
+        due_by: Option<DateTime<Utc>>,
+    ) -> Result<(Step, Option<DateTime<Utc>>), DispatchError> {
+        if self.shutdown.stop.is_cancelled() {
+            return Ok((Step::Stopped, None));
+        }
+        if let Some(retry_in) = self.circuit_closed_or_wait().await {
+            return Ok((Step::CircuitOpen { retry_in }, None));
+        }
+        let claim = store::claim(
+            &self.pool,
+            &ClaimRequest {
+                limit: i64::from(self.settings.batch_size),
+                lease: self.settings.lease,
+                worker_id: &self.settings.worker_id,
+                due_by,
+            },
+        )
+        .await?;
+        if claim.messages.is_empty() {
+            return Ok((Step::Batch(BatchReport::default()), Some(claim.claimed_at)));
+        }
+        // A send may run for up to send_timeout, so none starts after this point: the row
+        // is then given back rather than sent after another replica could have taken it.
+        let start_deadline = Instant::now()
+            + self
+                .settings
+                .lease
+                .saturating_sub(self.settings.send_timeout * 2);
+        let attempts = self.attempt_all(&claim.messages, start_deadline).await;
+
+        let outage = attempts
+            .iter()
+            .any(|(_, a)| matches!(a, Attempt::SendFailed(e) if !e.reached_server()))
+            && !attempts.iter().any(|(_, a)| match a {
+                Attempt::Delivered(_) => true,
+                Attempt::SendFailed(e) => e.reached_server(),
+                _ => false,
+            });
+        let outcomes = attempts
+            .into_iter()
+            .map(|(message, attempt)| {
+                let outcome = self.decide(message, attempt, outage);
+                (message, outcome)
+            })
+            .collect::<Vec<_>>();
+        let report = self.record(claim.token, &outcomes).await?;
+        if outage {
+            self.open_circuit();
+        }
+        Ok((Step::Batch(report), Some(claim.claimed_at)))
+    }
+
+    /// Renders and sends a batch, `concurrency` at a time, until done or aborted.
+    async fn attempt_all<'m>(
+        &self,
+        messages: &'m [ClaimedMessage],
+        start_deadline: Instant,
+    ) -> Vec<(&'m ClaimedMessage, Attempt)> {
+        let mut done: HashMap<i64, Attempt> = HashMap::with_capacity(messages.len());
+        // The futures are built up front rather than by a closure inside the stream, which
+        // keeps the stream's type free of higher-ranked lifetimes (so `run` stays `Send`).
+        let attempts: Vec<_> = messages
+            .iter()
+            .map(|message| async move { (message.id, self.attempt(message, start_deadline).await) })
+            .collect();
+        let mut sends =
+            futures_util::stream::iter(attempts).buffer_unordered(self.settings.concurrency.max(1));
+        loop {
+            tokio::select! {
+                biased;
+                () = self.shutdown.abort.cancelled() => break,
+                next = sends.next() => match next {
+                    Some((id, attempt)) => { done.insert(id, attempt); }
+                    None => break,
+                },
+            }
+        }
+        messages
+            .iter()
+            .map(|m| (m, done.remove(&m.id).unwrap_or(Attempt::Abandoned)))
+            .collect()
+    }
+
+    async fn attempt(&self, message: &ClaimedMessage, start_deadline: Instant) -> Attempt {
+        if self.shutdown.stop.is_cancelled() || Instant::now() >= start_deadline {
+            return Attempt::NotStarted;
+        }
+        let email = match self
+            .renderer
+            .render(message.id, &message.kind, &message.payload)
+        {
+            Ok(email) => email,
+            Err(e) => return Attempt::RenderFailed(e),
+        };
+        match self.mailer.send(email).await {
+            Ok(delivery) => Attempt::Delivered(delivery),
+            Err(e) => Attempt::SendFailed(e),
+        }
+    }
+
+    fn decide(&self, message: &ClaimedMessage, attempt: Attempt, outage: bool) -> Outcome {
+        match attempt {
+            Attempt::Delivered(via) => Outcome::Sent { via },
+            Attempt::RenderFailed(e) => Outcome::DeadLetter {
+                error: e.to_string(),
+                class: FailureClass::Permanent,
+            },
+            Attempt::SendFailed(e) if outage => Outcome::Release {
+                error: Some(e.to_string()),
+            },
+            Attempt::SendFailed(e) => match e.class() {
+                FailureClass::Permanent => Outcome::DeadLetter {
+                    error: e.to_string(),
+                    class: FailureClass::Permanent,
+                },
+                FailureClass::Transient => Outcome::after_transient_failure(
+                    e.to_string(),
+                    message.attempts,
+                    &self.settings.retry,
+                ),
+            },
+            Attempt::NotStarted => Outcome::Release { error: None },
+            Attempt::Abandoned => Outcome::Release {
+                error: Some(
+                    "abandoned at shutdown while sending; it may have been delivered".into(),
+                ),
+            },
+        }
+    }
+
+    /// The one place where outcomes are written and reported, so that what the logs (and
+    /// metrics) say can never drift from the table.
+    async fn record(
+        &self,
+        token: uuid::Uuid,
+        outcomes: &[(&ClaimedMessage, Outcome)],
+    ) -> Result<BatchReport, DispatchError> {
+        let rows: Vec<(i64, Outcome)> = outcomes
+            .iter()
+            .map(|(m, outcome)| (m.id, outcome.clone()))
+            .collect();
+        let recorded: HashSet<i64> = store::record_outcomes(&self.pool, token, &rows)
+            .await?
+            .into_iter()
+            .collect();
+        let mut report = BatchReport {
+            claimed: outcomes.len(),
+            ..BatchReport::default()
+        };
+        for (message, outcome) in outcomes {
+            let id = message.id;
+            let kind = message.kind.as_str();
+            if message.reclaimed {
+                report.reclaimed += 1;
+                warn!(
+                    outbox.id = id,
+                    outbox.kind = kind,
+                    "took over a row whose previous lease ran out"
+                );
+            }
+            if !recorded.contains(&id) {
+                report.lost += 1;
+                warn!(
+                    outbox.id = id,
+                    outbox.kind = kind,
+                    outcome = outcome.action(),
+                    "outcome not recorded: the lease was lost to another claimer"
+                );
+                continue;
+            }
+            match outcome {
+                Outcome::Sent {
+                    via: Delivery::Smtp,
+                } => {
+                    report.sent += 1;
+                    info!(
+                        outbox.id = id,
+                        outbox.kind = kind,
+                        attempts = message.attempts + 1,
+                        "sent"
+                    );
+                }
+                Outcome::Sent {
+                    via: Delivery::LoggedOnly,
+                } => {
+                    report.sent += 1;
+                    warn!(
+                        outbox.id = id,
+                        outbox.kind = kind,
+                        "NOT SENT: no SMTP server is configured; marked dispatched"
+                    );
+                }
+                Outcome::Retry { error, delay } => {
+                    report.retried += 1;
+                    warn!(
+                        outbox.id = id,
+                        outbox.kind = kind,
+                        attempts = message.attempts + 1,
+                        retry_in = %humantime::format_duration(*delay),
+                        error = %error,
+                        "send failed; will retry"
+                    );
+                }
+                Outcome::DeadLetter { error, class } => {
+                    report.dead_lettered += 1;
+                    error!(
+                        outbox.id = id,
+                        outbox.kind = kind,
+                        attempts = message.attempts + 1,
+                        class = class.as_str(),
+                        error = %error,
+                        "dead-lettered"
+                    );
+                }
+                Outcome::Release { error } => {
+                    report.released += 1;
+                    debug!(
+                        outbox.id = id,
+                        outbox.kind = kind,
+                        error = error.as_deref(),
+                        "released unsent"
+                    );
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// `None` when sends may go ahead; otherwise how long until the next probe. When the
+    /// breaker's wait is over, probes the server once and closes or re-opens it.
+    async fn circuit_closed_or_wait(&self) -> Option<Duration> {
+        let failures = match *self.breaker() {
+            Breaker::Closed => return None,
+            Breaker::Open { until, failures } => {
+                let now = Instant::now();
+                if now < until {
+                    return Some(until - now);
+                }
+                failures
+            }
+        };
+        match self.mailer.probe().await {
+            Ok(()) => {
+                *self.breaker() = Breaker::Closed;
+                info!("SMTP server reachable again; circuit closed, resuming delivery");
+                None
+            }
+            Err(e) => {
+                let failures = failures.saturating_add(1);
+                let retry_in = OUTAGE_BACKOFF.delay_after(failures);
+                *self.breaker() = Breaker::Open {
+                    until: Instant::now() + retry_in,
+                    failures,
+                };
+                warn!(error = %e, retry_in = %humantime::format_duration(retry_in), "SMTP server still unreachable");
+                Some(retry_in)
+            }
+        }
+    }
+
+    fn open_circuit(&self) {
+        let retry_in = OUTAGE_BACKOFF.delay_after(1);
+        *self.breaker() = Breaker::Open {
+            until: Instant::now() + retry_in,
+            failures: 1,
+        };
+        error!(
+            retry_in = %humantime::format_duration(retry_in),
+            "SMTP server unreachable: circuit open, claiming paused; messages keep their attempts"
+        );
+    }
+
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.breaker.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl BatchReport {
+    fn add(&mut self, other: &BatchReport) {
+        self.claimed += other.claimed;
+        self.sent += other.sent;
+        self.retried += other.retried;
+        self.dead_lettered += other.dead_lettered;
+        self.released += other.released;
+        self.lost += other.lost;
+        self.reclaimed += other.reclaimed;
+    }
+}
+
+/// Waits for a notification, then swallows any others already buffered: one drain
+/// serves them all.
+async fn wait_for_notification(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
+    let Some(listener) = listener.as_mut() else {
+        return std::future::pending().await;
+    };
+    // `None` means the connection dropped and notifications may have been missed: wake.
+    if listener.try_recv().await?.is_some() {
+        while listener.next_buffered().is_some() {}
+    }
+    Ok(())
+}

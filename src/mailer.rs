@@ -1,0 +1,205 @@
+//! Sending: SMTP through lettre's pooled async transport, or nothing at all when no SMTP
+//! server is configured. Classifies every failure; never touches the database.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lettre::transport::smtp::PoolConfig;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::message::{Delivery, FailureClass};
+
+type Transport = AsyncSmtpTransport<Tokio1Executor>;
+
+/// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
+/// deferral is retried, and an unreachable server may be an outage that is nobody's fault.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    /// A 5xx reply: this message will never be accepted as it is.
+    #[error("SMTP server rejected the message: {0}")]
+    Rejected(String),
+    /// A 4xx reply, or a reply outboxd could not make sense of.
+    #[error("SMTP server deferred the message: {0}")]
+    Deferred(String),
+    /// No conversation with the server: refused, reset, timed out, or TLS failed.
+    #[error("SMTP server unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl SendError {
+    pub fn class(&self) -> FailureClass {
+        match self {
+            SendError::Rejected(_) => FailureClass::Permanent,
+            SendError::Deferred(_) | SendError::Unreachable(_) => FailureClass::Transient,
+        }
+    }
+
+    /// Whether the server answered at all, which tells a bad message from an outage.
+    pub fn reached_server(&self) -> bool {
+        !matches!(self, SendError::Unreachable(_))
+    }
+
+    fn from_lettre(error: &lettre::transport::smtp::Error) -> Self {
+        let text = error.to_string();
+        // An authentication failure fails every message alike: the server is unusable to
+        // us, which is an outage to wait out, not a reason to dead-letter the message.
+        let auth_failure = error
+            .status()
+            .is_some_and(|code| matches!(code.to_string().as_str(), "530" | "534" | "535" | "538"));
+        if auth_failure {
+            SendError::Unreachable(text)
+        } else if error.is_permanent() {
+            SendError::Rejected(text)
+        } else if error.is_transient() || error.is_response() || error.is_client() {
+            SendError::Deferred(text)
+        } else {
+            SendError::Unreachable(text)
+        }
+    }
+}
+
+/// SMTP settings, validated before anything starts.
+#[derive(Clone)]
+pub struct SmtpSettings {
+    /// lettre's URL form: `smtp://user:pass@host:587?tls=required`, `smtps://host`.
+    pub url: SecretString,
+    /// Bounds the connect and each whole SMTP transaction.
+    pub timeout: Duration,
+    /// Connections kept open, and sends in flight at once.
+    pub pool_size: u32,
+}
+
+impl std::fmt::Debug for SmtpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmtpSettings")
+            .field("url", &crate::config::redact_url(self.url.expose_secret()))
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+impl SmtpSettings {
+    fn transport(&self) -> Result<Transport, lettre::transport::smtp::Error> {
+        Ok(Transport::from_url(self.url.expose_secret())?
+            .timeout(Some(self.timeout))
+            .pool_config(PoolConfig::new().max_size(self.pool_size))
+            .build())
+    }
+
+    /// Checks the URL without connecting; the error never repeats the URL.
+    pub fn validate(&self) -> Result<(), String> {
+        self.transport().map(drop).map_err(|e| e.to_string())
+    }
+}
+
+/// Where rendered messages go.
+pub enum Mailer {
+    Smtp(SmtpMailer),
+    /// Development mode: messages are logged and reported as delivered.
+    Disabled,
+}
+
+impl Mailer {
+    pub fn new(settings: Option<SmtpSettings>) -> Result<Self, String> {
+        match settings {
+            None => Ok(Mailer::Disabled),
+            Some(settings) => SmtpMailer::new(settings).map(Mailer::Smtp),
+        }
+    }
+
+    pub async fn send(&self, message: Message) -> Result<Delivery, SendError> {
+        match self {
+            Mailer::Smtp(smtp) => smtp.send(message).await.map(|()| Delivery::Smtp),
+            Mailer::Disabled => Ok(Delivery::LoggedOnly),
+        }
+    }
+
+    /// Whether the server accepts a connection now; used to close the circuit breaker.
+    pub async fn probe(&self) -> Result<(), SendError> {
+        match self {
+            Mailer::Smtp(smtp) => smtp.probe().await,
+            Mailer::Disabled => Ok(()),
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        matches!(self, Mailer::Smtp(_))
+    }
+
+    /// Says QUIT on pooled connections.
+    pub async fn shutdown(&self) {
+        if let Mailer::Smtp(smtp) = self {
+            smtp.current().shutdown().await;
+        }
+    }
+}
+
+/// A pooled SMTP client.
+pub struct SmtpMailer {
+    settings: SmtpSettings,
+    transport: Mutex<Arc<Transport>>,
+}
+
+impl SmtpMailer {
+    fn new(settings: SmtpSettings) -> Result<Self, String> {
+        let transport = settings.transport().map_err(|e| e.to_string())?;
+        Ok(Self {
+            settings,
+            transport: Mutex::new(Arc::new(transport)),
+        })
+    }
+
+    fn current(&self) -> Arc<Transport> {
+        Arc::clone(
+            &self
+                .transport
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// lettre's async connections have no read timeout of their own, and a send cancelled
+    /// mid-command goes back to the pool out of step with the server's replies. So after a
+    /// timeout the whole pool is replaced; sends already running keep the old one.
+    fn replace_pool(&self, timed_out: &Arc<Transport>) {
+        let mut current = self
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if Arc::ptr_eq(&current, timed_out)
+            && let Ok(fresh) = self.settings.transport()
+        {
+            *current = Arc::new(fresh);
+        }
+    }
+
+    async fn send(&self, message: Message) -> Result<(), SendError> {
+        let transport = self.current();
+        match tokio::time::timeout(self.settings.timeout, transport.send(message)).await {
+            Ok(Ok(_response)) => Ok(()),
+            Ok(Err(error)) => Err(SendError::from_lettre(&error)),
+            Err(_elapsed) => {
+                self.replace_pool(&transport);
+                Err(SendError::Unreachable(format!(
+                    "no reply within {}",
+                    humantime::format_duration(self.settings.timeout)
+                )))
+            }
+        }
+    }
+
+    async fn probe(&self) -> Result<(), SendError> {
+        let transport = self.current();
+        match tokio::time::timeout(self.settings.timeout, transport.test_connection()).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(SendError::Unreachable("NOOP was not answered".to_owned())),
+            Ok(Err(error)) => Err(SendError::from_lettre(&error)),
+            Err(_elapsed) => {
+                self.replace_pool(&transport);
+                Err(SendError::Unreachable("probe timed out".to_owned()))
+            }
+        }
+    }
+}

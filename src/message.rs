@@ -1,0 +1,296 @@
+//! The domain: what an outbox message is, and what can become of one. No I/O here.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// How much of an error is kept on the row, as the original design did.
+pub const MAX_ERROR_CHARS: usize = 500;
+
+/// The longest kind name the table accepts.
+pub const MAX_KIND_CHARS: usize = 100;
+
+/// A message a producer wants sent, committed together with its business change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// Which email to render: the name of a template set, such as `account_verification`.
+    pub kind: String,
+    /// The template's variables; must be a JSON object.
+    pub payload: Value,
+    /// Do not send before this time; `None` means as soon as the transaction commits.
+    pub not_before: Option<DateTime<Utc>>,
+}
+
+impl NewMessage {
+    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
+        Self {
+            kind: kind.into(),
+            payload,
+            not_before: None,
+        }
+    }
+
+    /// Refuses what the table would refuse, with a message that says why.
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
+        validate_kind(&self.kind)?;
+        if !self.payload.is_object() {
+            return Err(InvalidMessage::PayloadNotObject);
+        }
+        Ok(())
+    }
+}
+
+/// Why a new message was refused before it reached the database.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidMessage {
+    #[error(
+        "kind must be 1 to {MAX_KIND_CHARS} characters of a-z, 0-9, '_', '-' or '.', got {0:?}"
+    )]
+    Kind(String),
+    #[error("payload must be a JSON object")]
+    PayloadNotObject,
+}
+
+/// Kind names double as template directory names, so they are kept to a safe alphabet.
+pub fn validate_kind(kind: &str) -> Result<(), InvalidMessage> {
+    let valid = !kind.is_empty()
+        && kind.chars().count() <= MAX_KIND_CHARS
+        && kind
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+        && !kind.starts_with('.');
+    if valid {
+        Ok(())
+    } else {
+        Err(InvalidMessage::Kind(kind.to_owned()))
+    }
+}
+
+/// A row this dispatcher holds a lease on.
+#[derive(Debug, Clone)]
+pub struct ClaimedMessage {
+    pub id: i64,
+    pub kind: String,
+    pub payload: Value,
+    /// Failed attempts before this one.
+    pub attempts: i32,
+    /// The previous claimer's lease ran out without an outcome (it crashed or stalled).
+    pub reclaimed: bool,
+    /// When the message fell due: the later of `created_at` and `not_before`.
+    pub due_at: DateTime<Utc>,
+}
+
+/// A claimed batch: the rows, the claim's token, and the database's clock at claim time.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub token: uuid::Uuid,
+    pub claimed_at: DateTime<Utc>,
+    pub messages: Vec<ClaimedMessage>,
+}
+
+/// How a message left outboxd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Accepted by the SMTP server.
+    Smtp,
+    /// Not sent: no SMTP server is configured, so it was only logged.
+    LoggedOnly,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Smtp => "smtp",
+            Delivery::LoggedOnly => "log",
+        }
+    }
+}
+
+/// Why an attempt failed, as far as retrying is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureClass {
+    /// Worth trying again later: a 4xx reply, a timeout, a dropped connection.
+    Transient,
+    /// Will never succeed as it is: a 5xx reply, an unknown kind, a payload that does not render.
+    Permanent,
+}
+
+impl FailureClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Transient => "transient",
+            FailureClass::Permanent => "permanent",
+        }
+    }
+}
+
+/// What becomes of a claimed row. Every outcome is recorded through one function, so the
+/// table and whatever counts outcomes can never disagree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Accepted by the SMTP server (or, without SMTP, logged and marked dispatched).
+    Sent { via: Delivery },
+    /// Failed; try again after `delay`. Counts an attempt.
+    Retry { error: String, delay: Duration },
+    /// Failed for good: kept for an operator, never retried by itself. Counts an attempt.
+    DeadLetter { error: String, class: FailureClass },
+    /// Given back unsent and due at once, without counting an attempt: shutdown, a lease
+    /// about to run out, or an SMTP outage that is not the message's fault.
+    Release { error: Option<String> },
+}
+
+impl Outcome {
+    /// The stable word stored and logged for this outcome.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Outcome::Sent { .. } => "sent",
+            Outcome::Retry { .. } => "retry",
+            Outcome::DeadLetter { .. } => "dead",
+            Outcome::Release { .. } => "release",
+        }
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Outcome::Sent { .. } => None,
+            Outcome::Retry { error, .. } | Outcome::DeadLetter { error, .. } => Some(error),
+            Outcome::Release { error } => error.as_deref(),
+        }
+    }
+
+    pub fn delay(&self) -> Duration {
+        match self {
+            Outcome::Retry { delay, .. } => *delay,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// A failed transient attempt becomes a retry, or a dead letter once the limit is reached.
+    pub fn after_transient_failure(
+        error: String,
+        attempts_before: i32,
+        retry: &RetryPolicy,
+    ) -> Outcome {
+        let attempts = u32::try_from(attempts_before)
+            .unwrap_or(0)
+            .saturating_add(1);
+        if attempts >= retry.max_attempts {
+            Outcome::DeadLetter {
+                error: format!("gave up after {attempts} attempts: {error}"),
+                class: FailureClass::Transient,
+            }
+        } else {
+            Outcome::Retry {
+                error,
+                delay: retry.delay_after(attempts),
+            }
+        }
+    }
+}
+
+/// How failed attempts are spaced out and when to give up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts (including the first) before a message is dead-lettered.
+    pub max_attempts: u32,
+    /// The first retry's delay; each further one doubles, with jitter. Zero retries at the next poll.
+    pub base: Duration,
+    /// No retry waits longer than this.
+    pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// The delay after `attempts` failed attempts (1 for the first failure).
+    pub fn delay_after(&self, attempts: u32) -> Duration {
+        if self.base.is_zero() {
+            return Duration::ZERO;
+        }
+        let steps = usize::try_from(attempts.max(1) - 1).unwrap_or(usize::MAX);
+        backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::new()
+                .with_min_delay(self.base)
+                .with_max_delay(self.max)
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times(),
+        )
+        .nth(steps)
+        .map_or(self.max, |delay| delay.min(self.max))
+    }
+}
+
+/// Keeps the first [`MAX_ERROR_CHARS`] characters of an error, on a character boundary.
+pub fn truncate_error(error: &str) -> String {
+    match error.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((end, _)) => error[..end].to_owned(),
+        None => error.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_cut_at_500_characters_not_bytes() {
+        let long = "é".repeat(600);
+        let cut = truncate_error(&long);
+        assert_eq!(cut.chars().count(), 500);
+        assert_eq!(truncate_error("short"), "short");
+    }
+
+    #[test]
+    fn kinds_are_kept_to_a_safe_alphabet() {
+        assert!(validate_kind("account_verification").is_ok());
+        assert!(validate_kind("v2.invoice-notice").is_ok());
+        for bad in [
+            "",
+            "../etc",
+            "Upper",
+            "with space",
+            ".hidden",
+            &"a".repeat(101),
+        ] {
+            assert!(validate_kind(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_zero_base_retries_at_the_next_poll() {
+        let policy = RetryPolicy {
+            max_attempts: 5,
+            base: Duration::ZERO,
+            max: Duration::from_secs(3600),
+        };
+        assert_eq!(policy.delay_after(3), Duration::ZERO);
+    }
+
+    #[test]
+    fn delays_grow_exponentially_with_jitter_and_stay_under_the_cap() {
+        let policy = RetryPolicy {
+            max_attempts: 20,
+            base: Duration::from_secs(10),
+            max: Duration::from_secs(300),
+        };
+        let first = policy.delay_after(1);
+        assert!(first >= Duration::from_secs(10) && first < Duration::from_secs(20));
+        let third = policy.delay_after(3);
+        assert!(third >= Duration::from_secs(40) && third < Duration::from_secs(80));
+        assert_eq!(policy.delay_after(15), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_last_allowed_attempt_dead_letters() {
+        let policy = RetryPolicy {
+            max_attempts: 5,
+            base: Duration::ZERO,
+            max: Duration::ZERO,
+        };
+        let retry = Outcome::after_transient_failure("451 busy".into(), 3, &policy);
+        assert_eq!(retry.action(), "retry");
+        let dead = Outcome::after_transient_failure("451 busy".into(), 4, &policy);
+        assert_eq!(dead.action(), "dead");
+        assert!(dead.error().unwrap().contains("after 5 attempts"));
+    }
+}

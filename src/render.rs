@@ -1,0 +1,433 @@
+//! Kind + payload -> an email: templates, addresses, header safety and the Message-ID.
+//!
+//! Templates are parsed once at start-up. A kind is a directory holding `subject.txt`,
+//! `body.txt` and optionally `body.html`; HTML templates are auto-escaped. Everything a
+//! payload contains reaches headers only through lettre's typed headers, after CR and LF
+//! have been refused, so a payload can never add a header.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use lettre::Message;
+use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
+use lettre::message::{Mailbox, Mailboxes, MultiPart, SinglePart};
+use minijinja::value::Serde;
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::Value;
+
+use crate::message::validate_kind;
+
+/// The templates shipped in the binary, for the kinds the first application sends.
+const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
+    ("_layout.html", include_str!("../templates/_layout.html")),
+    (
+        "account_verification/subject.txt",
+        include_str!("../templates/account_verification/subject.txt"),
+    ),
+    (
+        "account_verification/body.txt",
+        include_str!("../templates/account_verification/body.txt"),
+    ),
+    (
+        "account_verification/body.html",
+        include_str!("../templates/account_verification/body.html"),
+    ),
+    (
+        "workspace_invite/subject.txt",
+        include_str!("../templates/workspace_invite/subject.txt"),
+    ),
+    (
+        "workspace_invite/body.txt",
+        include_str!("../templates/workspace_invite/body.txt"),
+    ),
+    (
+        "workspace_invite/body.html",
+        include_str!("../templates/workspace_invite/body.html"),
+    ),
+    (
+        "invoice_notice/subject.txt",
+        include_str!("../templates/invoice_notice/subject.txt"),
+    ),
+    (
+        "invoice_notice/body.txt",
+        include_str!("../templates/invoice_notice/body.txt"),
+    ),
+    (
+        "invoice_notice/body.html",
+        include_str!("../templates/invoice_notice/body.html"),
+    ),
+];
+
+/// Why the templates could not be loaded at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateLoadError {
+    #[error("cannot read templates directory {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("template {name} does not parse: {source:#}")]
+    Syntax {
+        name: String,
+        source: minijinja::Error,
+    },
+    #[error("template directory {0}: {1}")]
+    Layout(String, String),
+}
+
+/// Why a message cannot be rendered. All of these are permanent: the same payload
+/// will fail the same way every time, so the row is dead-lettered at once.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RenderError {
+    #[error("unknown kind {0:?}: no templates for it")]
+    UnknownKind(String),
+    #[error("payload does not render: {0}")]
+    Template(String),
+    #[error("invalid address in {field}: {reason}")]
+    Address { field: &'static str, reason: String },
+    #[error("refused header injection: {0} contains a line break")]
+    HeaderInjection(&'static str),
+    #[error("cannot build the email: {0}")]
+    Build(String),
+}
+
+/// The `X-Outbox-Id` header: the row an email came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XOutboxId(pub i64);
+
+impl Header for XOutboxId {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("X-Outbox-Id")
+    }
+
+    fn parse(s: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Self(s.trim().parse()?))
+    }
+
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), self.0.to_string())
+    }
+}
+
+/// Renders outbox rows into emails.
+pub struct Renderer {
+    env: Environment<'static>,
+    kinds: BTreeSet<String>,
+    from: Mailbox,
+    message_id_domain: String,
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer")
+            .field("kinds", &self.kinds)
+            .field("from", &self.from.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Renderer {
+    /// Loads the built-in templates, then the directory's (which add kinds or replace
+    /// built-in files of the same name), and parses every one of them now.
+    pub fn new(
+        templates_dir: Option<&Path>,
+        from: Mailbox,
+        message_id_domain: String,
+    ) -> Result<Self, TemplateLoadError> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
+        let mut names = BTreeSet::new();
+        for (name, source) in BUILTIN_TEMPLATES {
+            add_template(&mut env, (*name).to_owned(), (*source).to_owned())?;
+            names.insert((*name).to_owned());
+        }
+        if let Some(dir) = templates_dir {
+            for (name, source) in read_template_dir(dir)? {
+                add_template(&mut env, name.clone(), source)?;
+                names.insert(name);
+            }
+        }
+        let mut kinds = BTreeSet::new();
+        for name in &names {
+            if let Some(kind) = name.strip_suffix("/subject.txt") {
+                if !names.contains(&format!("{kind}/body.txt")) {
+                    return Err(TemplateLoadError::Layout(
+                        kind.to_owned(),
+                        "has subject.txt but no body.txt".to_owned(),
+                    ));
+                }
+                kinds.insert(kind.to_owned());
+            }
+        }
+        Ok(Self {
+            env,
+            kinds,
+            from,
+            message_id_domain,
+        })
+    }
+
+    /// The kinds this renderer knows, sorted.
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.kinds.iter().map(String::as_str)
+    }
+
+    /// The Message-ID of a row: the same on every attempt, so a receiver can drop the
+    /// duplicate that a redelivery after a crash produces.
+    pub fn message_id(&self, id: i64) -> String {
+        format!("<outbox-{id}@{}>", self.message_id_domain)
+    }
+
+    /// Renders one row into an email ready to send.
+    pub fn render(&self, id: i64, kind: &str, payload: &Value) -> Result<Message, RenderError> {
+        if !self.kinds.contains(kind) {
+            return Err(RenderError::UnknownKind(kind.to_owned()));
+        }
+        let subject = self.render_template(&format!("{kind}/subject.txt"), payload)?;
+        let subject = subject.trim();
+        if subject.contains(['\r', '\n']) {
+            return Err(RenderError::HeaderInjection("subject"));
+        }
+        if subject.is_empty() {
+            return Err(RenderError::Template("the subject is empty".to_owned()));
+        }
+        let text = self.render_template(&format!("{kind}/body.txt"), payload)?;
+        let html_name = format!("{kind}/body.html");
+        let html = match self.env.get_template(&html_name) {
+            Ok(_) => Some(self.render_template(&html_name, payload)?),
+            Err(_) => None,
+        };
+
+        let mut builder = Message::builder()
+            .from(self.from.clone())
+            .subject(subject)
+            .message_id(Some(self.message_id(id)))
+            .header(XOutboxId(id));
+        let to = recipients(payload, "to")?;
+        if to.iter().next().is_none() {
+            return Err(RenderError::Address {
+                field: "to",
+                reason: "no recipient".to_owned(),
+            });
+        }
+        for mailbox in to {
+            builder = builder.to(mailbox);
+        }
+        for mailbox in recipients(payload, "cc")? {
+            builder = builder.cc(mailbox);
+        }
+        for mailbox in recipients(payload, "bcc")? {
+            builder = builder.bcc(mailbox);
+        }
+        for mailbox in recipients(payload, "reply_to")? {
+            builder = builder.reply_to(mailbox);
+        }
+        let built = match html {
+            Some(html) => builder.multipart(MultiPart::alternative_plain_html(text, html)),
+            None => builder.singlepart(
+                SinglePart::builder()
+                    .header(ContentType::TEXT_PLAIN)
+                    .body(text),
+            ),
+        };
+        built.map_err(|e| RenderError::Build(e.to_string()))
+    }
+
+    fn render_template(&self, name: &str, payload: &Value) -> Result<String, RenderError> {
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|e| RenderError::Template(e.to_string()))?;
+        template
+            .render(Serde(payload))
+            .map_err(|e| RenderError::Template(format!("{name}: {}", describe(&e))))
+    }
+}
+
+/// minijinja's error with its detail but without the multi-line source excerpt.
+fn describe(error: &minijinja::Error) -> String {
+    match error.detail() {
+        Some(detail) => format!("{} ({detail})", error.kind()),
+        None => error.kind().to_string(),
+    }
+}
+
+fn add_template(
+    env: &mut Environment<'static>,
+    name: String,
+    source: String,
+) -> Result<(), TemplateLoadError> {
+    env.add_template_owned(name.clone(), source)
+        .map_err(|source| TemplateLoadError::Syntax { name, source })
+}
+
+/// Reads every file below `dir` as a template named by its relative path, so that
+/// templates can `{% extends %}` and `{% include %}` each other.
+fn read_template_dir(dir: &Path) -> Result<Vec<(String, String)>, TemplateLoadError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| TemplateLoadError::Io { path, source }
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current).map_err(io(&current))? {
+            let path = entry.map_err(io(&current))?.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let relative = path
+                .strip_prefix(dir)
+                .map_err(|e| TemplateLoadError::Layout(path.display().to_string(), e.to_string()))?
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            if relative.split('/').any(|part| part.starts_with('.')) {
+                continue;
+            }
+            if let Some((kind, _)) = relative.rsplit_once('/')
+                && relative.ends_with("/subject.txt")
+            {
+                validate_kind(kind).map_err(|e| {
+                    TemplateLoadError::Layout(path.display().to_string(), e.to_string())
+                })?;
+            }
+            let source = std::fs::read_to_string(&path).map_err(io(&path))?;
+            out.push((relative, source));
+        }
+    }
+    if !out.iter().any(|(name, _)| name.ends_with("/subject.txt")) {
+        return Err(TemplateLoadError::Layout(
+            dir.display().to_string(),
+            "holds no <kind>/subject.txt".to_owned(),
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads an address field that may be absent, one string, or a list of strings.
+fn recipients(payload: &Value, field: &'static str) -> Result<Mailboxes, RenderError> {
+    let invalid = |reason: String| RenderError::Address { field, reason };
+    let values: Vec<&str> = match payload.get(field) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| invalid("list items must be strings".to_owned()))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(invalid(
+                "must be an address or a list of addresses".to_owned(),
+            ));
+        }
+    };
+    let mut mailboxes = Mailboxes::new();
+    for value in values {
+        if value.contains(['\r', '\n']) {
+            return Err(RenderError::HeaderInjection(field));
+        }
+        let mailbox: Mailbox = value
+            .parse()
+            .map_err(|e| invalid(format!("{value:?}: {e}")))?;
+        mailboxes.push(mailbox);
+    }
+    Ok(mailboxes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn renderer() -> Renderer {
+        Renderer::new(
+            None,
+            "Outbox <outbox@example.com>".parse().unwrap(),
+            "example.com".into(),
+        )
+        .unwrap()
+    }
+
+    fn formatted(message: &Message) -> String {
+        String::from_utf8(message.formatted()).unwrap()
+    }
+
+    #[test]
+    fn builtin_kinds_are_the_three_the_first_application_sends() {
+        let kinds: Vec<_> = renderer().kinds().map(str::to_owned).collect();
+        assert_eq!(
+            kinds,
+            ["account_verification", "invoice_notice", "workspace_invite"]
+        );
+    }
+
+    #[test]
+    fn headers_carry_the_row_id_and_a_deterministic_message_id() {
+        let payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://x/v"});
+        let one = formatted(
+            &renderer()
+                .render(42, "account_verification", &payload)
+                .unwrap(),
+        );
+        assert!(one.contains("X-Outbox-Id: 42\r\n"), "{one}");
+        assert!(
+            one.contains("Message-ID: <outbox-42@example.com>\r\n"),
+            "{one}"
+        );
+    }
+
+    #[test]
+    fn a_line_break_in_a_subject_value_is_refused() {
+        let payload = json!({"to": "a@example.com", "inviter_name": "Eve\r\nBcc: x@evil.test",
+            "workspace_name": "W", "accept_url": "u"});
+        assert_eq!(
+            renderer()
+                .render(1, "workspace_invite", &payload)
+                .unwrap_err(),
+            RenderError::HeaderInjection("subject")
+        );
+    }
+
+    #[test]
+    fn a_line_break_in_an_address_is_refused() {
+        let payload = json!({"to": ["a@example.com", "b@example.com\nBcc: x@evil.test"],
+            "name": "A", "verify_url": "u"});
+        assert_eq!(
+            renderer()
+                .render(1, "account_verification", &payload)
+                .unwrap_err(),
+            RenderError::HeaderInjection("to")
+        );
+    }
+
+    #[test]
+    fn a_missing_variable_does_not_render() {
+        let payload = json!({"to": "a@example.com", "name": "A"});
+        let err = renderer()
+            .render(1, "account_verification", &payload)
+            .unwrap_err();
+        assert!(
+            matches!(err, RenderError::Template(ref m) if m.contains("undefined")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn html_values_are_escaped_and_text_values_are_not() {
+        let payload = json!({"to": "a@example.com", "name": "<b>Ada</b>", "verify_url": "u"});
+        let r = renderer();
+        let html = r
+            .render_template("account_verification/body.html", &payload)
+            .unwrap();
+        assert!(html.contains("&lt;b&gt;Ada&lt;&#x2f;b&gt;"), "{html}");
+        let text = r
+            .render_template("account_verification/body.txt", &payload)
+            .unwrap();
+        assert!(text.contains("Hello <b>Ada</b>,"), "{text}");
+    }
+}

@@ -1,0 +1,284 @@
+//! Every SQL statement outboxd issues. Nothing else in the crate speaks SQL.
+//!
+//! Queries on pending rows repeat the partial index predicate
+//! (`dispatched_at IS NULL AND dead_lettered_at IS NULL`) as literals: PostgreSQL matches
+//! partial indexes at plan time, and a bound parameter there would mean a scan of a table
+//! that keeps millions of dispatched rows.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{PgExecutor, Row};
+use uuid::Uuid;
+
+use crate::message::{Claim, ClaimedMessage, InvalidMessage, NewMessage, Outcome, truncate_error};
+
+/// The schema, embedded in the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// The channel the insert trigger notifies at commit.
+pub const NOTIFY_CHANNEL: &str = "outbox_messages";
+
+/// Errors of the producer API.
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidMessage),
+    #[error("could not insert the outbox row: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Whether the database holds the schema this build expects.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("the outbox schema is missing: run `outboxd migrate` first")]
+    Missing,
+    #[error(
+        "the outbox schema is at version {applied}, this outboxd needs {expected}: run `outboxd migrate`"
+    )]
+    Outdated { applied: i64, expected: i64 },
+    #[error(
+        "a migration failed part-way (version {0}): fix it by hand, then run `outboxd migrate`"
+    )]
+    Dirty(i64),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Inserts a message in the caller's transaction (or on any executor), so that it is
+/// committed, or rolled back, with the business change that caused it.
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
+/// let mut tx = pool.begin().await?;
+/// // ... the business change, in `tx` ...
+/// outboxd::enqueue(&mut *tx, outboxd::NewMessage::new(
+///     "account_verification",
+///     serde_json::json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://app.example/v/1"}),
+/// )).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn enqueue<'e, E>(executor: E, message: NewMessage) -> Result<i64, EnqueueError>
+where
+    E: PgExecutor<'e>,
+{
+    message.validate()?;
+    let id = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, not_before) \
+         VALUES ($1, $2, coalesce($3, now())) RETURNING id",
+    )
+    .bind(&message.kind)
+    .bind(&message.payload)
+    .bind(message.not_before)
+    .fetch_one(executor)
+    .await?;
+    Ok(id)
+}
+
+/// Creates the database if it does not exist yet (so that `outboxd migrate` works on a
+/// fresh server), then applies the migrations.
+pub async fn create_and_migrate(options: &PgConnectOptions) -> anyhow::Result<PgPool> {
+    use anyhow::Context as _;
+    let database = options.get_database().unwrap_or("postgres").to_owned();
+    let pool = match connect(options, 2).await {
+        Ok(pool) => pool,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("3D000") => {
+            let admin = connect(&options.clone().database("postgres"), 1)
+                .await
+                .context(
+                    "could not connect to the `postgres` database to create the outbox database",
+                )?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE DATABASE \"{}\"",
+                database.replace('"', "\"\"")
+            )))
+            .execute(&admin)
+            .await
+            .with_context(|| format!("could not create database {database}"))?;
+            admin.close().await;
+            tracing::info!(database, "created the database");
+            connect(options, 2).await?
+        }
+        Err(e) => return Err(connect_error(e, options)),
+    };
+    MIGRATOR
+        .run(&pool)
+        .await
+        .context("could not apply the migrations")?;
+    Ok(pool)
+}
+
+/// Opens a pool, failing fast when the server cannot be reached.
+pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options.clone())
+        .await
+}
+
+/// A connection failure, told as one line that names where it tried (never the password).
+pub fn connect_error(error: sqlx::Error, options: &PgConnectOptions) -> anyhow::Error {
+    anyhow::anyhow!(
+        "could not connect to PostgreSQL at {}:{}/{}: {error}",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("postgres")
+    )
+}
+
+/// Fails unless every migration this build embeds has been applied.
+pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaError> {
+    let exists: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+        .fetch_one(pool)
+        .await?;
+    if exists.is_none() {
+        return Err(SchemaError::Missing);
+    }
+    let rows = sqlx::query("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(pool)
+        .await?;
+    let mut applied = 0_i64;
+    for row in &rows {
+        let version: i64 = row.try_get("version")?;
+        if !row.try_get::<bool, _>("success")? {
+            return Err(SchemaError::Dirty(version));
+        }
+        applied = applied.max(version);
+    }
+    let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
+    if rows.is_empty() {
+        return Err(SchemaError::Missing);
+    }
+    let applied_all = MIGRATOR.iter().all(|m| {
+        rows.iter()
+            .any(|r| r.try_get::<i64, _>("version").ok() == Some(m.version))
+    });
+    if !applied_all {
+        return Err(SchemaError::Outdated { applied, expected });
+    }
+    Ok(())
+}
+
+/// A request for a batch of due rows.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub limit: i64,
+    pub lease: Duration,
+    pub worker_id: &'a str,
+    /// Only rows due at or before this time; `None` means now. A drain passes the time of
+    /// its first claim, so that a row retried with no delay waits for the next cycle.
+    pub due_by: Option<DateTime<Utc>>,
+}
+
+/// Claims up to `limit` due rows, oldest due first, under a new lease.
+///
+/// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
+/// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
+/// claimed row leaves the due range, and comes back by itself if its claimer dies.
+pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
+    let token = Uuid::new_v4();
+    let rows = sqlx::query(
+        "WITH due AS ( \
+             SELECT id, locked_until AS previous_lease FROM outbox_messages \
+             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+               AND next_attempt_at <= coalesce($4, now()) \
+             ORDER BY next_attempt_at, id \
+             LIMIT $1 \
+             FOR UPDATE SKIP LOCKED \
+         ) \
+         UPDATE outbox_messages AS m \
+         SET locked_until = now() + make_interval(secs => $2), \
+             next_attempt_at = now() + make_interval(secs => $2), \
+             locked_by = $3, \
+             claim_token = $5 \
+         FROM due \
+         WHERE m.id = due.id \
+         RETURNING m.id, m.kind, m.payload, m.attempts, \
+                   due.previous_lease IS NOT NULL AS reclaimed, \
+                   greatest(m.created_at, m.not_before) AS due_at, \
+                   now() AS claimed_at",
+    )
+    .bind(request.limit)
+    .bind(request.lease.as_secs_f64())
+    .bind(request.worker_id)
+    .bind(request.due_by)
+    .bind(token)
+    .fetch_all(pool)
+    .await?;
+
+    let mut claimed_at = request.due_by.unwrap_or_else(Utc::now);
+    let mut messages = Vec::with_capacity(rows.len());
+    for row in rows {
+        claimed_at = row.try_get("claimed_at")?;
+        messages.push(ClaimedMessage {
+            id: row.try_get("id")?,
+            kind: row.try_get("kind")?,
+            payload: row.try_get("payload")?,
+            attempts: row.try_get("attempts")?,
+            reclaimed: row.try_get("reclaimed")?,
+            due_at: row.try_get("due_at")?,
+        });
+    }
+    messages.sort_unstable_by_key(|m| (m.due_at, m.id));
+    Ok(Claim {
+        token,
+        claimed_at,
+        messages,
+    })
+}
+
+/// Records a claim's outcomes in one round trip, only for rows this claim still holds.
+/// Returns the ids that were recorded; the others were taken over by another claimer
+/// after this lease ran out, and their outcome is that claimer's to record.
+pub async fn record_outcomes(
+    pool: &PgPool,
+    token: Uuid,
+    outcomes: &[(i64, Outcome)],
+) -> Result<Vec<i64>, sqlx::Error> {
+    if outcomes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ids = Vec::with_capacity(outcomes.len());
+    let mut actions = Vec::with_capacity(outcomes.len());
+    let mut errors = Vec::with_capacity(outcomes.len());
+    let mut delays = Vec::with_capacity(outcomes.len());
+    for (id, outcome) in outcomes {
+        ids.push(*id);
+        actions.push(outcome.action());
+        errors.push(outcome.error().map(truncate_error));
+        delays.push(outcome.delay().as_secs_f64());
+    }
+    sqlx::query_scalar(
+        "UPDATE outbox_messages AS m \
+         SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+             last_error = coalesce(o.error, m.last_error), \
+             dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
+             dead_lettered_at = CASE WHEN o.action = 'dead' THEN now() END, \
+             next_attempt_at = CASE WHEN o.action IN ('retry', 'release') \
+                                    THEN now() + make_interval(secs => o.delay_secs) \
+                                    ELSE m.next_attempt_at END, \
+             locked_until = NULL, locked_by = NULL, claim_token = NULL \
+         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[]) \
+              AS o(id, action, error, delay_secs) \
+         WHERE m.id = o.id AND m.claim_token = $1 \
+         RETURNING m.id",
+    )
+    .bind(token)
+    .bind(&ids)
+    .bind(&actions)
+    .bind(&errors)
+    .bind(&delays)
+    .fetch_all(pool)
+    .await
+}
+
+/// A connection listening for the insert trigger's notifications.
+pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(NOTIFY_CHANNEL).await?;
+    Ok(listener)
+}

@@ -1,0 +1,442 @@
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::helpers::{BlackHole, SmtpServer, TestDb, eventually, outboxd};
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A refusal: non-zero exit, an `error:` line, and no panic or backtrace.
+fn assert_refused(output: &Output, expected: &str) {
+    let err = stderr(output);
+    assert!(!output.status.success(), "accepted; stderr: {err}");
+    assert!(err.starts_with("error:"), "{err}");
+    assert!(err.contains(expected), "{err:?} does not say {expected:?}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+fn sigterm(child: &Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait_with_timeout(mut child: Child, within: Duration) -> Output {
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "outboxd did not exit within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test]
+async fn bad_options_are_refused_with_a_clear_error() {
+    let db = TestDb::new().await;
+    let cases: &[(&[&str], &str)] = &[
+        (&["--batch-size", "0"], "--batch-size"),
+        (&["--batch-size", "many"], "--batch-size"),
+        (
+            &["--poll-interval", "15"],
+            "expected a duration such as 15s",
+        ),
+        (
+            &["--poll-interval", "0s"],
+            "--poll-interval / OUTBOXD_POLL_INTERVAL must be more than 0s",
+        ),
+        (&["--max-attempts", "0"], "--max-attempts"),
+        (&["--smtp-concurrency", "0"], "--smtp-concurrency"),
+        (
+            &["--smtp-url", "smtp://127.0.0.1:2525"],
+            "OUTBOXD_FROM is required",
+        ),
+        (
+            &[
+                "--smtp-url",
+                "http://mail.example",
+                "--from",
+                "a@example.com",
+            ],
+            "invalid --smtp-url",
+        ),
+        (&["--from", "not an address"], "invalid --from"),
+        (
+            &["--lease", "10s", "--smtp-timeout", "10s"],
+            "--lease / OUTBOXD_LEASE (10s) must be more than three times",
+        ),
+        (
+            &["--retry-backoff", "2h", "--retry-backoff-max", "1h"],
+            "shorter than --retry-backoff",
+        ),
+        (
+            &["--templates", "/nonexistent/templates"],
+            "is not a directory",
+        ),
+        (&["--listen", "nowhere"], "--listen"),
+        (
+            &["--message-id-domain", "bad domain"],
+            "invalid --message-id-domain",
+        ),
+        (&["--worker-id", " "], "must not be empty"),
+        (&["--log-format", "xml"], "--log-format"),
+    ];
+    for (flags, expected) in cases {
+        let output = outboxd()
+            .args(["run", "--database-url", &db.url])
+            .args(*flags)
+            .output()
+            .unwrap();
+        assert_refused(&output, expected);
+    }
+    // The same checks apply to environment variables.
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url])
+        .env("OUTBOXD_BATCH_SIZE", "-3")
+        .output()
+        .unwrap();
+    assert_refused(&output, "--batch-size");
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url])
+        .env("OUTBOXD_RETRY_BACKOFF", "soon")
+        .output()
+        .unwrap();
+    assert_refused(&output, "expected a duration");
+}
+
+#[tokio::test]
+async fn a_broken_template_directory_is_refused_before_anything_starts() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("welcome")).unwrap();
+    std::fs::write(dir.path().join("welcome/subject.txt"), "Hi {{ name ").unwrap();
+    std::fs::write(dir.path().join("welcome/body.txt"), "x").unwrap();
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url, "--templates"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_refused(&output, "template welcome/subject.txt does not parse");
+
+    std::fs::write(dir.path().join("welcome/subject.txt"), "Hi").unwrap();
+    std::fs::remove_file(dir.path().join("welcome/body.txt")).unwrap();
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url, "--templates"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_refused(&output, "has subject.txt but no body.txt");
+}
+
+#[tokio::test]
+async fn an_unreachable_database_gives_one_clear_error_line() {
+    let output = outboxd()
+        .args([
+            "run",
+            "--database-url",
+            "postgres://postgres:hunter2@127.0.0.1:1/outboxd",
+        ])
+        .output()
+        .unwrap();
+    assert_refused(
+        &output,
+        "could not connect to PostgreSQL at 127.0.0.1:1/outboxd",
+    );
+    let err = stderr(&output);
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_schema_gives_one_clear_error_line() {
+    let db = TestDb::empty().await;
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert_refused(
+        &output,
+        "the outbox schema is missing: run `outboxd migrate` first",
+    );
+    let output = outboxd()
+        .args([
+            "enqueue",
+            "--database-url",
+            &db.url,
+            "--kind",
+            "k",
+            "--payload",
+            "{}",
+        ])
+        .output()
+        .unwrap();
+    assert_refused(&output, "run `outboxd migrate` first");
+}
+
+#[tokio::test]
+async fn migrate_creates_the_database_and_the_schema_and_enqueue_inserts_a_row() {
+    let db = TestDb::empty().await;
+    // `migrate` also creates a database that does not exist yet.
+    let fresh_url = db.url.replace(&db.name, &format!("{}_new", db.name));
+    let output = outboxd()
+        .args(["migrate", "--database-url", &fresh_url])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = outboxd()
+        .args(["migrate", "--database-url", &fresh_url])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "migrate twice: {}",
+        stderr(&output)
+    );
+
+    let output = outboxd()
+        .args([
+            "enqueue",
+            "--database-url",
+            &fresh_url,
+            "--kind",
+            "account_verification",
+        ])
+        .args([
+            "--payload",
+            r#"{"to": "a@example.com", "name": "A", "verify_url": "u"}"#,
+        ])
+        .args(["--not-before", "2030-01-01T00:00:00Z"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let id: i64 = String::from_utf8(output.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pool = sqlx::PgPool::connect(&fresh_url).await.unwrap();
+    let (kind, year): (String, f64) = sqlx::query_as(
+        "SELECT kind, extract(year FROM not_before)::float8 FROM outbox_messages WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((kind.as_str(), year), ("account_verification", 2030.0));
+    pool.close().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {}_new WITH (FORCE)",
+        db.name
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn bad_enqueue_input_is_refused_and_nothing_is_inserted() {
+    let db = TestDb::new().await;
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--kind", "account_verification", "--payload", "{not json"],
+            "--payload is not valid JSON",
+        ),
+        (
+            &["--kind", "account_verification", "--payload", "[1, 2]"],
+            "payload must be a JSON object",
+        ),
+        (&["--kind", "Bad Kind", "--payload", "{}"], "kind must be"),
+        (&["--kind", "", "--payload", "{}"], "kind must be"),
+        (
+            &["--kind", "k", "--payload", "{}", "--not-before", "tomorrow"],
+            "--not-before",
+        ),
+        (&["--payload", "{}"], "--kind"),
+    ];
+    for (flags, expected) in cases {
+        let output = outboxd()
+            .args(["enqueue", "--database-url", &db.url])
+            .args(*flags)
+            .output()
+            .unwrap();
+        assert_refused(&output, expected);
+    }
+    assert_eq!(db.count("all").await, 0);
+    // The table refuses the same from a producer that bypasses outboxd.
+    let refused = sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('k', '[1]')")
+        .execute(&db.pool)
+        .await;
+    assert!(refused.is_err());
+}
+
+#[tokio::test]
+async fn sigterm_stops_a_running_dispatcher_cleanly() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let child = outboxd()
+        .args([
+            "run",
+            "--database-url",
+            &db.url,
+            "--smtp-url",
+            &smtp.url(),
+            "--from",
+            "a@example.com",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    db.enqueue(
+        "account_verification",
+        json!({"to": "a@example.com", "name": "A", "verify_url": "u"}),
+    )
+    .await;
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    sigterm(&child);
+    let output = wait_with_timeout(child, Duration::from_secs(15));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stderr(&output).contains("dispatcher stopped"));
+}
+
+#[tokio::test]
+async fn sigterm_releases_a_send_that_does_not_finish_within_the_shutdown_bound() {
+    let db = TestDb::new().await;
+    let hole = BlackHole::start().await;
+    let id = db
+        .enqueue(
+            "account_verification",
+            json!({"to": "a@example.com", "name": "A", "verify_url": "u"}),
+        )
+        .await;
+    let child = outboxd()
+        .args([
+            "run",
+            "--database-url",
+            &db.url,
+            "--smtp-url",
+            &hole.url(),
+            "--from",
+            "a@example.com",
+        ])
+        .args([
+            "--smtp-timeout",
+            "60s",
+            "--lease",
+            "5m",
+            "--shutdown-timeout",
+            "1s",
+        ])
+        .args(["--worker-id", "leaving", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(30), "the row is claimed", || async {
+        db.row(id).await.locked_by.is_some()
+    })
+    .await;
+    sigterm(&child);
+    let output = wait_with_timeout(child, Duration::from_secs(20));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let row = db.row(id).await;
+    assert!(
+        row.locked_by.is_none() && !row.dispatched && row.attempts == 0 && !row.waiting,
+        "{row:?}"
+    );
+    assert!(row.last_error.unwrap().contains("abandoned at shutdown"));
+}
+
+#[tokio::test]
+async fn secrets_never_appear_in_the_logs() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    // Trust authentication ignores the password, so the run really starts with it.
+    let database_url = db.url.replace("postgres@", "postgres:db-hunter2@");
+    let smtp_url = format!("smtp://mailer:smtp-hunter2@127.0.0.1:{}", smtp.port);
+    let child = outboxd()
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--from",
+            "a@example.com",
+        ])
+        .env("DATABASE_URL", &database_url)
+        .env("OUTBOXD_SMTP_URL", &smtp_url)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(30), "outboxd is listening", || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+            > 0
+    })
+    .await;
+    sigterm(&child);
+    let output = wait_with_timeout(child, Duration::from_secs(15));
+    let logs = format!(
+        "{}{}",
+        stderr(&output),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(logs.contains("delivering over SMTP"), "{logs}");
+    assert!(!logs.contains("hunter2"), "{logs}");
+
+    let help = outboxd()
+        .args(["run", "--help"])
+        .env("OUTBOXD_SMTP_URL", &smtp_url)
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("hunter2"));
+}
+
+#[tokio::test]
+async fn the_help_documents_every_option_with_its_environment_variable() {
+    let output = outboxd().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(output.stdout).unwrap();
+    for var in [
+        "DATABASE_URL",
+        "OUTBOXD_POLL_INTERVAL",
+        "OUTBOXD_BATCH_SIZE",
+        "OUTBOXD_MAX_ATTEMPTS",
+        "OUTBOXD_RETRY_BACKOFF",
+        "OUTBOXD_RETRY_BACKOFF_MAX",
+        "OUTBOXD_LEASE",
+        "OUTBOXD_SMTP_URL",
+        "OUTBOXD_FROM",
+        "OUTBOXD_SMTP_CONCURRENCY",
+        "OUTBOXD_SMTP_TIMEOUT",
+        "OUTBOXD_TEMPLATES",
+        "OUTBOXD_MESSAGE_ID_DOMAIN",
+        "OUTBOXD_LISTEN",
+        "OUTBOXD_SHUTDOWN_TIMEOUT",
+        "OUTBOXD_WORKER_ID",
+        "OUTBOXD_LOG_FORMAT",
+    ] {
+        assert!(help.contains(&format!("[env: {var}")), "--help lacks {var}");
+    }
+}

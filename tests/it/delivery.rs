@@ -1,0 +1,327 @@
+use std::time::{Duration, Instant};
+
+use outboxd::dispatcher::{BatchReport, Step};
+use serde_json::json;
+
+use crate::helpers::{SmtpServer, TestDb, app, eventually};
+
+fn verification(to: &str) -> serde_json::Value {
+    json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify?t=abc"})
+}
+
+#[tokio::test]
+async fn all_three_kinds_are_delivered_with_their_headers_and_bodies() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+
+    let verify = db
+        .enqueue(
+            "account_verification",
+            verification("Ada <ada@example.com>"),
+        )
+        .await;
+    let invite = db
+        .enqueue(
+            "workspace_invite",
+            json!({"to": ["grace@example.com", "linus@example.com"], "inviter_name": "Ada",
+                   "workspace_name": "Engines & Co", "accept_url": "https://app.example/i/1"}),
+        )
+        .await;
+    let invoice = db
+        .enqueue(
+            "invoice_notice",
+            json!({"to": "billing@example.com", "customer_name": "Engines Ltd",
+                   "invoice_number": "INV-7", "amount": "120.00", "currency": "EUR",
+                   "due_date": "2026-12-31", "invoice_url": "https://app.example/inv/7"}),
+        )
+        .await;
+
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 3,
+            sent: 3,
+            ..BatchReport::default()
+        })
+    );
+    let received = smtp.messages();
+    assert_eq!(received.len(), 3);
+    let by_id = |id: i64| {
+        received
+            .iter()
+            .find(|m| m.outbox_id == id.to_string())
+            .unwrap_or_else(|| panic!("no email for row {id}"))
+    };
+
+    let m = by_id(verify);
+    assert_eq!(m.subject, "Confirm your email address");
+    assert_eq!(m.rcpt_tos, ["ada@example.com"]);
+    assert_eq!(m.mail_from, "outbox@example.test");
+    assert_eq!(m.header("From"), Some("Outbox Test <outbox@example.test>"));
+    assert_eq!(m.message_id, format!("<outbox-{verify}@example.test>"));
+    assert!(m.text.as_deref().unwrap().contains("Hello Ada,"));
+    assert!(
+        m.text
+            .as_deref()
+            .unwrap()
+            .contains("https://app.example/verify?t=abc")
+    );
+    // minijinja escapes '/' in HTML too, which browsers and mail clients read back as '/'.
+    let html = m.html.as_deref().unwrap().replace("&#x2f;", "/");
+    assert!(
+        html.contains(r#"href="https://app.example/verify?t=abc""#),
+        "{html}"
+    );
+
+    let m = by_id(invite);
+    assert_eq!(m.subject, "Ada invited you to Engines & Co");
+    assert_eq!(m.rcpt_tos, ["grace@example.com", "linus@example.com"]);
+    assert!(
+        m.html
+            .as_deref()
+            .unwrap()
+            .contains("<strong>Engines &amp; Co</strong>")
+    );
+
+    let m = by_id(invoice);
+    assert_eq!(m.subject, "Invoice INV-7: 120.00 EUR due 2026-12-31");
+    assert!(m.text.as_deref().unwrap().contains("Hello Engines Ltd,"));
+
+    for id in [verify, invite, invoice] {
+        let row = db.row(id).await;
+        assert!(
+            row.dispatched && !row.dead && row.attempts == 0 && row.locked_by.is_none(),
+            "{row:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cc_bcc_and_reply_to_reach_the_envelope_and_bcc_stays_hidden() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    db.enqueue(
+        "account_verification",
+        json!({"to": "ada@example.com", "cc": ["cc@example.com"], "bcc": "hidden@example.com",
+               "reply_to": "Support <support@example.com>", "name": "Ada", "verify_url": "u"}),
+    )
+    .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let m = &smtp.messages()[0];
+    assert_eq!(
+        m.rcpt_tos,
+        ["ada@example.com", "cc@example.com", "hidden@example.com"]
+    );
+    assert_eq!(m.header("Cc"), Some("cc@example.com"));
+    assert_eq!(m.header("Reply-To"), Some("Support <support@example.com>"));
+    assert_eq!(m.header("Bcc"), None);
+}
+
+#[tokio::test]
+async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivered() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+
+    sqlx::query("CREATE TABLE accounts (email text PRIMARY KEY)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO accounts VALUES ('rolled@example.com')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    outboxd::enqueue(
+        &mut *tx,
+        outboxd::NewMessage::new("account_verification", verification("rolled@example.com")),
+    )
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO accounts VALUES ('committed@example.com')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let committed = outboxd::enqueue(
+        &mut *tx,
+        outboxd::NewMessage::new(
+            "account_verification",
+            verification("committed@example.com"),
+        ),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(db.count("all").await, 1);
+    let accounts: i64 = sqlx::query_scalar("SELECT count(*) FROM accounts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(accounts, 1);
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].rcpt_tos, ["committed@example.com"]);
+    assert_eq!(received[0].outbox_id, committed.to_string());
+}
+
+#[tokio::test]
+async fn without_smtp_rows_are_only_marked_dispatched() {
+    let db = TestDb::new().await;
+    let app = app(&db, None, &[]).await;
+    assert!(!app.mailer.is_enabled());
+    for i in 0..3 {
+        db.enqueue(
+            "account_verification",
+            verification(&format!("dev{i}@example.com")),
+        )
+        .await;
+    }
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 3,
+            sent: 3,
+            ..BatchReport::default()
+        })
+    );
+    assert_eq!(db.count("dispatched").await, 3);
+}
+
+#[tokio::test]
+async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "10m"]).await;
+    let dispatcher = app.dispatcher.clone();
+    let shutdown = app.shutdown.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    // Let the loop finish its first (empty) drain and go to sleep on LISTEN.
+    eventually(Duration::from_secs(10), "dispatcher listening", || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+            > 0
+    })
+    .await;
+
+    let committed = Instant::now();
+    db.enqueue("account_verification", verification("fast@example.com"))
+        .await;
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    let waited = committed.elapsed();
+    shutdown.stop.cancel();
+    running.await.unwrap();
+    // The poll interval is ten minutes: only the notification can explain a delivery now.
+    assert!(
+        waited < Duration::from_secs(30),
+        "delivered after {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_message_is_not_sent_before_its_not_before_time() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let mut later =
+        outboxd::NewMessage::new("account_verification", verification("later@example.com"));
+    later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+    let later = outboxd::enqueue(&db.pool, later).await.unwrap();
+    let now = db
+        .enqueue("account_verification", verification("now@example.com"))
+        .await;
+
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert!(db.row(now).await.dispatched);
+    let row = db.row(later).await;
+    assert!(!row.dispatched && row.waiting, "{row:?}");
+    assert_eq!(smtp.messages().len(), 1);
+}
+
+#[tokio::test]
+async fn custom_templates_add_kinds_and_override_builtin_ones() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("password_reset")).unwrap();
+    std::fs::write(
+        dir.path().join("password_reset/subject.txt"),
+        "Reset for {{ name }}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("password_reset/body.txt"),
+        "Go to {{ reset_url }}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("account_verification")).unwrap();
+    std::fs::write(
+        dir.path().join("account_verification/subject.txt"),
+        "Welcome, {{ name }}!",
+    )
+    .unwrap();
+    let templates = dir.path().to_str().unwrap();
+    let app = app(&db, Some(&smtp.url()), &["--templates", templates]).await;
+
+    db.enqueue(
+        "password_reset",
+        json!({"to": "a@example.com", "name": "Ada", "reset_url": "https://r"}),
+    )
+    .await;
+    db.enqueue("account_verification", verification("b@example.com"))
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+
+    let mut received = smtp.messages();
+    received.sort_by(|a, b| a.outbox_id.cmp(&b.outbox_id));
+    assert_eq!(received[0].subject, "Reset for Ada");
+    assert_eq!(
+        received[0].text.as_deref().map(str::trim),
+        Some("Go to https://r")
+    );
+    assert_eq!(received[0].html, None);
+    assert_eq!(received[1].subject, "Welcome, Ada!");
+    assert!(received[1].text.as_deref().unwrap().contains("Hello Ada,"));
+}
+
+#[tokio::test]
+async fn a_drain_continues_while_batches_come_back_full() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--batch-size", "4", "--smtp-concurrency", "3"],
+    )
+    .await;
+    for i in 0..10 {
+        db.enqueue(
+            "account_verification",
+            verification(&format!("d{i}@example.com")),
+        )
+        .await;
+    }
+    let step = app.dispatcher.drain().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 10,
+            sent: 10,
+            ..BatchReport::default()
+        })
+    );
+    assert_eq!(smtp.messages().len(), 10);
+}

@@ -1,0 +1,488 @@
+use std::time::Duration;
+
+use outboxd::dispatcher::{BatchReport, Step};
+use outboxd::message::{Delivery, Outcome};
+use outboxd::store::{self, ClaimRequest};
+use serde_json::json;
+
+use crate::helpers::{BlackHole, SmtpServer, TestDb, app, free_port};
+
+fn verification(to: &str) -> serde_json::Value {
+    json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify"})
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_retried_then_delivered() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
+    let id = db
+        .enqueue("account_verification", verification("flaky1@example.com"))
+        .await;
+
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            retried: 1,
+            ..BatchReport::default()
+        })
+    );
+    let row = db.row(id).await;
+    assert_eq!(row.attempts, 1);
+    assert!(
+        row.last_error.as_deref().unwrap().contains("451"),
+        "{row:?}"
+    );
+    assert!(!row.dispatched && !row.dead && row.locked_by.is_none());
+
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            sent: 1,
+            ..BatchReport::default()
+        })
+    );
+    let row = db.row(id).await;
+    assert!(row.dispatched, "{row:?}");
+    assert_eq!(smtp.messages().len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_waits_for_its_backoff() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--retry-backoff", "1h", "--retry-backoff-max", "2h"],
+    )
+    .await;
+    let id = db
+        .enqueue("account_verification", verification("defer@example.com"))
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let (min, max): (f64, f64) = sqlx::query_as(
+        "SELECT extract(epoch FROM next_attempt_at - now())::float8, 7200::float8 FROM outbox_messages WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!((3500.0..=max).contains(&min), "next attempt in {min}s");
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(step, Step::Batch(BatchReport::default()));
+}
+
+#[tokio::test]
+async fn a_permanent_rejection_is_dead_lettered_at_once() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let id = db
+        .enqueue("account_verification", verification("reject@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            dead_lettered: 1,
+            ..BatchReport::default()
+        })
+    );
+    let row = db.row(id).await;
+    assert!(row.dead && !row.dispatched && row.attempts == 1, "{row:?}");
+    assert!(
+        row.last_error.as_deref().unwrap().contains("550"),
+        "{row:?}"
+    );
+    assert_eq!(
+        app.dispatcher.dispatch_once().await.unwrap(),
+        Step::Batch(BatchReport::default())
+    );
+}
+
+#[tokio::test]
+async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_characters() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--retry-backoff", "0s", "--max-attempts", "3"],
+    )
+    .await;
+    let id = db
+        .enqueue(
+            "account_verification",
+            verification("deferlong@example.com"),
+        )
+        .await;
+    for attempt in 1..=2 {
+        let step = app.dispatcher.dispatch_once().await.unwrap();
+        assert_eq!(
+            step,
+            Step::Batch(BatchReport {
+                claimed: 1,
+                retried: 1,
+                ..BatchReport::default()
+            })
+        );
+        assert_eq!(db.row(id).await.attempts, attempt);
+    }
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            dead_lettered: 1,
+            ..BatchReport::default()
+        })
+    );
+    let row = db.row(id).await;
+    assert!(row.dead && row.attempts == 3, "{row:?}");
+    let error = row.last_error.unwrap();
+    assert_eq!(error.chars().count(), 500, "{error}");
+    assert!(error.starts_with("gave up after 3 attempts: "), "{error}");
+    assert!(smtp.messages().is_empty());
+}
+
+#[tokio::test]
+async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let good1 = db
+        .enqueue("account_verification", verification("one@example.com"))
+        .await;
+    let bad = [
+        (
+            db.enqueue("no_such_kind", json!({"to": "x@example.com"}))
+                .await,
+            "unknown kind",
+        ),
+        (
+            db.enqueue(
+                "account_verification",
+                json!({"to": "x@example.com", "name": "A"}),
+            )
+            .await,
+            "undefined",
+        ),
+        (
+            db.enqueue("account_verification", verification("not an address"))
+                .await,
+            "invalid address in to",
+        ),
+        (
+            db.enqueue(
+                "account_verification",
+                json!({"name": "A", "verify_url": "u"}),
+            )
+            .await,
+            "no recipient",
+        ),
+        (
+            db.enqueue(
+                "account_verification",
+                json!({"to": 42, "name": "A", "verify_url": "u"}),
+            )
+            .await,
+            "must be an address",
+        ),
+        (
+            db.enqueue(
+                "account_verification",
+                verification("x@example.com\r\nBcc: victim@example.com"),
+            )
+            .await,
+            "header injection",
+        ),
+        (
+            db.enqueue(
+                "workspace_invite",
+                json!({"to": "x@example.com", "inviter_name": "Eve\nBcc: v@example.com",
+                "workspace_name": "W", "accept_url": "u"}),
+            )
+            .await,
+            "header injection",
+        ),
+    ];
+    let good2 = db
+        .enqueue("account_verification", verification("two@example.com"))
+        .await;
+
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 9,
+            sent: 2,
+            dead_lettered: 7,
+            ..BatchReport::default()
+        })
+    );
+    for (id, reason) in bad {
+        let row = db.row(id).await;
+        assert!(row.dead && row.attempts == 1, "{row:?}");
+        let error = row.last_error.unwrap();
+        assert!(
+            error.contains(reason),
+            "row {id}: {error:?} lacks {reason:?}"
+        );
+    }
+    assert!(db.row(good1).await.dispatched && db.row(good2).await.dispatched);
+    let received = smtp.messages();
+    assert_eq!(received.len(), 2);
+    assert!(received.iter().all(|m| {
+        m.rcpt_tos
+            .iter()
+            .all(|r| !r.contains("victim") && !r.contains("v@"))
+    }));
+}
+
+#[tokio::test]
+async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
+    let db = TestDb::new().await;
+    let port = free_port();
+    let url = format!("smtp://127.0.0.1:{port}");
+    let app = app(&db, Some(&url), &["--max-attempts", "1"]).await;
+    let ids = [
+        db.enqueue("account_verification", verification("a@example.com"))
+            .await,
+        db.enqueue("account_verification", verification("b@example.com"))
+            .await,
+    ];
+
+    // Nobody listens on the port: connection refused for every message.
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 2,
+            released: 2,
+            ..BatchReport::default()
+        })
+    );
+    for id in ids {
+        let row = db.row(id).await;
+        assert!(
+            !row.dead && !row.dispatched && row.attempts == 0 && row.locked_by.is_none(),
+            "{row:?}"
+        );
+        assert!(
+            row.last_error.as_deref().unwrap().contains("unreachable"),
+            "{row:?}"
+        );
+    }
+    assert!(matches!(
+        app.dispatcher.dispatch_once().await.unwrap(),
+        Step::CircuitOpen { .. }
+    ));
+
+    // The server comes back: the breaker's probe closes the circuit and delivery resumes.
+    let smtp = SmtpServer::start_on(port);
+    let mut delivered = BatchReport::default();
+    for _ in 0..200 {
+        match app.dispatcher.dispatch_once().await.unwrap() {
+            Step::Batch(report) if report.sent > 0 => {
+                delivered = report;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(delivered.sent, 2);
+    assert_eq!(smtp.messages().len(), 2);
+}
+
+#[tokio::test]
+async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &[
+            "--smtp-timeout",
+            "1s",
+            "--lease",
+            "10s",
+            "--retry-backoff",
+            "0s",
+        ],
+    )
+    .await;
+    let slow = db
+        .enqueue("account_verification", verification("slow3@example.com"))
+        .await;
+    let fast = db
+        .enqueue("account_verification", verification("fast@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 2,
+            sent: 1,
+            retried: 1,
+            ..BatchReport::default()
+        })
+    );
+    assert!(db.row(fast).await.dispatched);
+    let row = db.row(slow).await;
+    assert_eq!(row.attempts, 1);
+    assert!(row.last_error.unwrap().contains("no reply within 1s"));
+    // The pool was replaced after the timeout; the next message goes through cleanly.
+    let next = db
+        .enqueue("account_verification", verification("next@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert!(
+        matches!(step, Step::Batch(ref r) if r.claimed == 2),
+        "{step:?}"
+    );
+    assert!(db.row(next).await.dispatched);
+}
+
+#[tokio::test]
+async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
+    let db = TestDb::new().await;
+    let hole = BlackHole::start().await;
+    let app = app(
+        &db,
+        Some(&hole.url()),
+        &["--smtp-timeout", "500ms", "--lease", "5s"],
+    )
+    .await;
+    let id = db
+        .enqueue("account_verification", verification("a@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            released: 1,
+            ..BatchReport::default()
+        })
+    );
+    assert_eq!(db.row(id).await.attempts, 0);
+    assert!(matches!(
+        app.dispatcher.dispatch_once().await.unwrap(),
+        Step::CircuitOpen { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over() {
+    let db = TestDb::new().await;
+    let id = db
+        .enqueue("account_verification", verification("a@example.com"))
+        .await;
+    let request = |worker| ClaimRequest {
+        limit: 10,
+        lease: Duration::from_millis(200),
+        worker_id: worker,
+        due_by: None,
+    };
+    let stale = store::claim(&db.pool, &request("stale")).await.unwrap();
+    assert_eq!(stale.messages.len(), 1);
+    assert!(
+        store::claim(&db.pool, &request("other"))
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let fresh = store::claim(&db.pool, &request("fresh")).await.unwrap();
+    assert_eq!(fresh.messages.len(), 1);
+    assert!(fresh.messages[0].reclaimed);
+
+    let sent = Outcome::Sent {
+        via: Delivery::Smtp,
+    };
+    assert_eq!(
+        store::record_outcomes(&db.pool, fresh.token, &[(id, sent)])
+            .await
+            .unwrap(),
+        [id]
+    );
+    let late = Outcome::Retry {
+        error: "stale".into(),
+        delay: Duration::ZERO,
+    };
+    assert!(
+        store::record_outcomes(&db.pool, stale.token, &[(id, late)])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let row = db.row(id).await;
+    assert!(
+        row.dispatched && row.attempts == 0 && row.last_error.is_none(),
+        "{row:?}"
+    );
+}
+
+#[tokio::test]
+async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--retry-backoff", "0s", "--batch-size", "1"],
+    )
+    .await;
+    let a = db
+        .enqueue("account_verification", verification("defer-a@example.com"))
+        .await;
+    let b = db
+        .enqueue("account_verification", verification("defer-b@example.com"))
+        .await;
+    let step = app.dispatcher.drain().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 2,
+            retried: 2,
+            ..BatchReport::default()
+        })
+    );
+    assert_eq!(db.row(a).await.attempts, 1);
+    assert_eq!(db.row(b).await.attempts, 1);
+}
+
+#[tokio::test]
+async fn the_dispatcher_survives_losing_its_database_connections() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "1s"]).await;
+    let dispatcher = app.dispatcher.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    db.enqueue("account_verification", verification("before@example.com"))
+        .await;
+    smtp.wait_for(1, Duration::from_secs(20)).await;
+
+    // What a database restart looks like from outboxd: every connection is cut.
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    db.enqueue("account_verification", verification("after@example.com"))
+        .await;
+    smtp.wait_for(2, Duration::from_secs(30)).await;
+    assert!(!running.is_finished());
+    app.shutdown.stop.cancel();
+    running.await.unwrap();
+}

@@ -1,0 +1,362 @@
+//! The real things the tests run against: a fresh PostgreSQL database per test, an
+//! aiosmtpd server per test, and the real application or binary.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use clap::Parser as _;
+use outboxd::app::App;
+use outboxd::cli::{Cli, Command as CliCommand};
+use outboxd::config::RunConfig;
+use serde::Deserialize;
+use sqlx::{PgPool, Row};
+
+/// The server the per-test databases are created on.
+pub fn admin_url() -> String {
+    std::env::var("OUTBOXD_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A database of its own for one test, dropped when the test ends (even by a panic).
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    /// A fresh database with the outbox schema applied.
+    pub async fn new() -> Self {
+        let db = Self::empty().await;
+        outboxd::store::MIGRATOR
+            .run(&db.pool)
+            .await
+            .expect("migrate");
+        db
+    }
+
+    /// A fresh database without the schema.
+    pub async fn empty() -> Self {
+        let name = format!("outboxd_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = PgPool::connect(&admin_url())
+            .await
+            .expect("connect to PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .expect("create database");
+        admin.close().await;
+        let mut url = url::Url::parse(&admin_url()).expect("admin url");
+        url.set_path(&name);
+        let url = url.to_string();
+        let pool = PgPool::connect(&url)
+            .await
+            .expect("connect to test database");
+        Self { name, url, pool }
+    }
+
+    pub async fn enqueue(&self, kind: &str, payload: serde_json::Value) -> i64 {
+        outboxd::enqueue(&self.pool, outboxd::NewMessage::new(kind, payload))
+            .await
+            .expect("enqueue")
+    }
+
+    pub async fn row(&self, id: i64) -> RowState {
+        let row = sqlx::query(
+            "SELECT attempts, last_error, dispatched_at IS NOT NULL AS dispatched, \
+                    dead_lettered_at IS NOT NULL AS dead, locked_by, \
+                    next_attempt_at > now() AS waiting \
+             FROM outbox_messages WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await
+        .expect("row");
+        RowState {
+            attempts: row.get("attempts"),
+            last_error: row.get("last_error"),
+            dispatched: row.get("dispatched"),
+            dead: row.get("dead"),
+            locked_by: row.get("locked_by"),
+            waiting: row.get("waiting"),
+        }
+    }
+
+    pub async fn count(&self, condition: &'static str) -> i64 {
+        let sql = match condition {
+            "pending" => {
+                "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL"
+            }
+            "dispatched" => "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NOT NULL",
+            "dead" => "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL",
+            "all" => "SELECT count(*) FROM outbox_messages",
+            other => panic!("unknown condition {other}"),
+        };
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs outside any runtime's async context, so a small one of its own does the work.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            // FORCE ends the test's own connections too; closing its pool here would wait
+            // on the test's runtime, which this thread is blocking.
+            runtime.block_on(async move {
+                let admin = PgPool::connect(&admin_url()).await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&admin)
+                .await?;
+                admin.close().await;
+                Ok::<_, sqlx::Error>(())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop test database {}", self.name);
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowState {
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub dispatched: bool,
+    pub dead: bool,
+    pub locked_by: Option<String>,
+    /// next_attempt_at is in the future.
+    pub waiting: bool,
+}
+
+/// A message as the SMTP server received it, decoded by Python's email package.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Received {
+    pub mail_from: String,
+    pub rcpt_tos: Vec<String>,
+    pub headers: Vec<(String, String)>,
+    pub subject: String,
+    pub message_id: String,
+    pub outbox_id: String,
+    pub text: Option<String>,
+    pub html: Option<String>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The Python that has aiosmtpd: the system one if it does, or a virtualenv made once
+/// under target/ from PyPI, so that `cargo test` works on a fresh machine.
+fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let has_aiosmtpd = |python: &Path| {
+            Command::new(python)
+                .args(["-c", "import aiosmtpd"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let system = PathBuf::from("python3");
+        if has_aiosmtpd(&system) {
+            return system;
+        }
+        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-venv");
+        let python = venv.join("bin/python");
+        if !has_aiosmtpd(&python) {
+            let ok = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .is_ok_and(|s| s.success())
+                && Command::new(&python)
+                    .args(["-m", "pip", "install", "--quiet", "-r"])
+                    .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/requirements.txt"))
+                    .status()
+                    .is_ok_and(|s| s.success());
+            assert!(ok, "could not install aiosmtpd: run `pip install aiosmtpd`");
+        }
+        python
+    })
+}
+
+/// A free port on loopback, for a server about to be started.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A real SMTP server (aiosmtpd) in a child process, replying by recipient (see
+/// tests/support/smtp_server.py).
+pub struct SmtpServer {
+    pub port: u16,
+    spool: tempfile::TempDir,
+    child: Child,
+    _stdin: ChildStdin,
+}
+
+impl SmtpServer {
+    pub fn start() -> Self {
+        Self::start_on(free_port())
+    }
+
+    pub fn start_on(port: u16) -> Self {
+        let spool = tempfile::tempdir().expect("spool");
+        let mut child = Command::new(python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/smtp_server.py"))
+            .args(["--port", &port.to_string(), "--spool"])
+            .arg(spool.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start aiosmtpd");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read");
+        assert_eq!(line.trim(), "READY", "aiosmtpd did not start");
+        let stdin = child.stdin.take().expect("stdin");
+        Self {
+            port,
+            spool,
+            child,
+            _stdin: stdin,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("smtp://127.0.0.1:{}", self.port)
+    }
+
+    pub fn messages(&self) -> Vec<Received> {
+        match std::fs::read_to_string(self.spool.path().join("messages.jsonl")) {
+            Ok(text) => text
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("spool line"))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Waits until at least `n` messages arrived, or panics after `within`.
+    pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + within;
+        loop {
+            let messages = self.messages();
+            if messages.len() >= n {
+                return messages;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "expected {n} messages, got {} within {within:?}",
+                messages.len()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A TCP server that accepts connections and never says a word: a hung SMTP server.
+pub struct BlackHole {
+    pub port: u16,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        Self { port, _task: task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("smtp://127.0.0.1:{}", self.port)
+    }
+}
+
+pub const FROM: &str = "Outbox Test <outbox@example.test>";
+
+/// `outboxd run`'s configuration, parsed from flags exactly as the binary does.
+pub fn config(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> RunConfig {
+    let mut args = vec!["outboxd", "run", "--database-url", &db.url];
+    if let Some(url) = smtp_url {
+        args.extend(["--smtp-url", url, "--from", FROM]);
+    }
+    args.extend(extra);
+    let cli = Cli::try_parse_from(args).expect("arguments parse");
+    let CliCommand::Run(run) = cli.command else {
+        unreachable!("parsed a run command")
+    };
+    run.validate().expect("valid configuration")
+}
+
+/// The real application, built as `outboxd run` builds it.
+pub async fn app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> App {
+    App::build(config(db, smtp_url, extra))
+        .await
+        .expect("app builds")
+}
+
+/// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment.
+pub fn outboxd() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("OUTBOXD_") || key == "DATABASE_URL" || key == "RUST_LOG" {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+/// Polls `check` until it holds, or panics after `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,8 @@
+//! outboxd's integration tests: real PostgreSQL, a real SMTP server (aiosmtpd), and the
+//! real application or binary. One test binary, so it links once.
+
+mod cli;
+mod delivery;
+mod failures;
+mod helpers;
+mod replicas;

@@ -1,0 +1,101 @@
+"""A real SMTP server (aiosmtpd) for outboxd's tests, with replies chosen by recipient.
+
+Recipients whose local part starts with:
+  reject...   -> 550 at RCPT (permanent)
+  defer...    -> 451 at RCPT (transient), every time
+  deferlong...-> the same, with a reply of four long lines
+  flakyN...   -> 451 at RCPT for the first N attempts at that address, then accepted
+  slowN...    -> accepted after sleeping N seconds before the DATA reply
+anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
+decoded by Python's email package, so the tests check what a receiver would see.
+
+Usage: smtp_server.py --port PORT --spool DIR   (prints READY when it listens)
+"""
+
+import argparse
+import asyncio
+import email
+import email.policy
+import json
+import os
+import re
+import signal
+import sys
+import threading
+
+from aiosmtpd.controller import Controller
+
+
+class Handler:
+    def __init__(self, spool):
+        self.spool = spool
+        self.attempts = {}
+        self.lock = threading.Lock()
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        local = address.split("@", 1)[0].lower()
+        if local.startswith("reject"):
+            return "550 5.1.1 <%s>: mailbox unavailable" % address
+        if local.startswith("deferlong"):
+            lines = ["4.3.0 line %d %s" % (i, "x" * 180) for i in range(4)]
+            return "\r\n".join("451-" + l for l in lines[:-1]) + "\r\n451 " + lines[-1]
+        if local.startswith("defer"):
+            return "451 4.3.0 <%s>: try again later" % address
+        flaky = re.match(r"flaky(\d+)", local)
+        if flaky:
+            with self.lock:
+                seen = self.attempts.get(address, 0)
+                self.attempts[address] = seen + 1
+            if seen < int(flaky.group(1)):
+                return "451 4.7.1 <%s>: greylisted, attempt %d" % (address, seen + 1)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        for rcpt in envelope.rcpt_tos:
+            slow = re.match(r"slow(\d+)", rcpt.split("@", 1)[0].lower())
+            if slow:
+                await asyncio.sleep(int(slow.group(1)))
+        raw = envelope.original_content or envelope.content
+        msg = email.message_from_bytes(raw, policy=email.policy.default)
+        text = msg.get_body(preferencelist=("plain",))
+        html = msg.get_body(preferencelist=("html",))
+        record = {
+            "mail_from": envelope.mail_from,
+            "rcpt_tos": envelope.rcpt_tos,
+            "headers": [[k, str(v)] for k, v in msg.items()],
+            "subject": str(msg.get("Subject", "")),
+            "message_id": str(msg.get("Message-ID", "")),
+            "outbox_id": str(msg.get("X-Outbox-Id", "")),
+            "text": text.get_content() if text is not None else None,
+            "html": html.get_content() if html is not None else None,
+        }
+        line = json.dumps(record) + "\n"
+        with self.lock:
+            with open(os.path.join(self.spool, "messages.jsonl"), "a") as f:
+                f.write(line)
+        return "250 2.0.0 Message accepted for delivery"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--spool", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.spool, exist_ok=True)
+    controller = Controller(
+        Handler(args.spool), hostname="127.0.0.1", port=args.port, ready_timeout=10
+    )
+    controller.start()
+    print("READY", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # Stop too when the test process that started us goes away.
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    stop.wait()
+    controller.stop()
+
+
+if __name__ == "__main__":
+    main()
