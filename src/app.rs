@@ -3,17 +3,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::net::SocketAddr;
+
 use anyhow::Context as _;
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{DatabaseConfig, RunConfig};
 use crate::dispatcher::{Dispatcher, Shutdown};
+use crate::health::Health;
 use crate::mailer::Mailer;
 use crate::message::NewMessage;
 use crate::render::Renderer;
-use crate::store;
+use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::sampler;
+use crate::{http, store};
 
 /// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
 const POOL_SIZE: u32 = 4;
@@ -23,8 +30,13 @@ pub struct App {
     pub pool: PgPool,
     pub dispatcher: Arc<Dispatcher>,
     pub mailer: Arc<Mailer>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
     pub shutdown: Shutdown,
     pub config: RunConfig,
+    prometheus: PrometheusHandle,
+    listener: Option<tokio::net::TcpListener>,
+    http_addr: SocketAddr,
 }
 
 impl App {
@@ -38,8 +50,14 @@ impl App {
         )?;
         let mailer = Mailer::new(config.smtp.clone())
             .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (OUTBOXD_LISTEN)", config.listen))?;
+        let http_addr = listener.local_addr()?;
+        let prometheus = metrics::install_recorder()?;
         let pool = connect_checked(&config.database).await?;
         let shutdown = Shutdown::default();
+        let metrics = Arc::new(Metrics::new(renderer.kinds(), mailer.is_enabled()));
         let mailer = Arc::new(mailer);
         let dispatcher = Arc::new(Dispatcher::new(
             pool.clone(),
@@ -47,18 +65,75 @@ impl App {
             Arc::clone(&mailer),
             config.dispatch.clone(),
             shutdown.clone(),
+            Arc::clone(&metrics),
+        ));
+        let health = Arc::new(Health::new(
+            pool.clone(),
+            Arc::clone(&metrics),
+            shutdown.stop.clone(),
+            config.liveness_bound(),
         ));
         Ok(Self {
             pool,
             dispatcher,
             mailer,
+            metrics,
+            health,
             shutdown,
             config,
+            prometheus,
+            listener: Some(listener),
+            http_addr,
         })
     }
 
+    /// The address the HTTP server listens on (useful with port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Serves `/metrics`, `/livez` and `/readyz`, samples the gauges, and keeps the
+    /// Prometheus recorder tidy, until `stop`. Readiness turns false as soon as the
+    /// dispatcher is asked to stop; the endpoints keep answering while it drains.
+    /// Call once: the HTTP listener moves into the server task.
+    pub fn spawn_background(
+        &mut self,
+        stop: CancellationToken,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if let Some(listener) = self.listener.take() {
+            let router = http::router(self.prometheus.clone(), Arc::clone(&self.health));
+            let http_stop = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                let served = axum::serve(listener, router)
+                    .with_graceful_shutdown(http_stop.cancelled_owned())
+                    .await;
+                if let Err(e) = served {
+                    warn!(error = %e, "HTTP server failed");
+                }
+            }));
+        }
+        let sample = tokio::spawn(sampler::run(
+            Arc::clone(&self.health),
+            Arc::clone(&self.metrics),
+            self.config.sample_interval,
+            stop.clone(),
+        ));
+        let prometheus = self.prometheus.clone();
+        let upkeep = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(5)) => prometheus.run_upkeep(),
+                }
+            }
+        });
+        tasks.extend([sample, upkeep]);
+        tasks
+    }
+
     /// Delivers until SIGTERM or Ctrl-C, then drains within the shutdown bound.
-    pub async fn run(self) -> anyhow::Result<()> {
+    pub async fn run(mut self) -> anyhow::Result<()> {
         if self.mailer.is_enabled() {
             info!(smtp = ?self.config.smtp, "delivering over SMTP");
         } else {
@@ -67,11 +142,20 @@ impl App {
                  marked dispatched. This is for development; set OUTBOXD_SMTP_URL in production."
             );
         }
+        info!(address = %self.http_addr, "serving /metrics, /livez and /readyz");
+        let background_stop = CancellationToken::new();
+        let background = self.spawn_background(background_stop.clone());
         tokio::spawn(watch_signals(
             self.shutdown.clone(),
             self.config.shutdown_timeout,
         ));
         self.dispatcher.run().await;
+        background_stop.cancel();
+        for task in background {
+            if let Err(e) = task.await {
+                warn!(error = %e, "a background task ended badly");
+            }
+        }
         self.mailer.shutdown().await;
         self.pool.close().await;
         Ok(())

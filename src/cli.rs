@@ -54,12 +54,17 @@ pub struct EnqueueArgs {
 /// stderr and exit status 1 (clap's own usage errors exit with 2).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init_logging(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the async runtime")),
     };
-    match runtime.block_on(execute(cli.command)) {
+    let telemetry = {
+        let _entered = runtime.enter();
+        telemetry::init(cli.log_format)
+    };
+    let result = runtime.block_on(execute(cli.command));
+    drop(telemetry);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }

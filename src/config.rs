@@ -97,6 +97,10 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_MESSAGE_ID_DOMAIN")]
     pub message_id_domain: Option<String>,
 
+    /// How often the database gauges (pending, dead letters, oldest pending age) are sampled.
+    #[arg(long, env = "OUTBOXD_SAMPLE_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub sample_interval: Duration,
+
     /// HTTP address for metrics and probes.
     #[arg(long, env = "OUTBOXD_LISTEN", default_value = "0.0.0.0:9898")]
     pub listen: SocketAddr,
@@ -173,7 +177,16 @@ pub struct RunConfig {
     pub message_id_domain: String,
     pub templates: Option<PathBuf>,
     pub listen: SocketAddr,
+    pub sample_interval: Duration,
     pub shutdown_timeout: Duration,
+}
+
+impl RunConfig {
+    /// How long the dispatch loop may go without progress before `/livez` fails: three poll
+    /// intervals, plus the longest a batch can take (its lease and one send).
+    pub fn liveness_bound(&self) -> Duration {
+        self.dispatch.poll_interval * 3 + self.dispatch.lease + self.dispatch.send_timeout
+    }
 }
 
 impl RunArgs {
@@ -182,6 +195,9 @@ impl RunArgs {
         let database = self.database.validate()?;
         if self.poll_interval.is_zero() {
             bail!("--poll-interval / OUTBOXD_POLL_INTERVAL must be more than 0s");
+        }
+        if self.sample_interval.is_zero() {
+            bail!("--sample-interval / OUTBOXD_SAMPLE_INTERVAL must be more than 0s");
         }
         if self.smtp_timeout.is_zero() {
             bail!("--smtp-timeout / OUTBOXD_SMTP_TIMEOUT must be more than 0s");
@@ -275,6 +291,7 @@ impl RunArgs {
             message_id_domain,
             templates: self.templates.clone(),
             listen: self.listen,
+            sample_interval: self.sample_interval,
             shutdown_timeout: self.shutdown_timeout,
         })
     }

@@ -12,12 +12,15 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument as _, debug, error, field, info, info_span, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::mailer::{Mailer, SendError};
-use crate::message::{ClaimedMessage, Delivery, FailureClass, Outcome, RetryPolicy};
+use crate::message::{ClaimedMessage, Delivery, FailureClass, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::{RenderError, Renderer};
 use crate::store::{self, ClaimRequest};
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::parse_traceparent;
 
 /// How quickly the dispatcher comes back after the SMTP server or the database failed.
 const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy {
@@ -81,8 +84,17 @@ pub enum Step {
 /// A dispatcher failure that is not any single message's: the database.
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    #[error("database error while trying to {operation} rows: {source}")]
+    Database {
+        operation: &'static str,
+        source: sqlx::Error,
+    },
+}
+
+impl DispatchError {
+    fn database(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
+        move |source| DispatchError::Database { operation, source }
+    }
 }
 
 /// What an attempt at one message came to, before it is turned into an outcome.
@@ -110,6 +122,7 @@ pub struct Dispatcher {
     mailer: Arc<Mailer>,
     settings: DispatchSettings,
     shutdown: Shutdown,
+    metrics: Arc<Metrics>,
     breaker: Mutex<Breaker>,
 }
 
@@ -120,6 +133,7 @@ impl Dispatcher {
         mailer: Arc<Mailer>,
         settings: DispatchSettings,
         shutdown: Shutdown,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             pool,
@@ -127,6 +141,7 @@ impl Dispatcher {
             mailer,
             settings,
             shutdown,
+            metrics,
             breaker: Mutex::new(Breaker::Closed),
         }
     }
@@ -183,7 +198,8 @@ impl Dispatcher {
                 match store::listen(&self.pool).await {
                     Ok(l) => listener = Some(l),
                     Err(e) => {
-                        warn!(error = %e, "cannot LISTEN for new messages; polling meanwhile")
+                        self.metrics.database_error("listen");
+                        warn!(error = %e, "cannot LISTEN for new messages; polling meanwhile");
                     }
                 }
             }
@@ -198,6 +214,8 @@ impl Dispatcher {
                     (self.settings.poll_interval, true)
                 }
                 Err(e) => {
+                    let DispatchError::Database { operation, .. } = &e;
+                    self.metrics.database_error(operation);
                     database_failures = database_failures.saturating_add(1);
                     let retry_in = OUTAGE_BACKOFF.delay_after(database_failures);
                     error!(
@@ -208,11 +226,16 @@ impl Dispatcher {
                     (retry_in, false)
                 }
             };
+            // Every wait ends within a poll interval, so the heartbeat the liveness probe
+            // reads keeps beating through SMTP and database outages.
+            self.metrics.cycle_completed();
+            let wait = wait.min(self.settings.poll_interval);
             tokio::select! {
                 biased;
                 () = self.shutdown.stop.cancelled() => break,
                 woke = wait_for_notification(&mut listener), if listen && listener.is_some() => {
                     if let Err(e) = woke {
+                        self.metrics.database_error("listen");
                         warn!(error = %e, "lost the LISTEN connection; reconnecting");
                         listener = None;
                     }
@@ -243,39 +266,62 @@ impl Dispatcher {
                 due_by,
             },
         )
-        .await?;
+        .await
+        .map_err(DispatchError::database("claim"))?;
+        let claimed = Instant::now();
         if claim.messages.is_empty() {
             return Ok((Step::Batch(BatchReport::default()), Some(claim.claimed_at)));
         }
-        // A send may run for up to send_timeout, so none starts after this point: the row
-        // is then given back rather than sent after another replica could have taken it.
-        let start_deadline = Instant::now()
-            + self
-                .settings
-                .lease
-                .saturating_sub(self.settings.send_timeout * 2);
-        let attempts = self.attempt_all(&claim.messages, start_deadline).await;
+        let span = info_span!(
+            "process outbox_messages",
+            otel.kind = "consumer",
+            messaging.system = "outboxd",
+            messaging.operation.type = "process",
+            messaging.destination.name = store::TABLE,
+            messaging.batch.message_count = claim.messages.len(),
+            outbox.worker_id = %self.settings.worker_id,
+        );
+        async {
+            // A send may run for up to send_timeout, so none starts after this point: the
+            // row is given back rather than sent after another replica could have taken it.
+            let start_deadline = claimed
+                + self
+                    .settings
+                    .lease
+                    .saturating_sub(self.settings.send_timeout * 2);
+            let attempts = self.attempt_all(&claim.messages, start_deadline).await;
 
-        let outage = attempts
-            .iter()
-            .any(|(_, a)| matches!(a, Attempt::SendFailed(e) if !e.reached_server()))
-            && !attempts.iter().any(|(_, a)| match a {
-                Attempt::Delivered(_) => true,
-                Attempt::SendFailed(e) => e.reached_server(),
-                _ => false,
-            });
-        let outcomes = attempts
-            .into_iter()
-            .map(|(message, attempt)| {
-                let outcome = self.decide(message, attempt, outage);
-                (message, outcome)
-            })
-            .collect::<Vec<_>>();
-        let report = self.record(claim.token, &outcomes).await?;
-        if outage {
-            self.open_circuit();
+            let outage = attempts
+                .iter()
+                .any(|(_, a)| matches!(a, Attempt::SendFailed(e) if !e.reached_server()))
+                && !attempts.iter().any(|(_, a)| match a {
+                    Attempt::Delivered(_) => true,
+                    Attempt::SendFailed(e) => e.reached_server(),
+                    _ => false,
+                });
+            let outcomes = attempts
+                .into_iter()
+                .map(|(message, attempt)| {
+                    let outcome = self.decide(message, attempt, outage);
+                    (message, outcome)
+                })
+                .collect::<Vec<_>>();
+            // Due-to-accepted latency on the database's clock, plus time since the claim.
+            let since_claim = chrono::Duration::from_std(claimed.elapsed()).unwrap_or_default();
+            let latency = |message: &ClaimedMessage| {
+                (claim.claimed_at + since_claim - message.due_at)
+                    .to_std()
+                    .unwrap_or_default()
+            };
+            let report = self.record(claim.token, &outcomes, latency).await?;
+            if outage {
+                self.open_circuit();
+            }
+            self.metrics.cycle_completed();
+            Ok((Step::Batch(report), Some(claim.claimed_at)))
         }
-        Ok((Step::Batch(report), Some(claim.claimed_at)))
+        .instrument(span)
+        .await
     }
 
     /// Renders and sends a batch, `concurrency` at a time, until done or aborted.
@@ -309,23 +355,61 @@ impl Dispatcher {
             .collect()
     }
 
+    /// One message: render and send, in a span that links to the request that enqueued it.
     async fn attempt(&self, message: &ClaimedMessage, start_deadline: Instant) -> Attempt {
         if self.shutdown.stop.is_cancelled() || Instant::now() >= start_deadline {
             return Attempt::NotStarted;
         }
-        let email = match self
-            .renderer
-            .render(message.id, &message.kind, &message.payload)
-        {
-            Ok(email) => email,
-            Err(e) => return Attempt::RenderFailed(e),
-        };
-        match self.mailer.send(email).await {
-            Ok(delivery) => Attempt::Delivered(delivery),
-            Err(e) => Attempt::SendFailed(e),
+        let span = info_span!(
+            "send",
+            otel.name = format!("send {}", message.kind),
+            otel.kind = "producer",
+            otel.status_code = field::Empty,
+            messaging.system = "outboxd",
+            messaging.operation.type = "send",
+            messaging.operation.name = "send",
+            messaging.destination.name = %message.kind,
+            messaging.message.id = message.id,
+            outbox.id = message.id,
+            outbox.attempt = message.attempts + 1,
+            error.type = field::Empty,
+        );
+        if let Some(producer) = message.traceparent.as_deref().and_then(parse_traceparent) {
+            span.add_link(producer);
         }
+        let attempt = async {
+            let email = match self
+                .renderer
+                .render(message.id, &message.kind, &message.payload)
+            {
+                Ok(email) => email,
+                Err(e) => return Attempt::RenderFailed(e),
+            };
+            let started = Instant::now();
+            let sent = self.mailer.send(email).await;
+            if self.mailer.is_enabled() {
+                self.metrics.smtp_send(started.elapsed());
+            }
+            match sent {
+                Ok(delivery) => Attempt::Delivered(delivery),
+                Err(e) => Attempt::SendFailed(e),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        match &attempt {
+            Attempt::RenderFailed(_) => {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.type", "render");
+            }
+            Attempt::SendFailed(e) => {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.type", e.class().as_str());
+            }
+            _ => {}
+        }
+        attempt
     }
-
     fn decide(&self, message: &ClaimedMessage, attempt: Attempt, outage: bool) -> Outcome {
         match attempt {
             Attempt::Delivered(via) => Outcome::Sent { via },
@@ -334,7 +418,7 @@ impl Dispatcher {
                 class: FailureClass::Permanent,
             },
             Attempt::SendFailed(e) if outage => Outcome::Release {
-                error: Some(e.to_string()),
+                reason: ReleaseReason::SmtpUnavailable(e.to_string()),
             },
             Attempt::SendFailed(e) => match e.class() {
                 FailureClass::Permanent => Outcome::DeadLetter {
@@ -347,28 +431,30 @@ impl Dispatcher {
                     &self.settings.retry,
                 ),
             },
-            Attempt::NotStarted => Outcome::Release { error: None },
+            Attempt::NotStarted => Outcome::Release {
+                reason: ReleaseReason::NotStarted,
+            },
             Attempt::Abandoned => Outcome::Release {
-                error: Some(
-                    "abandoned at shutdown while sending; it may have been delivered".into(),
-                ),
+                reason: ReleaseReason::Abandoned,
             },
         }
     }
 
-    /// The one place where outcomes are written and reported, so that what the logs (and
-    /// metrics) say can never drift from the table.
+    /// The one place where outcomes are written and reported: the rows, the logs and the
+    /// metrics change together, so counters can never drift from the table.
     async fn record(
         &self,
         token: uuid::Uuid,
         outcomes: &[(&ClaimedMessage, Outcome)],
+        latency: impl Fn(&ClaimedMessage) -> Duration,
     ) -> Result<BatchReport, DispatchError> {
         let rows: Vec<(i64, Outcome)> = outcomes
             .iter()
             .map(|(m, outcome)| (m.id, outcome.clone()))
             .collect();
         let recorded: HashSet<i64> = store::record_outcomes(&self.pool, token, &rows)
-            .await?
+            .await
+            .map_err(DispatchError::database("record"))?
             .into_iter()
             .collect();
         let mut report = BatchReport {
@@ -380,22 +466,28 @@ impl Dispatcher {
             let kind = message.kind.as_str();
             if message.reclaimed {
                 report.reclaimed += 1;
-                warn!(
-                    outbox.id = id,
-                    outbox.kind = kind,
-                    "took over a row whose previous lease ran out"
-                );
+                self.metrics.reclaimed();
+                warn!(outbox.id = id, outbox.kind = %kind, "took over a row whose previous lease ran out");
             }
             if !recorded.contains(&id) {
                 report.lost += 1;
+                self.metrics.lease_lost();
                 warn!(
                     outbox.id = id,
-                    outbox.kind = kind,
+                    outbox.kind = %kind,
                     outcome = outcome.action(),
                     "outcome not recorded: the lease was lost to another claimer"
                 );
                 continue;
             }
+            let sent_latency = matches!(
+                outcome,
+                Outcome::Sent {
+                    via: Delivery::Smtp
+                }
+            )
+            .then(|| latency(message));
+            self.metrics.outcome(kind, outcome, sent_latency);
             match outcome {
                 Outcome::Sent {
                     via: Delivery::Smtp,
@@ -403,8 +495,9 @@ impl Dispatcher {
                     report.sent += 1;
                     info!(
                         outbox.id = id,
-                        outbox.kind = kind,
+                        outbox.kind = %kind,
                         attempts = message.attempts + 1,
+                        latency_seconds = sent_latency.unwrap_or_default().as_secs_f64(),
                         "sent"
                     );
                 }
@@ -414,7 +507,7 @@ impl Dispatcher {
                     report.sent += 1;
                     warn!(
                         outbox.id = id,
-                        outbox.kind = kind,
+                        outbox.kind = %kind,
                         "NOT SENT: no SMTP server is configured; marked dispatched"
                     );
                 }
@@ -422,7 +515,7 @@ impl Dispatcher {
                     report.retried += 1;
                     warn!(
                         outbox.id = id,
-                        outbox.kind = kind,
+                        outbox.kind = %kind,
                         attempts = message.attempts + 1,
                         retry_in = %humantime::format_duration(*delay),
                         error = %error,
@@ -433,21 +526,16 @@ impl Dispatcher {
                     report.dead_lettered += 1;
                     error!(
                         outbox.id = id,
-                        outbox.kind = kind,
+                        outbox.kind = %kind,
                         attempts = message.attempts + 1,
                         class = class.as_str(),
                         error = %error,
                         "dead-lettered"
                     );
                 }
-                Outcome::Release { error } => {
+                Outcome::Release { reason } => {
                     report.released += 1;
-                    debug!(
-                        outbox.id = id,
-                        outbox.kind = kind,
-                        error = error.as_deref(),
-                        "released unsent"
-                    );
+                    debug!(outbox.id = id, outbox.kind = %kind, reason = reason.as_str(), "released unsent");
                 }
             }
         }
@@ -470,6 +558,7 @@ impl Dispatcher {
         match self.mailer.probe().await {
             Ok(()) => {
                 *self.breaker() = Breaker::Closed;
+                self.metrics.circuit_open(false);
                 info!("SMTP server reachable again; circuit closed, resuming delivery");
                 None
             }
@@ -488,6 +577,7 @@ impl Dispatcher {
 
     fn open_circuit(&self) {
         let retry_in = OUTAGE_BACKOFF.delay_after(1);
+        self.metrics.circuit_open(true);
         *self.breaker() = Breaker::Open {
             until: Instant::now() + retry_in,
             failures: 1,

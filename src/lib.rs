@@ -8,6 +8,8 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod dispatcher;
+pub mod health;
+pub mod http;
 pub mod mailer;
 pub mod message;
 pub mod render;

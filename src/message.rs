@@ -75,6 +75,8 @@ pub struct ClaimedMessage {
     pub payload: Value,
     /// Failed attempts before this one.
     pub attempts: i32,
+    /// The producer's W3C trace context, if it recorded one.
+    pub traceparent: Option<String>,
     /// The previous claimer's lease ran out without an outcome (it crashed or stalled).
     pub reclaimed: bool,
     /// When the message fell due: the later of `created_at` and `not_before`.
@@ -137,7 +139,41 @@ pub enum Outcome {
     DeadLetter { error: String, class: FailureClass },
     /// Given back unsent and due at once, without counting an attempt: shutdown, a lease
     /// about to run out, or an SMTP outage that is not the message's fault.
-    Release { error: Option<String> },
+    Release { reason: ReleaseReason },
+}
+
+/// Why a claimed message was given back unsent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// Shutting down, or too close to the end of the lease, before the send started.
+    NotStarted,
+    /// The send was given up at the shutdown bound; it may or may not have been delivered.
+    Abandoned,
+    /// No message of the batch reached the SMTP server: an outage, not this message's fault.
+    SmtpUnavailable(String),
+}
+
+impl ReleaseReason {
+    /// Every value of [`Self::as_str`], for pre-registering metrics.
+    pub const NAMES: &[&str] = &["not_started", "abandoned", "smtp_unavailable"];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ReleaseReason::NotStarted => "not_started",
+            ReleaseReason::Abandoned => "abandoned",
+            ReleaseReason::SmtpUnavailable(_) => "smtp_unavailable",
+        }
+    }
+
+    fn error(&self) -> Option<&str> {
+        match self {
+            ReleaseReason::NotStarted => None,
+            ReleaseReason::Abandoned => {
+                Some("abandoned at shutdown while sending; it may have been delivered")
+            }
+            ReleaseReason::SmtpUnavailable(error) => Some(error),
+        }
+    }
 }
 
 impl Outcome {
@@ -155,7 +191,7 @@ impl Outcome {
         match self {
             Outcome::Sent { .. } => None,
             Outcome::Retry { error, .. } | Outcome::DeadLetter { error, .. } => Some(error),
-            Outcome::Release { error } => error.as_deref(),
+            Outcome::Release { reason } => reason.error(),
         }
     }
 

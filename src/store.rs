@@ -14,9 +14,13 @@ use sqlx::{PgExecutor, Row};
 use uuid::Uuid;
 
 use crate::message::{Claim, ClaimedMessage, InvalidMessage, NewMessage, Outcome, truncate_error};
+use crate::telemetry::metrics::Sample;
 
 /// The schema, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// The outbox table.
+pub const TABLE: &str = "outbox_messages";
 
 /// The channel the insert trigger notifies at commit.
 pub const NOTIFY_CHANNEL: &str = "outbox_messages";
@@ -67,12 +71,13 @@ where
 {
     message.validate()?;
     let id = sqlx::query_scalar(
-        "INSERT INTO outbox_messages (kind, payload, not_before) \
-         VALUES ($1, $2, coalesce($3, now())) RETURNING id",
+        "INSERT INTO outbox_messages (kind, payload, not_before, traceparent) \
+         VALUES ($1, $2, coalesce($3, now()), $4) RETURNING id",
     )
     .bind(&message.kind)
     .bind(&message.payload)
     .bind(message.not_before)
+    .bind(crate::telemetry::current_traceparent())
     .fetch_one(executor)
     .await?;
     Ok(id)
@@ -197,7 +202,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, s
              claim_token = $5 \
          FROM due \
          WHERE m.id = due.id \
-         RETURNING m.id, m.kind, m.payload, m.attempts, \
+         RETURNING m.id, m.kind, m.payload, m.attempts, m.traceparent, \
                    due.previous_lease IS NOT NULL AS reclaimed, \
                    greatest(m.created_at, m.not_before) AS due_at, \
                    now() AS claimed_at",
@@ -219,6 +224,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, s
             kind: row.try_get("kind")?,
             payload: row.try_get("payload")?,
             attempts: row.try_get("attempts")?,
+            traceparent: row.try_get("traceparent")?,
             reclaimed: row.try_get("reclaimed")?,
             due_at: row.try_get("due_at")?,
         });
@@ -281,4 +287,37 @@ pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(NOTIFY_CHANNEL).await?;
     Ok(listener)
+}
+
+/// Reads the gauges' values. Each subquery walks a partial index on pending or
+/// dead-lettered rows, never the dispatched history.
+pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT \
+           (SELECT count(*) FROM outbox_messages \
+             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
+           (SELECT count(*) FROM outbox_messages \
+             WHERE dead_lettered_at IS NOT NULL) AS dead_letters, \
+           (SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before))), 0)::float8 \
+              FROM outbox_messages \
+             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+               AND greatest(created_at, not_before) <= now()) AS oldest_pending_age, \
+           (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8 \
+              FROM outbox_messages \
+             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+               AND next_attempt_at <= now()) AS oldest_ready_age",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Sample {
+        pending: row.try_get("pending")?,
+        dead_letters: row.try_get("dead_letters")?,
+        oldest_pending_age: row.try_get("oldest_pending_age")?,
+        oldest_ready_age: row.try_get("oldest_ready_age")?,
+    })
+}
+
+/// Whether the database answers at all.
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(pool).await.map(drop)
 }

@@ -322,6 +322,10 @@ pub fn config(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> RunConfig 
     if let Some(url) = smtp_url {
         args.extend(["--smtp-url", url, "--from", FROM]);
     }
+    // Many apps run at once in this process: each gets its own port unless a test picks one.
+    if !extra.contains(&"--listen") {
+        args.extend(["--listen", "127.0.0.1:0"]);
+    }
     args.extend(extra);
     let cli = Cli::try_parse_from(args).expect("arguments parse");
     let CliCommand::Run(run) = cli.command else {

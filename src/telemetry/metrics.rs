@@ -1,0 +1,287 @@
+//! Prometheus metrics: every name defined once here, documented in the README, used by
+//! `dashboards/` and `alerts/`, and checked by the tests. These names are a public contract.
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::message::{Delivery, FailureClass, Outcome, ReleaseReason};
+
+pub const OLDEST_PENDING_AGE: &str = "outbox_oldest_pending_age_seconds";
+pub const OLDEST_READY_AGE: &str = "outbox_oldest_ready_age_seconds";
+pub const PENDING: &str = "outbox_pending_messages";
+pub const DEAD_LETTERS: &str = "outbox_dead_letter_messages";
+pub const LAST_SAMPLE: &str = "outbox_last_sample_timestamp_seconds";
+pub const SENT: &str = "outbox_messages_sent_total";
+pub const SEND_FAILURES: &str = "outbox_send_failures_total";
+pub const DEAD_LETTERED: &str = "outbox_messages_dead_lettered_total";
+pub const RELEASED: &str = "outbox_messages_released_total";
+pub const RECLAIMED: &str = "outbox_messages_reclaimed_total";
+pub const LEASE_LOST: &str = "outbox_lease_lost_total";
+pub const DELIVERY_LATENCY: &str = "outbox_delivery_latency_seconds";
+pub const SMTP_SEND_DURATION: &str = "outbox_smtp_send_duration_seconds";
+pub const DATABASE_ERRORS: &str = "outbox_database_errors_total";
+pub const CIRCUIT_OPEN: &str = "outbox_smtp_circuit_open";
+pub const LAST_CYCLE: &str = "outbox_last_cycle_timestamp_seconds";
+pub const READY: &str = "outbox_ready";
+pub const BUILD_INFO: &str = "outbox_build_info";
+
+/// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
+pub const OTHER_KIND: &str = "other";
+
+/// Database operations counted in `outbox_database_errors_total{operation}`.
+pub const DATABASE_OPERATIONS: &[&str] = &["claim", "record", "listen", "sample", "readiness"];
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1800.0, 3600.0,
+];
+const SMTP_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Installs the process-wide Prometheus recorder once and returns its handle.
+pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.to_owned()), LATENCY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(SMTP_SEND_DURATION.to_owned()), SMTP_BUCKETS)?
+        .install_recorder()?;
+    describe();
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+fn describe() {
+    describe_gauge!(
+        OLDEST_PENDING_AGE,
+        Unit::Seconds,
+        "How long the oldest pending message has been due (now minus the later of created_at and not_before); 0 when nothing is pending."
+    );
+    describe_gauge!(
+        OLDEST_READY_AGE,
+        Unit::Seconds,
+        "How long the oldest message that is due now, and neither backing off nor leased, has waited to be claimed."
+    );
+    describe_gauge!(
+        PENDING,
+        "Messages neither dispatched nor dead-lettered, due or not."
+    );
+    describe_gauge!(DEAD_LETTERS, "Dead-lettered messages.");
+    describe_gauge!(
+        LAST_SAMPLE,
+        Unit::Seconds,
+        "Unix time of the last successful sample of the database gauges."
+    );
+    describe_counter!(
+        SENT,
+        "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and marked dispatched because no SMTP server is configured (delivery=\"log\")."
+    );
+    describe_counter!(
+        SEND_FAILURES,
+        "Failed delivery attempts, by class: transient (retried) or permanent (dead-lettered)."
+    );
+    describe_counter!(
+        DEAD_LETTERED,
+        "Messages dead-lettered, by the class of their last failure."
+    );
+    describe_counter!(RELEASED, "Claimed messages given back unsent, by reason.");
+    describe_counter!(
+        RECLAIMED,
+        "Messages claimed after another claimer's lease ran out (a crashed or stalled replica)."
+    );
+    describe_counter!(
+        LEASE_LOST,
+        "Outcomes not recorded because the lease had been taken over."
+    );
+    describe_histogram!(
+        DELIVERY_LATENCY,
+        Unit::Seconds,
+        "From when a message fell due to when the SMTP server accepted it."
+    );
+    describe_histogram!(
+        SMTP_SEND_DURATION,
+        Unit::Seconds,
+        "Duration of one SMTP send, connection included."
+    );
+    describe_counter!(DATABASE_ERRORS, "Failed database operations.");
+    describe_gauge!(
+        CIRCUIT_OPEN,
+        "1 while the SMTP circuit breaker is open (server unreachable, claiming paused)."
+    );
+    describe_gauge!(
+        LAST_CYCLE,
+        Unit::Seconds,
+        "Unix time of the dispatch loop's last completed cycle: its heartbeat."
+    );
+    describe_gauge!(
+        READY,
+        "1 while this replica is ready: database reachable, schema migrated, not shutting down."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; labels carry the version and whether SMTP delivery is enabled."
+    );
+}
+
+/// What the dispatcher reports as it goes; also the heartbeat the liveness probe reads.
+#[derive(Debug)]
+pub struct Metrics {
+    kinds: BTreeSet<String>,
+    last_cycle_unix_ms: AtomicU64,
+}
+
+impl Metrics {
+    /// Pre-registers every counter at 0 for the known kinds, so that rates exist from the
+    /// first scrape and a dashboard never shows "no data" for a kind that has not failed yet.
+    pub fn new<'a>(kinds: impl IntoIterator<Item = &'a str>, smtp_enabled: bool) -> Self {
+        let metrics = Self {
+            kinds: kinds.into_iter().map(str::to_owned).collect(),
+            last_cycle_unix_ms: AtomicU64::new(unix_ms(SystemTime::now())),
+        };
+        let delivery = if smtp_enabled {
+            Delivery::Smtp
+        } else {
+            Delivery::LoggedOnly
+        };
+        for kind in metrics.kinds.iter().map(String::as_str).chain([OTHER_KIND]) {
+            counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
+            for class in [FailureClass::Transient, FailureClass::Permanent] {
+                counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => class.as_str())
+                    .increment(0);
+                counter!(DEAD_LETTERED, "kind" => kind.to_owned(), "class" => class.as_str())
+                    .increment(0);
+            }
+        }
+        for reason in ReleaseReason::NAMES {
+            counter!(RELEASED, "reason" => *reason).increment(0);
+        }
+        for operation in DATABASE_OPERATIONS {
+            counter!(DATABASE_ERRORS, "operation" => *operation).increment(0);
+        }
+        counter!(RECLAIMED).increment(0);
+        counter!(LEASE_LOST).increment(0);
+        gauge!(CIRCUIT_OPEN).set(0.0);
+        gauge!(READY).set(0.0);
+        gauge!(
+            BUILD_INFO,
+            "version" => env!("CARGO_PKG_VERSION"),
+            "smtp_enabled" => if smtp_enabled { "true" } else { "false" }
+        )
+        .set(1.0);
+        metrics.cycle_completed();
+        metrics
+    }
+
+    /// The `kind` label for a kind: itself if templates exist for it, `other` otherwise.
+    pub fn kind_label(&self, kind: &str) -> String {
+        if self.kinds.contains(kind) {
+            kind.to_owned()
+        } else {
+            OTHER_KIND.to_owned()
+        }
+    }
+
+    /// Counts one recorded outcome; `latency` is due-to-accepted for a sent message.
+    pub fn outcome(&self, kind: &str, outcome: &Outcome, latency: Option<Duration>) {
+        let kind = self.kind_label(kind);
+        match outcome {
+            Outcome::Sent { via } => {
+                if let Some(latency) = latency {
+                    histogram!(DELIVERY_LATENCY, "kind" => kind.clone())
+                        .record(latency.as_secs_f64());
+                }
+                counter!(SENT, "kind" => kind, "delivery" => via.as_str()).increment(1);
+            }
+            Outcome::Retry { .. } => {
+                counter!(SEND_FAILURES, "kind" => kind, "class" => FailureClass::Transient.as_str())
+                    .increment(1);
+            }
+            Outcome::DeadLetter { class, .. } => {
+                counter!(SEND_FAILURES, "kind" => kind.clone(), "class" => class.as_str())
+                    .increment(1);
+                counter!(DEAD_LETTERED, "kind" => kind, "class" => class.as_str()).increment(1);
+            }
+            Outcome::Release { reason } => {
+                if matches!(reason, ReleaseReason::SmtpUnavailable(_)) {
+                    counter!(SEND_FAILURES, "kind" => kind, "class" => FailureClass::Transient.as_str())
+                        .increment(1);
+                }
+                counter!(RELEASED, "reason" => reason.as_str()).increment(1);
+            }
+        }
+    }
+
+    pub fn smtp_send(&self, duration: Duration) {
+        histogram!(SMTP_SEND_DURATION).record(duration.as_secs_f64());
+    }
+
+    pub fn reclaimed(&self) {
+        counter!(RECLAIMED).increment(1);
+    }
+
+    pub fn lease_lost(&self) {
+        counter!(LEASE_LOST).increment(1);
+    }
+
+    pub fn database_error(&self, operation: &'static str) {
+        counter!(DATABASE_ERRORS, "operation" => operation).increment(1);
+    }
+
+    pub fn circuit_open(&self, open: bool) {
+        gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+    }
+
+    pub fn ready(&self, ready: bool) {
+        gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+    }
+
+    /// The heartbeat: the loop made progress now.
+    pub fn cycle_completed(&self) {
+        let now = SystemTime::now();
+        self.last_cycle_unix_ms
+            .store(unix_ms(now), Ordering::Relaxed);
+        gauge!(LAST_CYCLE).set(unix_seconds(now));
+    }
+
+    /// How long since the loop last made progress.
+    pub fn since_last_cycle(&self) -> Duration {
+        let last = self.last_cycle_unix_ms.load(Ordering::Relaxed);
+        Duration::from_millis(unix_ms(SystemTime::now()).saturating_sub(last))
+    }
+}
+
+/// Gauges sampled from the database.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub pending: i64,
+    pub dead_letters: i64,
+    pub oldest_pending_age: f64,
+    pub oldest_ready_age: f64,
+}
+
+pub fn record_sample(sample: &Sample) {
+    gauge!(PENDING).set(sample.pending as f64);
+    gauge!(DEAD_LETTERS).set(sample.dead_letters as f64);
+    gauge!(OLDEST_PENDING_AGE).set(sample.oldest_pending_age);
+    gauge!(OLDEST_READY_AGE).set(sample.oldest_ready_age);
+    gauge!(LAST_SAMPLE).set(unix_seconds(SystemTime::now()));
+}
+
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn unix_seconds(time: SystemTime) -> f64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

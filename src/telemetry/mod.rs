@@ -1,0 +1,116 @@
+//! Observability: logs, OpenTelemetry traces, Prometheus metrics and the gauge sampler.
+
+pub mod metrics;
+pub mod sampler;
+
+use std::collections::HashMap;
+
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::{SpanContext, TraceContextExt as _, TracerProvider as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig as _};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use crate::config::LogFormat;
+
+/// Flushes exported spans when dropped; keep it alive until the process ends.
+#[must_use = "spans are flushed when the guard is dropped"]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("warning: could not flush traces: {e}");
+        }
+    }
+}
+
+/// Logs to stderr (`RUST_LOG`, default `info`), and spans over OTLP when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set: HTTP/protobuf, or gRPC
+/// with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`. The SDK reads the other standard `OTEL_*`
+/// variables itself. Must be called inside a Tokio runtime (gRPC needs one).
+pub fn init(format: LogFormat) -> TelemetryGuard {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+    let (provider, otel_error) = match tracer_provider() {
+        Ok(provider) => (provider, None),
+        Err(e) => (None, Some(e)),
+    };
+    let otel_layer = provider
+        .as_ref()
+        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("outboxd")));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
+    let installed = match format {
+        LogFormat::Text => registry.with(fmt).try_init(),
+        LogFormat::Json => registry.with(fmt.json().flatten_event(true)).try_init(),
+    };
+    if let Err(e) = installed {
+        eprintln!("warning: logging was already set up: {e}");
+    }
+    if let Some(e) = otel_error {
+        tracing::warn!(error = %e, "OpenTelemetry export is off: the exporter could not be built");
+    } else if provider.is_some() {
+        tracing::info!("exporting traces over OTLP");
+    }
+    TelemetryGuard { provider }
+}
+
+fn tracer_provider() -> anyhow::Result<Option<SdkTracerProvider>> {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        return Ok(None);
+    }
+    let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_default();
+    let exporter = match protocol.trim() {
+        "grpc" => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()?,
+        "" | "http/protobuf" => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .build()?,
+        other => anyhow::bail!(
+            "OTEL_EXPORTER_OTLP_PROTOCOL={other:?} is not supported: use grpc or http/protobuf"
+        ),
+    };
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if !set("OTEL_SERVICE_NAME") {
+        resource = resource.with_service_name("outboxd");
+    }
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource.build())
+            .build(),
+    ))
+}
+
+/// The current span's context as a W3C `traceparent`, when there is a sampled trace.
+pub fn current_traceparent() -> Option<String> {
+    let context = tracing::Span::current().context();
+    if !context.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    carrier.remove("traceparent")
+}
+
+/// The span context a `traceparent` names, if it is well-formed.
+pub fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
+    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    let span_context = context.span().span_context().clone();
+    span_context.is_valid().then_some(span_context)
+}
