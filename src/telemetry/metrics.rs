@@ -152,7 +152,10 @@ impl Metrics {
         } else {
             Delivery::LoggedOnly
         };
+        // Histograms too: a rate needs the series to exist before its first observation.
+        drop(histogram!(SMTP_SEND_DURATION));
         for kind in metrics.kinds.iter().map(String::as_str).chain([OTHER_KIND]) {
+            drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned()));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
             for class in [FailureClass::Transient, FailureClass::Permanent] {
                 counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => class.as_str())

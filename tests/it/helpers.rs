@@ -364,3 +364,119 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A plain HTTP/1.1 request over loopback; returns the status and the body.
+pub async fn http_request(addr: &str, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(head, body)| {
+            if head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked")
+            {
+                dechunk(body)
+            } else {
+                body.to_owned()
+            }
+        })
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path)
+        .await
+        .unwrap_or((0, String::new()))
+}
+
+/// The real outboxd binary, running `run` until dropped (or stopped with SIGTERM).
+pub struct Outboxd {
+    pub child: Child,
+    pub http: String,
+}
+
+impl Outboxd {
+    /// Starts `outboxd run` with these flags on a free port, and waits until it is ready.
+    pub async fn start(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
+        let http = format!("127.0.0.1:{}", free_port());
+        let child = outboxd()
+            .args(["run", "--database-url", db_url, "--listen", &http])
+            .args(flags)
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start outboxd");
+        let this = Self { child, http };
+        let http = this.http.clone();
+        eventually(Duration::from_secs(60), "outboxd ready", || {
+            let http = http.clone();
+            async move { http_get(&http, "/readyz").await.0 == 200 }
+        })
+        .await;
+        this
+    }
+
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; returns its exit status and stderr.
+    pub fn wait(mut self, within: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+                }
+                return (status, stderr);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "outboxd did not exit within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Outboxd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -5,4 +5,5 @@ mod cli;
 mod delivery;
 mod failures;
 mod helpers;
+mod observability;
 mod replicas;

@@ -1,0 +1,506 @@
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get};
+
+fn manifest(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// A real Prometheus scraping the given targets every second, with outboxd's alert rules.
+struct Prometheus {
+    addr: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    async fn start(target: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = manifest("alerts/outboxd.rules.yml");
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: ['{}']\n\
+             scrape_configs:\n  - job_name: outboxd\n    static_configs:\n      - targets: ['{target}']\n",
+            rules.display()
+        );
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus (Debian package `prometheus`)");
+        let this = Self {
+            addr,
+            child,
+            _dir: dir,
+        };
+        let addr = this.addr.clone();
+        eventually(Duration::from_secs(60), "prometheus ready", || {
+            let addr = addr.clone();
+            async move { http_get(&addr, "/-/ready").await.0 == 200 }
+        })
+        .await;
+        this
+    }
+
+    /// An instant query's result vector.
+    async fn query(&self, expr: &str) -> Vec<Value> {
+        let encoded: String = url::form_urlencoded::byte_serialize(expr.as_bytes()).collect();
+        let (status, body) = http_get(&self.addr, &format!("/api/v1/query?query={encoded}")).await;
+        assert_eq!(status, 200, "{expr}: {body}");
+        let response: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(response["status"], "success", "{expr}: {body}");
+        response["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The single value of a query that returns one series.
+    async fn value(&self, expr: &str) -> Option<f64> {
+        let result = self.query(expr).await;
+        let value = result.first()?["value"][1].as_str()?;
+        value.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn verification(to: &str) -> Value {
+    json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify"})
+}
+
+#[tokio::test]
+async fn prometheus_sees_what_the_database_holds_and_every_dashboard_query_returns_data() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let outboxd = Outboxd::start(
+        &db.url,
+        &[
+            "--smtp-url",
+            &smtp.url(),
+            "--from",
+            "a@example.com",
+            "--sample-interval",
+            "1s",
+        ],
+        &[
+            ("OUTBOXD_RETRY_BACKOFF", "1h"),
+            ("OUTBOXD_RETRY_BACKOFF_MAX", "2h"),
+        ],
+    )
+    .await;
+    let prometheus = Prometheus::start(&outboxd.http).await;
+    eventually(Duration::from_secs(30), "first scrape", || async {
+        prometheus.value(r#"up{job="outboxd"}"#).await == Some(1.0)
+    })
+    .await;
+
+    // Some sent, some failing, one dead letter.
+    for i in 0..5 {
+        db.enqueue(
+            "account_verification",
+            verification(&format!("ok{i}@example.com")),
+        )
+        .await;
+    }
+    db.enqueue("account_verification", verification("defer1@example.com"))
+        .await;
+    db.enqueue(
+        "workspace_invite",
+        json!({"to": "defer2@example.com", "inviter_name": "A",
+        "workspace_name": "W", "accept_url": "u"}),
+    )
+    .await;
+    db.enqueue("invoice_notice", json!({"to": "reject@example.com", "customer_name": "C",
+        "invoice_number": "1", "amount": "1", "currency": "EUR", "due_date": "d", "invoice_url": "u"}))
+        .await;
+    eventually(Duration::from_secs(30), "the scenario settles in the table", || async {
+        db.count("dispatched").await == 5 && db.count("dead").await == 1
+            && sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_messages WHERE attempts = 1 AND dead_lettered_at IS NULL")
+                .fetch_one(&db.pool).await.unwrap() == 2
+    })
+    .await;
+
+    let expected = [
+        ("outbox_pending_messages", db.count("pending").await as f64),
+        ("outbox_dead_letter_messages", db.count("dead").await as f64),
+        (
+            r#"sum(outbox_messages_sent_total{delivery="smtp"})"#,
+            db.count("dispatched").await as f64,
+        ),
+        (r#"sum(outbox_send_failures_total{class="transient"})"#, 2.0),
+        (r#"sum(outbox_send_failures_total{class="permanent"})"#, 1.0),
+        (
+            r#"sum(outbox_messages_dead_lettered_total{kind="invoice_notice",class="permanent"})"#,
+            1.0,
+        ),
+        ("outbox_ready", 1.0),
+        ("outbox_smtp_circuit_open", 0.0),
+        (r#"outbox_build_info{smtp_enabled="true"}"#, 1.0),
+    ];
+    for (expr, want) in expected {
+        let mut got = None;
+        for _ in 0..300 {
+            got = prometheus.value(expr).await;
+            if got == Some(want) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(got, Some(want), "{expr}");
+    }
+    assert!(
+        prometheus
+            .value("outbox_oldest_pending_age_seconds")
+            .await
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(
+        prometheus.value("outbox_oldest_ready_age_seconds").await,
+        Some(0.0)
+    );
+    let sent_by_kind = prometheus
+        .query(r#"outbox_messages_sent_total{kind="account_verification",delivery="smtp"}"#)
+        .await;
+    assert_eq!(sent_by_kind[0]["value"][1], "5");
+
+    // Every panel's query, with the dashboard's variables filled in, returns data.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(manifest("dashboards/outboxd-overview.json")).unwrap(),
+    )
+    .unwrap();
+    let mut queries = BTreeMap::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m")
+                .replace("$job", "outboxd")
+                .replace("$instance", ".*");
+            queries.insert(expr, panel["title"].as_str().unwrap().to_owned());
+        }
+    }
+    // A rate needs two scrapes after the scenario: give Prometheus a few seconds.
+    let mut empty = queries.clone();
+    for _ in 0..100 {
+        let mut still_empty = BTreeMap::new();
+        for (expr, title) in empty {
+            if prometheus.query(&expr).await.is_empty() {
+                still_empty.insert(expr, title);
+            }
+        }
+        empty = still_empty;
+        if empty.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(empty.is_empty(), "panels without data: {empty:#?}");
+}
+
+#[tokio::test]
+async fn livez_fails_when_the_dispatch_loop_makes_no_progress_and_recovers_when_it_does() {
+    let db = TestDb::new().await;
+    let mut app = app(
+        &db,
+        None,
+        &[
+            "--poll-interval",
+            "50ms",
+            "--lease",
+            "400ms",
+            "--smtp-timeout",
+            "100ms",
+        ],
+    )
+    .await;
+    let http = app.http_addr().to_string();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _background = app.spawn_background(stop.clone());
+    assert_eq!(http_get(&http, "/livez").await.0, 200);
+
+    // Nobody runs the loop: past its bound (3 polls + lease + timeout) it is not live.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let (status, body) = http_get(&http, "/livez").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("dispatch loop has made no progress"),
+        "{body}"
+    );
+    // Readiness is about dependencies, not progress.
+    assert_eq!(http_get(&http, "/readyz").await.0, 200);
+
+    let dispatcher = app.dispatcher.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    eventually(Duration::from_secs(10), "live again", || async {
+        http_get(&http, "/livez").await.0 == 200
+    })
+    .await;
+    app.shutdown.stop.cancel();
+    running.await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn readyz_explains_each_check_and_turns_false_first_on_sigterm() {
+    let db = TestDb::new().await;
+    let hole = crate::helpers::BlackHole::start().await;
+    let id = db
+        .enqueue("account_verification", verification("a@example.com"))
+        .await;
+    let outboxd = Outboxd::start(
+        &db.url,
+        &[
+            "--smtp-url",
+            &hole.url(),
+            "--from",
+            "a@example.com",
+            "--smtp-timeout",
+            "30s",
+            "--lease",
+            "2m",
+            "--shutdown-timeout",
+            "3s",
+        ],
+        &[],
+    )
+    .await;
+    let (status, body) = http_get(&outboxd.http, "/readyz?verbose").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, "[+]database ok\n[+]schema ok\n[+]shutdown ok\nok\n");
+    assert_eq!(
+        http_get(&outboxd.http, "/readyz").await,
+        (200, "ok\n".to_owned())
+    );
+    eventually(Duration::from_secs(30), "a send in flight", || async {
+        db.row(id).await.locked_by.is_some()
+    })
+    .await;
+
+    outboxd.sigterm();
+    let (status, body) = http_get(&outboxd.http, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("[-]shutdown failed: shutting down"), "{body}");
+    assert_eq!(http_get(&outboxd.http, "/livez").await.0, 200);
+    let (status, stderr) = outboxd.wait(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    assert!(db.row(id).await.locked_by.is_none());
+}
+
+#[tokio::test]
+async fn metrics_follow_prometheus_conventions() {
+    let db = TestDb::new().await;
+    let outboxd = Outboxd::start(&db.url, &[], &[]).await;
+    let (status, body) = http_get(&outboxd.http, "/metrics").await;
+    assert_eq!(status, 200);
+    for name in [
+        "outbox_oldest_pending_age_seconds",
+        "outbox_pending_messages",
+        "outbox_dead_letter_messages",
+        "outbox_messages_sent_total",
+        "outbox_send_failures_total",
+        "outbox_delivery_latency_seconds",
+        "outbox_smtp_send_duration_seconds",
+        "outbox_messages_dead_lettered_total",
+        "outbox_database_errors_total",
+        "outbox_messages_reclaimed_total",
+        "outbox_smtp_circuit_open",
+        "outbox_last_cycle_timestamp_seconds",
+        "outbox_build_info",
+        "outbox_ready",
+        "outbox_last_sample_timestamp_seconds",
+        "outbox_oldest_ready_age_seconds",
+    ] {
+        if !name.ends_with("duration_seconds") && !name.ends_with("latency_seconds") {
+            assert!(
+                body.lines().any(|l| l.starts_with(name)),
+                "{name} missing:\n{body}"
+            );
+        }
+        assert!(
+            body.contains(&format!("# HELP {name} ")),
+            "{name} has no HELP:\n{body}"
+        );
+    }
+    assert!(
+        body.contains(r#"outbox_build_info{version="0.1.0",smtp_enabled="false"} 1"#),
+        "{body}"
+    );
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap();
+        assert!(name.starts_with("outbox_"), "{line}");
+    }
+    // Counters exist at 0 from the start, for every kind and class, so rates have data.
+    assert!(
+        body.contains(r#"outbox_send_failures_total{kind="workspace_invite",class="permanent"} 0"#),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn the_alert_rules_pass_promtool_and_their_unit_tests() {
+    let check = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(manifest("alerts/outboxd.rules.yml"))
+        .output()
+        .expect("promtool (Debian package `prometheus`)");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let test = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(manifest("tests/alerts/outboxd.rules.test.yml"))
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+    // Every rule is in the runbook, and carries what a mixin's rule carries.
+    let rules =
+        alert_names(&std::fs::read_to_string(manifest("alerts/outboxd.rules.yml")).unwrap());
+    assert!(rules.len() >= 11, "{rules:?}");
+    let runbook = std::fs::read_to_string(manifest("alerts/RUNBOOK.md")).unwrap();
+    for name in &rules {
+        assert!(
+            runbook.contains(&format!("\n## {name}\n")),
+            "{name} has no runbook section"
+        );
+    }
+    let test_file =
+        std::fs::read_to_string(manifest("tests/alerts/outboxd.rules.test.yml")).unwrap();
+    for name in &rules {
+        let fires = test_file.split("- eval_time:").any(|case| {
+            case.contains(&format!("alertname: {name}\n")) && !case.contains("exp_alerts: []")
+        });
+        assert!(fires, "{name} is never shown firing");
+    }
+}
+
+/// The alert names in the rule file (each `- alert: Name` line).
+fn alert_names(rules: &str) -> Vec<String> {
+    rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_alertmanager_example_pages_for_critical_and_tickets_warnings() {
+    let config = manifest("alerts/alertmanager.example.yml");
+    let check = Command::new("amtool")
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("amtool (Debian package `prometheus-alertmanager`)");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    assert!(String::from_utf8_lossy(&check.stdout).contains("2 inhibit rules"));
+    for (labels, receiver) in [
+        (
+            ["severity=critical", "alertname=OutboxDispatcherStalled"],
+            "pager",
+        ),
+        (
+            ["severity=critical", "alertname=OutboxDispatcherDown"],
+            "pager",
+        ),
+        (
+            ["severity=warning", "alertname=OutboxDeadLetters"],
+            "ticket",
+        ),
+    ] {
+        let routed = Command::new("amtool")
+            .args(["config", "routes", "test"])
+            .arg(format!("--config.file={}", config.display()))
+            .args(labels)
+            .output()
+            .unwrap();
+        assert!(routed.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&routed.stdout).trim(),
+            receiver,
+            "{labels:?}"
+        );
+    }
+}
+
+#[test]
+fn the_dashboard_follows_the_dashboard_linter_rules() {
+    let text = std::fs::read_to_string(manifest("dashboards/outboxd-overview.json")).unwrap();
+    assert!(
+        !text.contains("__inputs") && !text.contains("${DS_"),
+        "breaks file provisioning"
+    );
+    let dashboard: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(dashboard["uid"], "outboxd-overview");
+    assert!(dashboard["schemaVersion"].as_u64().unwrap() >= 36);
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(variables, ["datasource", "job", "instance"]);
+    for panel in dashboard["panels"].as_array().unwrap() {
+        if panel["type"] == "row" {
+            continue;
+        }
+        let title = panel["title"].as_str().unwrap();
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+        assert!(
+            !panel["description"].as_str().unwrap_or("").is_empty(),
+            "{title} has no description"
+        );
+        assert!(
+            panel["fieldConfig"]["defaults"]["unit"].is_string(),
+            "{title} has no unit"
+        );
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            assert_eq!(target["datasource"]["uid"], "${datasource}", "{title}");
+            assert!(
+                expr.contains(r#"job=~"$job""#) && expr.contains(r#"instance=~"$instance""#),
+                "{title}: {expr}"
+            );
+            if expr.contains("rate(") {
+                assert!(expr.contains("[$__rate_interval]"), "{title}: {expr}");
+            }
+        }
+    }
+    let provisioning = std::fs::read_to_string(manifest("dashboards/provisioning.yaml")).unwrap();
+    assert!(provisioning.contains("type: file"));
+}
