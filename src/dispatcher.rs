@@ -415,6 +415,7 @@ impl Dispatcher {
             Attempt::Delivered(via) => Outcome::Sent { via },
             Attempt::RenderFailed(e) => Outcome::DeadLetter {
                 error: e.to_string(),
+                code: e.code().to_owned(),
                 class: FailureClass::Permanent,
             },
             Attempt::SendFailed(e) if outage => Outcome::Release {
@@ -423,10 +424,12 @@ impl Dispatcher {
             Attempt::SendFailed(e) => match e.class() {
                 FailureClass::Permanent => Outcome::DeadLetter {
                     error: e.to_string(),
+                    code: e.code(),
                     class: FailureClass::Permanent,
                 },
                 FailureClass::Transient => Outcome::after_transient_failure(
                     e.to_string(),
+                    e.code(),
                     message.attempts,
                     &self.settings.retry,
                 ),
@@ -511,7 +514,7 @@ impl Dispatcher {
                         "NOT SENT: no SMTP server is configured; marked dispatched"
                     );
                 }
-                Outcome::Retry { error, delay } => {
+                Outcome::Retry { error, delay, .. } => {
                     report.retried += 1;
                     warn!(
                         outbox.id = id,
@@ -522,7 +525,7 @@ impl Dispatcher {
                         "send failed; will retry"
                     );
                 }
-                Outcome::DeadLetter { error, class } => {
+                Outcome::DeadLetter { error, class, .. } => {
                     report.dead_lettered += 1;
                     error!(
                         outbox.id = id,

@@ -17,11 +17,17 @@ type Transport = AsyncSmtpTransport<Tokio1Executor>;
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SendError {
     /// A 5xx reply: this message will never be accepted as it is.
-    #[error("SMTP server rejected the message: {0}")]
-    Rejected(String),
+    #[error("SMTP server rejected the message: {message}")]
+    Rejected {
+        code: Option<String>,
+        message: String,
+    },
     /// A 4xx reply, or a reply outboxd could not make sense of.
-    #[error("SMTP server deferred the message: {0}")]
-    Deferred(String),
+    #[error("SMTP server deferred the message: {message}")]
+    Deferred {
+        code: Option<String>,
+        message: String,
+    },
     /// No conversation with the server: refused, reset, timed out, or TLS failed.
     #[error("SMTP server unreachable: {0}")]
     Unreachable(String),
@@ -30,8 +36,18 @@ pub enum SendError {
 impl SendError {
     pub fn class(&self) -> FailureClass {
         match self {
-            SendError::Rejected(_) => FailureClass::Permanent,
-            SendError::Deferred(_) | SendError::Unreachable(_) => FailureClass::Transient,
+            SendError::Rejected { .. } => FailureClass::Permanent,
+            SendError::Deferred { .. } | SendError::Unreachable(_) => FailureClass::Transient,
+        }
+    }
+
+    /// A short, stable name for grouping dead letters: `smtp_550`, `unreachable`, ...
+    pub fn code(&self) -> String {
+        match self {
+            SendError::Rejected { code, .. } | SendError::Deferred { code, .. } => code
+                .as_deref()
+                .map_or_else(|| "smtp_error".to_owned(), |c| format!("smtp_{c}")),
+            SendError::Unreachable(_) => "unreachable".to_owned(),
         }
     }
 
@@ -42,17 +58,24 @@ impl SendError {
 
     fn from_lettre(error: &lettre::transport::smtp::Error) -> Self {
         let text = error.to_string();
+        let code = error.status().map(|c| c.to_string());
         // An authentication failure fails every message alike: the server is unusable to
         // us, which is an outage to wait out, not a reason to dead-letter the message.
-        let auth_failure = error
-            .status()
-            .is_some_and(|code| matches!(code.to_string().as_str(), "530" | "534" | "535" | "538"));
+        let auth_failure = code
+            .as_deref()
+            .is_some_and(|code| matches!(code, "530" | "534" | "535" | "538"));
         if auth_failure {
             SendError::Unreachable(text)
         } else if error.is_permanent() {
-            SendError::Rejected(text)
+            SendError::Rejected {
+                code,
+                message: text,
+            }
         } else if error.is_transient() || error.is_response() || error.is_client() {
-            SendError::Deferred(text)
+            SendError::Deferred {
+                code,
+                message: text,
+            }
         } else {
             SendError::Unreachable(text)
         }

@@ -133,10 +133,19 @@ impl FailureClass {
 pub enum Outcome {
     /// Accepted by the SMTP server (or, without SMTP, logged and marked dispatched).
     Sent { via: Delivery },
-    /// Failed; try again after `delay`. Counts an attempt.
-    Retry { error: String, delay: Duration },
+    /// Failed; try again after `delay`. Counts an attempt. `code` names the failure for
+    /// grouping (`smtp_451`, `unreachable`, `render`...).
+    Retry {
+        error: String,
+        code: String,
+        delay: Duration,
+    },
     /// Failed for good: kept for an operator, never retried by itself. Counts an attempt.
-    DeadLetter { error: String, class: FailureClass },
+    DeadLetter {
+        error: String,
+        code: String,
+        class: FailureClass,
+    },
     /// Given back unsent and due at once, without counting an attempt: shutdown, a lease
     /// about to run out, or an SMTP outage that is not the message's fault.
     Release { reason: ReleaseReason },
@@ -195,6 +204,17 @@ impl Outcome {
         }
     }
 
+    /// The failure's short name, stored as `error_class` for grouping dead letters.
+    pub fn error_code(&self) -> Option<&str> {
+        match self {
+            Outcome::Retry { code, .. } | Outcome::DeadLetter { code, .. } => Some(code),
+            Outcome::Release {
+                reason: ReleaseReason::SmtpUnavailable(_),
+            } => Some("unreachable"),
+            _ => None,
+        }
+    }
+
     pub fn delay(&self) -> Duration {
         match self {
             Outcome::Retry { delay, .. } => *delay,
@@ -205,6 +225,7 @@ impl Outcome {
     /// A failed transient attempt becomes a retry, or a dead letter once the limit is reached.
     pub fn after_transient_failure(
         error: String,
+        code: String,
         attempts_before: i32,
         retry: &RetryPolicy,
     ) -> Outcome {
@@ -214,11 +235,13 @@ impl Outcome {
         if attempts >= retry.max_attempts {
             Outcome::DeadLetter {
                 error: format!("gave up after {attempts} attempts: {error}"),
+                code,
                 class: FailureClass::Transient,
             }
         } else {
             Outcome::Retry {
                 error,
+                code,
                 delay: retry.delay_after(attempts),
             }
         }
@@ -323,9 +346,12 @@ mod tests {
             base: Duration::ZERO,
             max: Duration::ZERO,
         };
-        let retry = Outcome::after_transient_failure("451 busy".into(), 3, &policy);
+        let retry =
+            Outcome::after_transient_failure("451 busy".into(), "smtp_451".into(), 3, &policy);
         assert_eq!(retry.action(), "retry");
-        let dead = Outcome::after_transient_failure("451 busy".into(), 4, &policy);
+        let dead =
+            Outcome::after_transient_failure("451 busy".into(), "smtp_451".into(), 4, &policy);
+        assert_eq!(dead.error_code(), Some("smtp_451"));
         assert_eq!(dead.action(), "dead");
         assert!(dead.error().unwrap().contains("after 5 attempts"));
     }

@@ -91,6 +91,18 @@ pub enum RenderError {
     Build(String),
 }
 
+impl RenderError {
+    /// A short, stable name for grouping dead letters.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RenderError::UnknownKind(_) => "unknown_kind",
+            RenderError::Template(_) | RenderError::Build(_) => "render",
+            RenderError::Address { .. } => "address",
+            RenderError::HeaderInjection(_) => "header_injection",
+        }
+    }
+}
+
 /// The `X-Outbox-Id` header: the row an email came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XOutboxId(pub i64);

@@ -415,6 +415,7 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         [id]
     );
     let late = Outcome::Retry {
+        code: "smtp_451".into(),
         error: "stale".into(),
         delay: Duration::ZERO,
     };

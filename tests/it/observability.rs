@@ -504,3 +504,221 @@ fn the_dashboard_follows_the_dashboard_linter_rules() {
     let provisioning = std::fs::read_to_string(manifest("dashboards/provisioning.yaml")).unwrap();
     assert!(provisioning.contains("type: file"));
 }
+
+#[tokio::test]
+async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
+    let cluster = crate::helpers::PrivateCluster::start();
+    let url = cluster.url("outboxd");
+    let migrated = crate::helpers::outboxd()
+        .args(["migrate", "--database-url", &url])
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let smtp = SmtpServer::start();
+    let outboxd = Outboxd::start(
+        &url,
+        &[
+            "--smtp-url",
+            &smtp.url(),
+            "--from",
+            "a@example.com",
+            "--poll-interval",
+            "1s",
+            "--sample-interval",
+            "1s",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(http_get(&outboxd.http, "/livez").await.0, 200);
+
+    cluster.stop();
+    eventually(Duration::from_secs(30), "readyz turns 503", || async {
+        http_get(&outboxd.http, "/readyz").await.0 == 503
+    })
+    .await;
+    let (_, body) = http_get(&outboxd.http, "/readyz?verbose").await;
+    assert!(body.contains("[-]database failed"), "{body}");
+    assert!(body.contains("[+]shutdown ok"), "{body}");
+    // Long enough for the loop to fail a few cycles: liveness must not follow the database.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(http_get(&outboxd.http, "/livez").await.0, 200);
+    let (_, metrics) = http_get(&outboxd.http, "/metrics").await;
+    assert!(metrics.contains("outbox_ready 0"), "{metrics}");
+
+    cluster.resume();
+    eventually(
+        Duration::from_secs(60),
+        "readyz turns 200 again",
+        || async { http_get(&outboxd.http, "/readyz").await.0 == 200 },
+    )
+    .await;
+    assert_eq!(http_get(&outboxd.http, "/livez").await.0, 200);
+    // And the same process delivers again, without a restart.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    outboxd::enqueue(
+        &pool,
+        outboxd::NewMessage::new("account_verification", verification("back@example.com")),
+    )
+    .await
+    .unwrap();
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    pool.close().await;
+    outboxd.sigterm();
+    let (status, stderr) = outboxd.wait(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+}
+
+/// An OTLP/HTTP receiver that keeps every request body it is sent.
+async fn otlp_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = received.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let mut reader = tokio::io::BufReader::new(socket);
+                loop {
+                    let mut length = 0;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    sink.lock().unwrap().extend_from_slice(&body);
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if reader.get_mut().write_all(ok).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, received)
+}
+
+// Multi-threaded: the receiver must keep answering while the test blocks waiting for exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_and_link_to_the_request_that_enqueued_the_email() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (port, received) = otlp_receiver().await;
+    // What a .NET producer writes: Activity.Current.Id is a W3C traceparent.
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    sqlx::query("INSERT INTO outbox_messages (kind, payload, traceparent) VALUES ($1, $2, $3)")
+        .bind("account_verification")
+        .bind(verification("traced@example.com"))
+        .bind(format!("00-{trace_id}-b7ad6b7169203331-01"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let outboxd = Outboxd::start(
+        &db.url,
+        &["--smtp-url", &smtp.url(), "--from", "a@example.com"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", "outboxd-under-test"),
+        ],
+    )
+    .await;
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    outboxd.sigterm();
+    let (status, stderr) = outboxd.wait(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("exporting traces over OTLP"), "{stderr}");
+
+    let body = received.lock().unwrap().clone();
+    let contains = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    assert!(!body.is_empty(), "nothing was exported");
+    for text in [
+        "outboxd-under-test",
+        "send account_verification",
+        "process outbox_messages",
+        "messaging.operation.type",
+        "messaging.message.id",
+    ] {
+        assert!(
+            contains(text.as_bytes()),
+            "no {text:?} in the exported spans"
+        );
+    }
+    let trace_bytes: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    assert!(
+        contains(&trace_bytes),
+        "the send span does not link to the producer's trace"
+    );
+}
+
+#[tokio::test]
+async fn enqueue_records_the_callers_trace_context() {
+    use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    use tracing::Instrument as _;
+    use tracing::instrument::WithSubscriber as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let db = TestDb::new().await;
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    let pool = db.pool.clone();
+    let (id, trace_id) = async move {
+        let span = tracing::info_span!("POST /signup");
+        let trace_id = span.context().span().span_context().trace_id();
+        let id = outboxd::enqueue(
+            &pool,
+            outboxd::NewMessage::new("account_verification", verification("a@example.com")),
+        )
+        .instrument(span)
+        .await
+        .unwrap();
+        (id, trace_id)
+    }
+    .with_subscriber(subscriber)
+    .await;
+    let traceparent: Option<String> =
+        sqlx::query_scalar("SELECT traceparent FROM outbox_messages WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let traceparent = traceparent.expect("a traceparent");
+    assert!(
+        traceparent.starts_with(&format!("00-{trace_id}-")),
+        "{traceparent}"
+    );
+
+    // Without a trace there is nothing to record.
+    let untraced = db
+        .enqueue("account_verification", verification("b@example.com"))
+        .await;
+    let none: Option<String> =
+        sqlx::query_scalar("SELECT traceparent FROM outbox_messages WHERE id = $1")
+            .bind(untraced)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(none, None);
+}

@@ -16,6 +16,8 @@ use uuid::Uuid;
 use crate::message::{Claim, ClaimedMessage, InvalidMessage, NewMessage, Outcome, truncate_error};
 use crate::telemetry::metrics::Sample;
 
+pub mod admin;
+
 /// The schema, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
@@ -252,24 +254,27 @@ pub async fn record_outcomes(
     let mut actions = Vec::with_capacity(outcomes.len());
     let mut errors = Vec::with_capacity(outcomes.len());
     let mut delays = Vec::with_capacity(outcomes.len());
+    let mut codes = Vec::with_capacity(outcomes.len());
     for (id, outcome) in outcomes {
         ids.push(*id);
         actions.push(outcome.action());
         errors.push(outcome.error().map(truncate_error));
         delays.push(outcome.delay().as_secs_f64());
+        codes.push(outcome.error_code());
     }
     sqlx::query_scalar(
         "UPDATE outbox_messages AS m \
          SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \
+             error_class = coalesce(o.code, m.error_class), \
              dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
              dead_lettered_at = CASE WHEN o.action = 'dead' THEN now() END, \
              next_attempt_at = CASE WHEN o.action IN ('retry', 'release') \
                                     THEN now() + make_interval(secs => o.delay_secs) \
                                     ELSE m.next_attempt_at END, \
              locked_until = NULL, locked_by = NULL, claim_token = NULL \
-         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[]) \
-              AS o(id, action, error, delay_secs) \
+         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[]) \
+              AS o(id, action, error, delay_secs, code) \
          WHERE m.id = o.id AND m.claim_token = $1 \
          RETURNING m.id",
     )
@@ -278,6 +283,7 @@ pub async fn record_outcomes(
     .bind(&actions)
     .bind(&errors)
     .bind(&delays)
+    .bind(&codes)
     .fetch_all(pool)
     .await
 }
@@ -297,7 +303,7 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
            (SELECT count(*) FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
            (SELECT count(*) FROM outbox_messages \
-             WHERE dead_lettered_at IS NOT NULL) AS dead_letters, \
+             WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL) AS dead_letters, \
            (SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before))), 0)::float8 \
               FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
