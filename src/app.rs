@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{DatabaseConfig, RunConfig};
+use crate::config::{DatabaseConfig, Retention, RunConfig};
 use crate::dispatcher::{Dispatcher, Shutdown};
 use crate::health::Health;
 use crate::mailer::Mailer;
@@ -20,7 +20,7 @@ use crate::message::NewMessage;
 use crate::render::Renderer;
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::sampler;
-use crate::{http, store};
+use crate::{http, retention, store};
 
 /// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
 const POOL_SIZE: u32 = 4;
@@ -37,6 +37,9 @@ pub struct App {
     prometheus: PrometheusHandle,
     listener: Option<tokio::net::TcpListener>,
     http_addr: SocketAddr,
+    admin_listener: Option<tokio::net::TcpListener>,
+    admin_addr: Option<SocketAddr>,
+    kinds: Vec<String>,
 }
 
 impl App {
@@ -54,6 +57,19 @@ impl App {
             .await
             .with_context(|| format!("cannot listen on {} (OUTBOXD_LISTEN)", config.listen))?;
         let http_addr = listener.local_addr()?;
+        let admin_listener = match config.admin_listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (OUTBOXD_ADMIN_LISTEN)"))?,
+            ),
+            None => None,
+        };
+        let admin_addr = match &admin_listener {
+            Some(listener) => Some(listener.local_addr()?),
+            None => config.admin_token.as_ref().map(|_| http_addr),
+        };
+        let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
         let pool = connect_checked(&config.database).await?;
         let shutdown = Shutdown::default();
@@ -84,12 +100,20 @@ impl App {
             prometheus,
             listener: Some(listener),
             http_addr,
+            admin_listener,
+            admin_addr,
+            kinds,
         })
     }
 
     /// The address the HTTP server listens on (useful with port 0).
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// Where the admin page and API are served, when an admin token turns them on.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// Serves `/metrics`, `/livez` and `/readyz`, samples the gauges, and keeps the
@@ -101,17 +125,27 @@ impl App {
         stop: CancellationToken,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
+        let admin = self
+            .config
+            .admin_token
+            .as_ref()
+            .map(|token| http::admin_router(self.pool.clone(), token, self.kinds.clone()));
+        let mut main = http::router(self.prometheus.clone(), Arc::clone(&self.health));
+        match (admin, self.admin_listener.take()) {
+            (Some(admin), Some(listener)) => tasks.push(serve(listener, admin, stop.clone())),
+            (Some(admin), None) => main = main.merge(admin),
+            (None, _) => {}
+        }
         if let Some(listener) = self.listener.take() {
-            let router = http::router(self.prometheus.clone(), Arc::clone(&self.health));
-            let http_stop = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let served = axum::serve(listener, router)
-                    .with_graceful_shutdown(http_stop.cancelled_owned())
-                    .await;
-                if let Err(e) = served {
-                    warn!(error = %e, "HTTP server failed");
-                }
-            }));
+            tasks.push(serve(listener, main, stop.clone()));
+        }
+        if let Retention::For(retention) = self.config.retention {
+            tasks.push(tokio::spawn(retention::run(
+                self.pool.clone(),
+                retention,
+                Arc::clone(&self.metrics),
+                stop.clone(),
+            )));
         }
         let sample = tokio::spawn(sampler::run(
             Arc::clone(&self.health),
@@ -143,6 +177,10 @@ impl App {
             );
         }
         info!(address = %self.http_addr, "serving /metrics, /livez and /readyz");
+        match self.admin_addr {
+            Some(address) => info!(%address, "serving the admin page (/admin) and API (/api/v1)"),
+            None => info!("admin page and API are off: OUTBOXD_ADMIN_TOKEN is not set"),
+        }
         let background_stop = CancellationToken::new();
         let background = self.spawn_background(background_stop.clone());
         tokio::spawn(watch_signals(
@@ -160,6 +198,21 @@ impl App {
         self.pool.close().await;
         Ok(())
     }
+}
+
+fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            warn!(error = %e, "HTTP server failed");
+        }
+    })
 }
 
 /// Connects and fails with one clear line when the server or the schema is not there.

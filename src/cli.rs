@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{DatabaseArgs, LogFormat, RunArgs};
+use crate::http::api as admin_api;
 use crate::message::NewMessage;
+use crate::store::admin::{self, Action, Selection};
 use crate::{app, store, telemetry};
 
 /// outboxd delivers the emails your application commits to its outbox table.
@@ -32,6 +34,89 @@ pub enum Command {
     Enqueue(EnqueueArgs),
     /// Migrate, enqueue one sample email of each built-in kind, and run (logging them when no SMTP is set).
     Demo(Box<RunArgs>),
+    /// Inspect, retry and discard dead letters, directly in the database.
+    DeadLetters(DeadLettersArgs),
+    /// Pending, due, in-flight and dead-lettered messages, and sends in the last hour, per kind.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeadLettersArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(subcommand)]
+    pub command: DeadLettersCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadLettersCommand {
+    /// Dead letters, newest first.
+    List {
+        /// Only this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// How many (1 to 500).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=admin_api::MAX_PAGE))]
+        limit: i64,
+        /// Older than this id (the last id of the previous page).
+        #[arg(long)]
+        after: Option<i64>,
+        /// JSON for scripts instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One message with its payload, as JSON.
+    Show { id: i64 },
+    /// Back to pending with attempts reset, due now.
+    Retry(SelectionArgs),
+    /// Keep the rows but mark them discarded: out of the dead-letter view and gauge.
+    Discard(SelectionArgs),
+}
+
+/// Which dead letters: ids, or --kind, or --group, or --all.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("selection").required(true).args(["ids", "all", "kind", "group"])))]
+pub struct SelectionArgs {
+    /// Message ids.
+    pub ids: Vec<i64>,
+    /// Every dead letter.
+    #[arg(long)]
+    pub all: bool,
+    /// Every dead letter of this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Every dead letter of a group, as KIND/ERROR_CLASS (see `outboxd dead-letters list`).
+    #[arg(long, value_name = "KIND/ERROR_CLASS")]
+    pub group: Option<String>,
+}
+
+impl SelectionArgs {
+    fn selection(self) -> anyhow::Result<Selection> {
+        Ok(if self.all {
+            Selection::All
+        } else if let Some(kind) = self.kind {
+            Selection::Kind(kind)
+        } else if let Some(group) = self.group {
+            let Some((kind, error_class)) = group.split_once('/') else {
+                anyhow::bail!("--group must be KIND/ERROR_CLASS, e.g. invoice_notice/smtp_550");
+            };
+            Selection::Group {
+                kind: kind.to_owned(),
+                error_class: error_class.to_owned(),
+            }
+        } else {
+            Selection::Ids(self.ids)
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// JSON for scripts instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `outboxd enqueue`.
@@ -87,6 +172,24 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         }
         Command::Run(args) => app::App::build(args.validate()?).await?.run().await,
         Command::Demo(args) => app::demo(args.validate()?).await,
+        Command::DeadLetters(args) => {
+            let pool = app::connect_checked(&args.database.validate()?).await?;
+            let result = dead_letters(&pool, args.command).await;
+            pool.close().await;
+            result
+        }
+        Command::Stats(args) => {
+            let pool = app::connect_checked(&args.database.validate()?).await?;
+            let stats = admin::stats(&pool).await;
+            pool.close().await;
+            let stats = stats?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                print!("{}", crate::report::stats_table(&stats));
+            }
+            Ok(())
+        }
         Command::Enqueue(args) => {
             let database = args.database.validate()?;
             let payload: serde_json::Value =
@@ -104,4 +207,66 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Who runs the CLI, for the audit table.
+fn cli_actor() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"))
+}
+
+async fn dead_letters(pool: &sqlx::PgPool, command: DeadLettersCommand) -> anyhow::Result<()> {
+    match command {
+        DeadLettersCommand::List {
+            kind,
+            limit,
+            after,
+            json,
+        } => {
+            let page = admin::list_dead_letters(pool, kind.as_deref(), after, limit).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&page)?);
+            } else {
+                print!("{}", crate::report::dead_letter_table(&page));
+            }
+        }
+        DeadLettersCommand::Show { id } => match admin::message(pool, id).await? {
+            Some(message) => println!("{}", serde_json::to_string_pretty(&message)?),
+            None => anyhow::bail!("no message {id}"),
+        },
+        DeadLettersCommand::Retry(selection) => {
+            apply(pool, Action::Retry, selection.selection()?).await?;
+        }
+        DeadLettersCommand::Discard(selection) => {
+            apply(pool, Action::Discard, selection.selection()?).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn apply(pool: &sqlx::PgPool, action: Action, selection: Selection) -> anyhow::Result<()> {
+    if let Selection::Ids(ids) = &selection
+        && let [id] = ids.as_slice()
+    {
+        admin::apply_one(pool, action, *id, &cli_actor()).await?;
+        println!(
+            "{} message {id}",
+            if action == Action::Retry {
+                "requeued"
+            } else {
+                "discarded"
+            }
+        );
+        return Ok(());
+    }
+    let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
+    let verb = if action == Action::Retry {
+        "requeued"
+    } else {
+        "discarded"
+    };
+    println!("{verb} {} dead letters ({selection})", changed.len());
+    Ok(())
 }

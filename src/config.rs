@@ -26,7 +26,7 @@ const DEV_FROM: &str = "outboxd <outboxd@localhost>";
 #[derive(Args, Clone)]
 pub struct DatabaseArgs {
     /// PostgreSQL connection URL. The password, if any, is never logged.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true, global = true)]
     pub database_url: String,
 }
 
@@ -105,6 +105,21 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_LISTEN", default_value = "0.0.0.0:9898")]
     pub listen: SocketAddr,
 
+    /// Turns on the admin page (/admin) and API (/api/v1) and is required by them: as a
+    /// Bearer token for the API, as the HTTP Basic password for the page.
+    #[arg(long, env = "OUTBOXD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Serve the admin page and API on this address instead of OUTBOXD_LISTEN
+    /// (e.g. 127.0.0.1:9899 to keep them off the address Prometheus scrapes).
+    #[arg(long, env = "OUTBOXD_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// Delete dispatched and discarded rows older than this (e.g. 7d, 12h); 0 keeps them forever.
+    /// Dead letters that are not discarded are never deleted.
+    #[arg(long, env = "OUTBOXD_RETENTION", default_value = "7d", value_parser = parse_retention)]
+    pub retention: Retention,
+
     /// On SIGTERM or Ctrl-C, how long sends in flight may take before their rows are released.
     #[arg(long, env = "OUTBOXD_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
@@ -122,6 +137,7 @@ impl std::fmt::Debug for RunArgs {
             .field("batch_size", &self.batch_size)
             .field("smtp_url", &self.smtp_url.as_deref().map(redact_url))
             .field("from", &self.from)
+            .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
             .finish_non_exhaustive()
     }
 }
@@ -179,6 +195,10 @@ pub struct RunConfig {
     pub listen: SocketAddr,
     pub sample_interval: Duration,
     pub shutdown_timeout: Duration,
+    /// `None`: the admin page and API are off.
+    pub admin_token: Option<SecretString>,
+    pub admin_listen: Option<SocketAddr>,
+    pub retention: Retention,
 }
 
 impl RunConfig {
@@ -266,6 +286,23 @@ impl RunArgs {
                 dir.display()
             );
         }
+        let admin_token = match self.admin_token.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(token) if token.len() < 16 => bail!(
+                "--admin-token / OUTBOXD_ADMIN_TOKEN is too short: use at least 16 characters (e.g. `openssl rand -hex 24`)"
+            ),
+            Some(token) => Some(SecretString::from(token.to_owned())),
+        };
+        if self.admin_listen.is_some() && admin_token.is_none() {
+            bail!(
+                "--admin-listen / OUTBOXD_ADMIN_LISTEN is set but OUTBOXD_ADMIN_TOKEN is not: the admin surface is off without a token"
+            );
+        }
+        if self.admin_listen.is_some() && self.admin_listen == Some(self.listen) {
+            bail!(
+                "--admin-listen / OUTBOXD_ADMIN_LISTEN must differ from --listen / OUTBOXD_LISTEN"
+            );
+        }
         let worker_id = match &self.worker_id {
             Some(id) if !id.trim().is_empty() => id.trim().to_owned(),
             Some(_) => bail!("--worker-id / OUTBOXD_WORKER_ID must not be empty"),
@@ -292,6 +329,9 @@ impl RunArgs {
             templates: self.templates.clone(),
             listen: self.listen,
             sample_interval: self.sample_interval,
+            admin_token,
+            admin_listen: self.admin_listen,
+            retention: self.retention,
             shutdown_timeout: self.shutdown_timeout,
         })
     }
@@ -301,6 +341,21 @@ impl RunArgs {
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value.trim())
         .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms, 2m or 1h"))
+}
+
+/// How long dispatched and discarded rows are kept; `Keep` never deletes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    Keep,
+    For(Duration),
+}
+
+/// `0` keeps rows forever; anything else is a duration such as `7d` or `12h`.
+pub fn parse_retention(value: &str) -> Result<Retention, String> {
+    match value.trim() {
+        "0" | "0s" => Ok(Retention::Keep),
+        other => parse_duration(other).map(Retention::For),
+    }
 }
 
 fn default_worker_id() -> String {
@@ -334,6 +389,16 @@ mod tests {
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("app:***@db"), "{shown}");
         assert_eq!(redact_url("not a url s3cret"), "<unparseable URL>");
+    }
+
+    #[test]
+    fn retention_zero_keeps_rows_forever() {
+        assert_eq!(parse_retention("0"), Ok(Retention::Keep));
+        assert_eq!(
+            parse_retention("7d"),
+            Ok(Retention::For(Duration::from_secs(7 * 86400)))
+        );
+        assert!(parse_retention("a week").is_err());
     }
 
     #[test]

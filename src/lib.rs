@@ -13,6 +13,8 @@ pub mod http;
 pub mod mailer;
 pub mod message;
 pub mod render;
+pub mod report;
+pub mod retention;
 pub mod store;
 pub mod telemetry;
 

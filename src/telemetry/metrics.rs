@@ -31,12 +31,14 @@ pub const CIRCUIT_OPEN: &str = "outbox_smtp_circuit_open";
 pub const LAST_CYCLE: &str = "outbox_last_cycle_timestamp_seconds";
 pub const READY: &str = "outbox_ready";
 pub const BUILD_INFO: &str = "outbox_build_info";
+pub const PRUNED: &str = "outbox_messages_pruned_total";
 
 /// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
 pub const OTHER_KIND: &str = "other";
 
 /// Database operations counted in `outbox_database_errors_total{operation}`.
-pub const DATABASE_OPERATIONS: &[&str] = &["claim", "record", "listen", "sample", "readiness"];
+pub const DATABASE_OPERATIONS: &[&str] =
+    &["claim", "record", "listen", "sample", "readiness", "prune"];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -170,6 +172,9 @@ impl Metrics {
         for operation in DATABASE_OPERATIONS {
             counter!(DATABASE_ERRORS, "operation" => *operation).increment(0);
         }
+        for state in ["dispatched", "discarded"] {
+            counter!(PRUNED, "state" => state).increment(0);
+        }
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
         gauge!(CIRCUIT_OPEN).set(0.0);
@@ -237,6 +242,10 @@ impl Metrics {
 
     pub fn database_error(&self, operation: &'static str) {
         counter!(DATABASE_ERRORS, "operation" => operation).increment(1);
+    }
+
+    pub fn pruned(&self, state: &'static str, rows: u64) {
+        counter!(PRUNED, "state" => state).increment(rows);
     }
 
     pub fn circuit_open(&self, open: bool) {

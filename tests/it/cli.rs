@@ -381,6 +381,7 @@ async fn secrets_never_appear_in_the_logs() {
         ])
         .env("DATABASE_URL", &database_url)
         .env("OUTBOXD_SMTP_URL", &smtp_url)
+        .env("OUTBOXD_ADMIN_TOKEN", "admin-hunter2-0123456789")
         .env("RUST_LOG", "debug")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -408,7 +409,9 @@ async fn secrets_never_appear_in_the_logs() {
 
     let help = outboxd()
         .args(["run", "--help"])
+        .env("DATABASE_URL", &database_url)
         .env("OUTBOXD_SMTP_URL", &smtp_url)
+        .env("OUTBOXD_ADMIN_TOKEN", "admin-hunter2-0123456789")
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&help.stdout).contains("hunter2"));
@@ -436,6 +439,10 @@ async fn the_help_documents_every_option_with_its_environment_variable() {
         "OUTBOXD_SHUTDOWN_TIMEOUT",
         "OUTBOXD_WORKER_ID",
         "OUTBOXD_LOG_FORMAT",
+        "OUTBOXD_SAMPLE_INTERVAL",
+        "OUTBOXD_ADMIN_TOKEN",
+        "OUTBOXD_ADMIN_LISTEN",
+        "OUTBOXD_RETENTION",
     ] {
         assert!(help.contains(&format!("[env: {var}")), "--help lacks {var}");
     }

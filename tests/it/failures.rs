@@ -5,11 +5,7 @@ use outboxd::message::{Delivery, Outcome};
 use outboxd::store::{self, ClaimRequest};
 use serde_json::json;
 
-use crate::helpers::{BlackHole, SmtpServer, TestDb, app, free_port};
-
-fn verification(to: &str) -> serde_json::Value {
-    json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify"})
-}
+use crate::helpers::{BlackHole, SmtpServer, TestDb, app, free_port, verification};
 
 #[tokio::test]
 async fn a_transient_failure_is_retried_then_delivered() {

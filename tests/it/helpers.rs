@@ -223,11 +223,21 @@ impl SmtpServer {
     }
 
     pub fn start_on(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// An SMTP server that is up but answers 451 to every recipient.
+    pub fn start_deferring_all(port: u16) -> Self {
+        Self::start_with(port, &["--defer-all"])
+    }
+
+    fn start_with(port: u16, flags: &[&str]) -> Self {
         let spool = tempfile::tempdir().expect("spool");
         let mut child = Command::new(python())
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/smtp_server.py"))
             .args(["--port", &port.to_string(), "--spool"])
             .arg(spool.path())
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -341,7 +351,8 @@ pub async fn app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> App {
         .expect("app builds")
 }
 
-/// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment.
+/// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment, and an
+/// HTTP port of its own unless a test names one (many run at once).
 pub fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     for (key, _) in std::env::vars() {
@@ -349,6 +360,7 @@ pub fn outboxd() -> Command {
             command.env_remove(key);
         }
     }
+    command.env("OUTBOXD_LISTEN", "127.0.0.1:0");
     command
 }
 
@@ -367,34 +379,93 @@ where
 
 /// A plain HTTP/1.1 request over loopback; returns the status and the body.
 pub async fn http_request(addr: &str, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    http_full(addr, method, path, &[], "")
+        .await
+        .map(|r| (r.status, r.body))
+}
+
+/// An HTTP response: status, raw header block, body.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: String,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+}
+
+/// An HTTP/1.1 request with headers and a body.
+pub async fn http_full(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<HttpResponse> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
     );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await?;
+    // Read to the end of the body that Content-Length announces (some servers, such as
+    // chromedriver, keep the connection open despite `Connection: close`), or to EOF.
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).await?;
+    let mut chunk = [0_u8; 8192];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&chunk[..n]);
+        if let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
+            let length = head.lines().find_map(|l| {
+                l.strip_prefix("content-length:")
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+            });
+            if length.is_some_and(|length| response.len() >= end + 4 + length) {
+                break;
+            }
+        }
+    }
     let response = String::from_utf8_lossy(&response).into_owned();
     let status = response
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(head, body)| {
-            if head
-                .to_ascii_lowercase()
-                .contains("transfer-encoding: chunked")
-            {
-                dechunk(body)
-            } else {
-                body.to_owned()
-            }
-        })
-        .unwrap_or_default();
-    Ok((status, body))
+    let (headers, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let body = if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Ok(HttpResponse {
+        status,
+        headers: headers.to_owned(),
+        body,
+    })
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -606,4 +677,9 @@ impl Drop for PrivateCluster {
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// An `account_verification` payload for `to`.
+pub fn verification(to: &str) -> serde_json::Value {
+    serde_json::json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify"})
 }

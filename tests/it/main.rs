@@ -1,6 +1,8 @@
 //! outboxd's integration tests: real PostgreSQL, a real SMTP server (aiosmtpd), and the
 //! real application or binary. One test binary, so it links once.
 
+mod admin;
+mod browser;
 mod cli;
 mod delivery;
 mod failures;

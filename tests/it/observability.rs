@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get};
+use crate::helpers::{
+    Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, verification,
+};
 
 fn manifest(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -83,10 +85,6 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn verification(to: &str) -> Value {
-    json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify"})
 }
 
 #[tokio::test]

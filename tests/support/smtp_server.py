@@ -9,7 +9,9 @@ Recipients whose local part starts with:
 anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
 decoded by Python's email package, so the tests check what a receiver would see.
 
-Usage: smtp_server.py --port PORT --spool DIR   (prints READY when it listens)
+With --defer-all every recipient gets 451: a mail server that is up but refusing mail.
+
+Usage: smtp_server.py --port PORT --spool DIR [--defer-all]   (prints READY when it listens)
 """
 
 import argparse
@@ -27,13 +29,16 @@ from aiosmtpd.controller import Controller
 
 
 class Handler:
-    def __init__(self, spool):
+    def __init__(self, spool, defer_all=False):
         self.spool = spool
+        self.defer_all = defer_all
         self.attempts = {}
         self.lock = threading.Lock()
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         local = address.split("@", 1)[0].lower()
+        if self.defer_all:
+            return "451 4.3.2 System not accepting network messages"
         if local.startswith("reject"):
             return "550 5.1.1 <%s>: mailbox unavailable" % address
         if local.startswith("deferlong"):
@@ -81,10 +86,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--spool", required=True)
+    parser.add_argument("--defer-all", action="store_true", help="answer 451 to every recipient")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
     controller = Controller(
-        Handler(args.spool), hostname="127.0.0.1", port=args.port, ready_timeout=10
+        Handler(args.spool, args.defer_all), hostname="127.0.0.1", port=args.port, ready_timeout=10
     )
     controller.start()
     print("READY", flush=True)

@@ -1,7 +1,14 @@
-//! The HTTP surface: `/metrics`, `/livez`, `/readyz`. Reads state and calls the store
-//! (through [`Health`]); changes nothing.
+//! The HTTP surface: `/metrics`, `/livez`, `/readyz`, and, with an admin token, the admin
+//! API (`/api/v1`) and page (`/admin`). Reads state and calls the store; nothing else.
+
+pub mod api;
+pub mod auth;
+pub mod page;
 
 use std::sync::Arc;
+
+use secrecy::SecretString;
+use sqlx::PgPool;
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -12,6 +19,38 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
 use crate::health::Health;
+
+/// What the admin routes need.
+#[derive(Clone)]
+pub struct AdminState {
+    pub pool: PgPool,
+    pub auth: Arc<auth::AdminAuth>,
+    /// The kinds with templates, for the page's filter.
+    pub kinds: Vec<String>,
+}
+
+/// The admin API (Bearer token) and page (HTTP Basic), both behind the admin token.
+pub fn admin_router(pool: PgPool, token: &SecretString, kinds: Vec<String>) -> Router {
+    let auth = Arc::new(auth::AdminAuth::new(token));
+    let state = AdminState {
+        pool,
+        auth: Arc::clone(&auth),
+        kinds,
+    };
+    let api = api::routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&auth),
+            auth::require_bearer,
+        ))
+        .with_state(state.clone());
+    let page = page::routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            auth,
+            auth::require_basic,
+        ))
+        .with_state(state);
+    api.merge(page)
+}
 
 #[derive(Clone)]
 struct AppState {

@@ -1,0 +1,293 @@
+//! The admin JSON API under `/api/v1`. Errors have one shape:
+//! `{"error": {"code": "...", "message": "..."}}`.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::AdminState;
+use super::auth::Actor;
+use crate::store::admin::{self, Action, ActionError, Selection};
+
+/// The most dead letters one page returns.
+pub const MAX_PAGE: i64 = 500;
+const DEFAULT_PAGE: i64 = 50;
+/// The most ids one bulk request names.
+const MAX_IDS: usize = 10_000;
+
+pub fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/api/v1/dead-letters", get(list))
+        .route("/api/v1/dead-letters/groups", get(groups))
+        .route("/api/v1/dead-letters/retry", post(bulk_retry))
+        .route("/api/v1/dead-letters/discard", post(bulk_discard))
+        .route("/api/v1/dead-letters/{id}", get(show))
+        .route("/api/v1/dead-letters/{id}/retry", post(retry_one))
+        .route("/api/v1/dead-letters/{id}/discard", post(discard_one))
+        .route("/api/v1/stats", get(stats))
+}
+
+/// An API error, rendered as JSON with a stable shape.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_request",
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        tracing::error!(error = %error, "admin API database error");
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "database_unavailable",
+            message: "the database did not answer; try again".to_owned(),
+        }
+    }
+}
+
+impl From<ActionError> for ApiError {
+    fn from(error: ActionError) -> Self {
+        match error {
+            ActionError::NotFound(_) => Self {
+                status: StatusCode::NOT_FOUND,
+                code: "not_found",
+                message: error.to_string(),
+            },
+            ActionError::NotDeadLettered { .. } => Self {
+                status: StatusCode::CONFLICT,
+                code: "not_dead_lettered",
+                message: error.to_string(),
+            },
+            ActionError::Database(e) => e.into(),
+        }
+    }
+}
+
+fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::bad_request(format!("{raw:?} is not a message id")))
+}
+
+/// `kind`, `limit` and `after`, checked, for the list endpoint and the page.
+pub struct ListQuery {
+    pub kind: Option<String>,
+    pub limit: i64,
+    pub after: Option<i64>,
+}
+
+impl ListQuery {
+    pub fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
+        if let Some(unknown) = query
+            .keys()
+            .find(|k| !matches!(k.as_str(), "kind" | "limit" | "after" | "notice"))
+        {
+            return Err(format!(
+                "unknown parameter {unknown:?}: use kind, limit or after"
+            ));
+        }
+        let kind = query.get("kind").filter(|k| !k.is_empty()).cloned();
+        let limit = match query.get("limit") {
+            None => DEFAULT_PAGE,
+            Some(raw) => raw
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| {
+                    format!("limit must be a number from 1 to {MAX_PAGE}, got {raw:?}")
+                })?,
+        };
+        let after = match query.get("after").filter(|a| !a.is_empty()) {
+            None => None,
+            Some(raw) => Some(
+                raw.parse::<i64>()
+                    .ok()
+                    .filter(|id| *id > 0)
+                    .ok_or_else(|| format!("after must be a message id, got {raw:?}"))?,
+            ),
+        };
+        Ok(Self { kind, limit, after })
+    }
+}
+
+async fn list(
+    State(state): State<AdminState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let query = ListQuery::parse(&query).map_err(ApiError::bad_request)?;
+    let page =
+        admin::list_dead_letters(&state.pool, query.kind.as_deref(), query.after, query.limit)
+            .await?;
+    let next_after = (page.len() as i64 == query.limit)
+        .then(|| page.last().map(|d| d.id))
+        .flatten();
+    Ok(Json(
+        json!({"dead_letters": page, "next_after": next_after}),
+    ))
+}
+
+async fn show(
+    State(state): State<AdminState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    match admin::message(&state.pool, id).await? {
+        Some(message) if matches!(message.state, "dead_lettered" | "discarded") => {
+            Ok(Json(json!(message)))
+        }
+        Some(message) => Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: format!("message {id} is {}, not a dead letter", message.state),
+        }),
+        None => Err(ActionError::NotFound(id).into()),
+    }
+}
+
+async fn groups(State(state): State<AdminState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({"groups": admin::groups(&state.pool).await?})))
+}
+
+async fn stats(State(state): State<AdminState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(admin::stats(&state.pool).await?)))
+}
+
+async fn retry_one(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    one(&state, &actor, Action::Retry, &id).await
+}
+
+async fn discard_one(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    one(&state, &actor, Action::Discard, &id).await
+}
+
+async fn one(
+    state: &AdminState,
+    actor: &Actor,
+    action: Action,
+    id: &str,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(id)?;
+    admin::apply_one(&state.pool, action, id, &actor.0).await?;
+    info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
+    Ok(Json(json!({"id": id, past_tense(action): 1})))
+}
+
+fn past_tense(action: Action) -> &'static str {
+    match action {
+        Action::Retry => "requeued",
+        Action::Discard => "discarded",
+    }
+}
+
+/// The filter of a bulk request: exactly one of `ids`, `kind`, `group` or `"all": true`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    ids: Option<Vec<i64>>,
+    kind: Option<String>,
+    group: Option<GroupFilter>,
+    all: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupFilter {
+    kind: String,
+    error_class: String,
+}
+
+impl BulkRequest {
+    fn selection(self) -> Result<Selection, ApiError> {
+        let given = usize::from(self.ids.is_some())
+            + usize::from(self.kind.is_some())
+            + usize::from(self.group.is_some())
+            + usize::from(self.all.is_some());
+        if given != 1 {
+            return Err(ApiError::bad_request(
+                "give exactly one filter: {\"ids\": [..]}, {\"kind\": \"..\"}, {\"group\": {\"kind\": \"..\", \"error_class\": \"..\"}} or {\"all\": true}",
+            ));
+        }
+        match (self.ids, self.kind, self.group, self.all) {
+            (Some(ids), ..) if ids.is_empty() || ids.len() > MAX_IDS => Err(ApiError::bad_request(
+                format!("ids must name 1 to {MAX_IDS} messages"),
+            )),
+            (Some(ids), ..) => Ok(Selection::Ids(ids)),
+            (_, Some(kind), ..) if kind.is_empty() => {
+                Err(ApiError::bad_request("kind must not be empty"))
+            }
+            (_, Some(kind), ..) => Ok(Selection::Kind(kind)),
+            (_, _, Some(group), _) => Ok(Selection::Group {
+                kind: group.kind,
+                error_class: group.error_class,
+            }),
+            (.., Some(true)) => Ok(Selection::All),
+            _ => Err(ApiError::bad_request("\"all\" must be true")),
+        }
+    }
+}
+
+async fn bulk_retry(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    body: Result<Json<BulkRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    bulk(&state, &actor, Action::Retry, body).await
+}
+
+async fn bulk_discard(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    body: Result<Json<BulkRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    bulk(&state, &actor, Action::Discard, body).await
+}
+
+async fn bulk(
+    state: &AdminState,
+    actor: &Actor,
+    action: Action,
+    body: Result<Json<BulkRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let selection = request.selection()?;
+    let changed = admin::apply(&state.pool, action, &selection, &actor.0).await?;
+    info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
+    Ok(Json(json!({past_tense(action): changed.len()})))
+}

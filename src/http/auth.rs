@@ -1,0 +1,142 @@
+//! Access to the admin surface: a Bearer token for the API, HTTP Basic (the token as the
+//! password) for the page, and a CSRF token for the page's forms. Comparisons are
+//! constant-time over digests, so neither content nor length leaks through timing.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use ring::{digest, hmac};
+use secrecy::{ExposeSecret, SecretString};
+use std::sync::Arc;
+use subtle::ConstantTimeEq as _;
+
+/// Who did an admin action, as recorded in the audit table.
+#[derive(Debug, Clone)]
+pub struct Actor(pub String);
+
+pub struct AdminAuth {
+    token_digest: digest::Digest,
+    csrf: String,
+}
+
+impl AdminAuth {
+    pub fn new(token: &SecretString) -> Self {
+        let token = token.expose_secret().as_bytes();
+        let key = hmac::Key::new(hmac::HMAC_SHA256, token);
+        // Derived from the token, so every replica behind a load balancer agrees on it.
+        let csrf = hex(hmac::sign(&key, b"outboxd admin csrf").as_ref());
+        Self {
+            token_digest: digest::digest(&digest::SHA256, token),
+            csrf,
+        }
+    }
+
+    fn matches(&self, presented: &str) -> bool {
+        let presented = digest::digest(&digest::SHA256, presented.as_bytes());
+        presented.as_ref().ct_eq(self.token_digest.as_ref()).into()
+    }
+
+    pub fn csrf_token(&self) -> &str {
+        &self.csrf
+    }
+
+    pub fn csrf_matches(&self, presented: &str) -> bool {
+        presented.as_bytes().ct_eq(self.csrf.as_bytes()).into()
+    }
+
+    fn bearer(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| self.matches(token.trim()))
+    }
+
+    /// The Basic user name when the password is the token.
+    fn basic(&self, headers: &HeaderMap) -> Option<String> {
+        let encoded = headers
+            .get(header::AUTHORIZATION)?
+            .to_str()
+            .ok()?
+            .strip_prefix("Basic ")?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .ok()?;
+        let decoded = String::from_utf8(decoded).ok()?;
+        let (user, password) = decoded.split_once(':')?;
+        self.matches(password).then(|| actor_name(user, "admin"))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A name fit for the audit table: printable, short, never empty.
+fn actor_name(raw: &str, fallback: &str) -> String {
+    let cleaned: String = raw.chars().filter(|c| !c.is_control()).take(64).collect();
+    let cleaned = cleaned.trim();
+    if cleaned.is_empty() {
+        fallback.to_owned()
+    } else {
+        cleaned.to_owned()
+    }
+}
+
+/// API requests need `Authorization: Bearer <token>`; `X-Outboxd-Actor` names the caller.
+pub async fn require_bearer(
+    State(auth): State<Arc<AdminAuth>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if !auth.bearer(request.headers()) {
+        let mut response = (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(serde_json::json!({"error": {
+                "code": "unauthorized",
+                "message": "send the admin token as `Authorization: Bearer <OUTBOXD_ADMIN_TOKEN>`"
+            }})),
+        )
+            .into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"outboxd\""),
+        );
+        return response;
+    }
+    let actor = request
+        .headers()
+        .get("x-outboxd-actor")
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(
+            || "api".to_owned(),
+            |name| format!("api:{}", actor_name(name, "anonymous")),
+        );
+    request.extensions_mut().insert(Actor(actor));
+    next.run(request).await
+}
+
+/// Page requests need HTTP Basic with the token as the password, so a browser works with
+/// no login form; the user name is recorded as the actor.
+pub async fn require_basic(
+    State(auth): State<Arc<AdminAuth>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(user) = auth.basic(request.headers()) else {
+        let mut response = (
+            StatusCode::UNAUTHORIZED,
+            "outboxd admin: sign in with any user name and OUTBOXD_ADMIN_TOKEN as the password\n",
+        )
+            .into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"outboxd admin\", charset=\"UTF-8\""),
+        );
+        return response;
+    };
+    request.extensions_mut().insert(Actor(user));
+    next.run(request).await
+}

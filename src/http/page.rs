@@ -1,0 +1,304 @@
+//! The admin page: server-rendered HTML, no JavaScript build, POST forms with a CSRF token.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Form, Router};
+use chrono::{DateTime, Utc};
+use minijinja::value::Serde;
+use minijinja::{Environment, context};
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use super::AdminState;
+use super::api::ListQuery;
+use super::auth::Actor;
+use crate::store::admin::{self, Action, ActionError, Selection};
+
+/// Errors longer than this are folded behind "more".
+const FOLD_AT: usize = 140;
+
+pub fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/admin", get(page))
+        .route("/admin/dead-letters/bulk", post(bulk))
+        .route("/admin/dead-letters/{id}/{action}", post(one))
+}
+
+fn environment() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        if let Err(e) = env.add_template("admin.html", include_str!("admin.html")) {
+            tracing::error!(error = %e, "the admin page template does not parse");
+        }
+        env
+    })
+}
+
+fn csrf_refused() -> Response {
+    plain(
+        StatusCode::FORBIDDEN,
+        "outboxd admin: the form's CSRF token is missing or wrong; reload the page\n".into(),
+    )
+}
+
+fn plain(status: StatusCode, text: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+/// "3 min ago", for a person scanning a table; the absolute time is beside it.
+fn ago(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let seconds = (now - then).num_seconds().max(0);
+    match seconds {
+        0..=59 => format!("{seconds} s ago"),
+        60..=3599 => format!("{} min ago", seconds / 60),
+        3600..=86_399 => format!("{} h ago", seconds / 3600),
+        _ => format!("{} days ago", seconds / 86_400),
+    }
+}
+
+fn short(text: &str) -> String {
+    match text.char_indices().nth(FOLD_AT) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+fn duration_text(seconds: f64) -> String {
+    let seconds = seconds.max(0.0) as u64;
+    if seconds == 0 {
+        "–".to_owned()
+    } else {
+        humantime::format_duration(std::time::Duration::from_secs(seconds)).to_string()
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    id: i64,
+    kind: String,
+    error_class: String,
+    recipients: String,
+    attempts: i32,
+    last_error: String,
+    short_error: String,
+    error_folded: bool,
+    created_at: String,
+    created_ago: String,
+    created_short: String,
+    dead_lettered_at: String,
+    dead_ago: String,
+    dead_short: String,
+}
+
+async fn page(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let list = match ListQuery::parse(&query) {
+        Ok(list) => list,
+        Err(e) => return plain(StatusCode::BAD_REQUEST, e),
+    };
+    match render(&state, &actor, &list, query.get("notice")).await {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("outboxd admin: {e}\n"),
+        ),
+    }
+}
+
+async fn render(
+    state: &AdminState,
+    actor: &Actor,
+    list: &ListQuery,
+    notice: Option<&String>,
+) -> anyhow::Result<String> {
+    let now = Utc::now();
+    let stats = admin::stats(&state.pool).await?;
+    let groups = admin::groups(&state.pool).await?;
+    let page =
+        admin::list_dead_letters(&state.pool, list.kind.as_deref(), list.after, list.limit).await?;
+    let audit = admin::audit_log(&state.pool, 20).await?;
+    let next_after = (page.len() as i64 == list.limit)
+        .then(|| page.last().map(|d| d.id))
+        .flatten();
+    let mut kinds: Vec<String> = state.kinds.clone();
+    for kind in stats.kinds.keys().chain(list.kind.iter()) {
+        if !kinds.contains(kind) {
+            kinds.push(kind.clone());
+        }
+    }
+    kinds.sort();
+    let rows: Vec<Row> = page
+        .into_iter()
+        .map(|d| {
+            let last_error = d.last_error.unwrap_or_default();
+            Row {
+                id: d.id,
+                kind: d.kind,
+                error_class: d.error_class,
+                recipients: d.recipients.join(", "),
+                attempts: d.attempts,
+                short_error: short(&last_error),
+                error_folded: last_error.chars().count() > FOLD_AT,
+                last_error,
+                created_at: d.created_at.to_rfc3339(),
+                created_ago: ago(d.created_at, now),
+                created_short: d.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                dead_lettered_at: d.dead_lettered_at.to_rfc3339(),
+                dead_ago: ago(d.dead_lettered_at, now),
+                dead_short: d
+                    .dead_lettered_at
+                    .format("%Y-%m-%d %H:%M:%S UTC")
+                    .to_string(),
+            }
+        })
+        .collect();
+    let groups: Vec<_> = groups
+        .into_iter()
+        .map(|g| {
+            let short_error = short(g.newest.last_error.as_deref().unwrap_or(""));
+            context! { kind => g.kind, error_class => g.error_class, count => g.count, newest => context! { id => g.newest.id }, short_error }
+        })
+        .collect();
+    let audit: Vec<_> = audit
+        .into_iter()
+        .map(|a| context! { at => a.at.to_rfc3339(), ago => ago(a.at, now), actor => a.actor, action => a.action, target => a.target, rows => a.rows })
+        .collect();
+    let notice_error = notice.is_some_and(|n| n.starts_with("Could not"));
+    let kind = list.kind.clone().unwrap_or_default();
+    let kind_query: String = url::form_urlencoded::byte_serialize(kind.as_bytes()).collect();
+    let html = environment().get_template("admin.html")?.render(context! {
+        actor => actor.0.as_str(),
+        now => now.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        notice => notice,
+        notice_error,
+        stats => Serde(&stats),
+        oldest_pending => duration_text(stats.oldest_pending_age_seconds),
+        groups,
+        kinds,
+        kind,
+        kind_query,
+        dead_letters => Serde(&rows),
+        after => list.after,
+        next_after,
+        audit,
+        csrf => state.auth.csrf_token(),
+    })?;
+    Ok(html)
+}
+
+#[derive(Debug, Deserialize)]
+struct OneForm {
+    csrf: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct BulkForm {
+    csrf: String,
+    action: String,
+    kind: String,
+    error_class: String,
+}
+
+fn back(kind: &str, notice: &str) -> Response {
+    let mut url = url::form_urlencoded::Serializer::new(String::new());
+    if !kind.is_empty() {
+        url.append_pair("kind", kind);
+    }
+    url.append_pair("notice", notice);
+    Redirect::to(&format!("/admin?{}", url.finish())).into_response()
+}
+
+fn parse_action(raw: &str) -> Option<Action> {
+    match raw {
+        "retry" => Some(Action::Retry),
+        "discard" => Some(Action::Discard),
+        _ => None,
+    }
+}
+
+async fn one(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<OneForm>,
+) -> Response {
+    if !state.auth.csrf_matches(&form.csrf) {
+        return csrf_refused();
+    }
+    let (Ok(id), Some(action)) = (id.parse::<i64>(), parse_action(&action)) else {
+        return plain(StatusCode::NOT_FOUND, "no such action\n".into());
+    };
+    match admin::apply_one(&state.pool, action, id, &actor.0).await {
+        Ok(()) => {
+            info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
+            let done = if action == Action::Retry {
+                "Retried"
+            } else {
+                "Discarded"
+            };
+            back(&form.kind, &format!("{done} message {id}."))
+        }
+        Err(e @ (ActionError::NotFound(_) | ActionError::NotDeadLettered { .. })) => {
+            back(&form.kind, &format!("Could not {}: {e}.", action.as_str()))
+        }
+        Err(ActionError::Database(e)) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("outboxd admin: {e}\n"),
+        ),
+    }
+}
+
+async fn bulk(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Form(form): Form<BulkForm>,
+) -> Response {
+    if !state.auth.csrf_matches(&form.csrf) {
+        return csrf_refused();
+    }
+    let Some(action) = parse_action(&form.action) else {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "action must be retry or discard\n".into(),
+        );
+    };
+    let selection = Selection::Group {
+        kind: form.kind,
+        error_class: form.error_class,
+    };
+    match admin::apply(&state.pool, action, &selection, &actor.0).await {
+        Ok(changed) => {
+            info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
+            let done = if action == Action::Retry {
+                "Retried"
+            } else {
+                "Discarded"
+            };
+            back(
+                "",
+                &format!("{done} {} messages ({selection}).", changed.len()),
+            )
+        }
+        Err(e) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("outboxd admin: {e}\n"),
+        ),
+    }
+}

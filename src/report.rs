@@ -1,0 +1,119 @@
+//! Plain-text tables for the command line.
+
+use crate::store::admin::{DeadLetter, Stats};
+
+/// Columns padded to their widest cell; the last column is left ragged.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let cells: Vec<&str> = cells.collect();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+fn clip(text: &str, max: usize) -> String {
+    let one_line = text.replace(['\r', '\n'], " ");
+    match one_line.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &one_line[..end]),
+        None => one_line,
+    }
+}
+
+pub fn dead_letter_table(page: &[DeadLetter]) -> String {
+    if page.is_empty() {
+        return "no dead letters\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = page
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.to_string(),
+                d.kind.clone(),
+                d.error_class.clone(),
+                d.attempts.to_string(),
+                d.dead_lettered_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                clip(&d.recipients.join(","), 40),
+                clip(d.last_error.as_deref().unwrap_or(""), 80),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "ID",
+            "KIND",
+            "CLASS",
+            "ATTEMPTS",
+            "DEAD-LETTERED (UTC)",
+            "RECIPIENTS",
+            "ERROR",
+        ],
+        &rows,
+    );
+    if let Some(last) = page.last() {
+        out.push_str(&format!(
+            "({} shown; older: --after {})\n",
+            page.len(),
+            last.id
+        ));
+    }
+    out
+}
+
+pub fn stats_table(stats: &Stats) -> String {
+    let mut rows: Vec<Vec<String>> = stats
+        .kinds
+        .iter()
+        .map(|(kind, k)| {
+            vec![
+                kind.clone(),
+                k.pending.to_string(),
+                k.due.to_string(),
+                k.in_flight.to_string(),
+                k.dead_letters.to_string(),
+                k.sent_last_hour.to_string(),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "total".to_owned(),
+        stats.pending.to_string(),
+        stats.due.to_string(),
+        stats.in_flight.to_string(),
+        stats.dead_letters.to_string(),
+        stats.sent_last_hour.to_string(),
+    ]);
+    let mut out = table(
+        &[
+            "KIND",
+            "PENDING",
+            "DUE",
+            "IN-FLIGHT",
+            "DEAD LETTERS",
+            "SENT LAST HOUR",
+        ],
+        &rows,
+    );
+    out.push_str(&format!(
+        "oldest pending message: due {:.0}s ago\n",
+        stats.oldest_pending_age_seconds
+    ));
+    out
+}

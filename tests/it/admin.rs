@@ -1,0 +1,953 @@
+use std::time::Duration;
+
+use base64::Engine as _;
+use outboxd::app::App;
+use outboxd::dispatcher::{BatchReport, Step};
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    HttpResponse, SmtpServer, TestDb, app, free_port, http_full, outboxd, verification,
+};
+
+const TOKEN: &str = "test-admin-token-0123456789";
+
+/// A running app with the admin surface on, and its address.
+async fn admin_app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> (App, String) {
+    let mut flags = vec!["--admin-token", TOKEN];
+    flags.extend(extra);
+    let mut app = app(db, smtp_url, &flags).await;
+    let addr = app.admin_addr().expect("admin on").to_string();
+    let stop = tokio_util::sync::CancellationToken::new();
+    app.spawn_background(stop.clone());
+    (app, addr)
+}
+
+async fn api(addr: &str, method: &str, path: &str, body: Option<Value>) -> HttpResponse {
+    let auth = format!("Bearer {TOKEN}");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    http_full(
+        addr,
+        method,
+        path,
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+            ("X-Outboxd-Actor", "alice"),
+        ],
+        &body,
+    )
+    .await
+    .unwrap()
+}
+
+fn basic(user: &str, password: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
+}
+
+/// A dead letter as the dispatcher leaves one, written directly for speed.
+async fn dead_letter(db: &TestDb, kind: &str, error_class: &str, to: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, attempts, last_error, error_class, dead_lettered_at) \
+         VALUES ($1, $2, 1, 'permanent error (550): no such user', $3, now()) RETURNING id",
+    )
+    .bind(kind)
+    .bind(verification(to))
+    .bind(error_class)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+fn error_code(response: &HttpResponse) -> String {
+    response.json()["error"]["code"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_admin_surface_is_off_without_a_token() {
+    let db = TestDb::new().await;
+    let mut app = app(&db, None, &[]).await;
+    assert_eq!(app.admin_addr(), None);
+    let addr = app.http_addr().to_string();
+    app.spawn_background(tokio_util::sync::CancellationToken::new());
+    for path in ["/api/v1/stats", "/api/v1/dead-letters", "/admin"] {
+        let response = http_full(
+            &addr,
+            "GET",
+            path,
+            &[("Authorization", "Bearer anything")],
+            "",
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status, 404, "{path}");
+    }
+    assert_eq!(
+        http_full(&addr, "GET", "/metrics", &[], "")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_api_and_the_page_require_the_token() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+
+    let none = http_full(&addr, "GET", "/api/v1/stats", &[], "")
+        .await
+        .unwrap();
+    assert_eq!(none.status, 401);
+    assert_eq!(error_code(&none), "unauthorized");
+    assert_eq!(
+        none.header("www-authenticate"),
+        Some("Bearer realm=\"outboxd\"")
+    );
+    let wrong = http_full(
+        &addr,
+        "GET",
+        "/api/v1/stats",
+        &[("Authorization", "Bearer not-the-token")],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status, 401);
+    let prefix = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
+    let almost = http_full(
+        &addr,
+        "GET",
+        "/api/v1/stats",
+        &[("Authorization", &prefix)],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(almost.status, 401);
+    assert_eq!(api(&addr, "GET", "/api/v1/stats", None).await.status, 200);
+    // The page takes HTTP Basic, not the API's scheme.
+    let bearer_on_page = http_full(
+        &addr,
+        "GET",
+        "/admin",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(bearer_on_page.status, 401);
+
+    let none = http_full(&addr, "GET", "/admin", &[], "").await.unwrap();
+    assert_eq!(none.status, 401);
+    assert!(
+        none.header("www-authenticate")
+            .unwrap()
+            .starts_with("Basic realm=")
+    );
+    let wrong = http_full(
+        &addr,
+        "GET",
+        "/admin",
+        &[("Authorization", &basic("ops", "wrong"))],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status, 401);
+    let right = http_full(
+        &addr,
+        "GET",
+        "/admin",
+        &[("Authorization", &basic("ops", TOKEN))],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(right.status, 200);
+    assert!(right.body.contains("signed in as ops"));
+    // Probes and metrics stay open.
+    assert_eq!(
+        http_full(&addr, "GET", "/readyz", &[], "")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_newest_first_page_by_page_and_by_kind() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            dead_letter(
+                &db,
+                "invoice_notice",
+                "smtp_550",
+                &format!("r{i}@example.com"),
+            )
+            .await,
+        );
+    }
+    let other = dead_letter(&db, "workspace_invite", "address", "x@example.com").await;
+    db.enqueue("account_verification", verification("pending@example.com"))
+        .await;
+
+    let first = api(&addr, "GET", "/api/v1/dead-letters?limit=4", None)
+        .await
+        .json();
+    let listed: Vec<i64> = first["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(listed, [other, ids[4], ids[3], ids[2]]);
+    assert_eq!(first["next_after"], ids[2]);
+    let item = &first["dead_letters"][1];
+    assert_eq!(item["recipients"], json!(["r4@example.com"]));
+    assert_eq!(item["error_class"], "smtp_550");
+    assert_eq!(item["last_error"], "permanent error (550): no such user");
+    assert!(item.get("payload").is_none(), "the list carries no payload");
+    for field in ["kind", "attempts", "created_at", "dead_lettered_at"] {
+        assert!(item.get(field).is_some(), "{field}");
+    }
+    let second = api(
+        &addr,
+        "GET",
+        &format!("/api/v1/dead-letters?limit=4&after={}", ids[2]),
+        None,
+    )
+    .await
+    .json();
+    let listed: Vec<i64> = second["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[1], ids[0]]);
+    assert_eq!(second["next_after"], Value::Null);
+
+    let by_kind = api(
+        &addr,
+        "GET",
+        "/api/v1/dead-letters?kind=workspace_invite",
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(by_kind["dead_letters"].as_array().unwrap().len(), 1);
+
+    for bad in [
+        "?limit=0",
+        "?limit=501",
+        "?limit=ten",
+        "?after=-1",
+        "?after=x",
+        "?colour=red",
+    ] {
+        let response = api(&addr, "GET", &format!("/api/v1/dead-letters{bad}"), None).await;
+        assert_eq!(response.status, 400, "{bad}");
+        assert_eq!(error_code(&response), "bad_request", "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn one_dead_letter_comes_with_its_payload_and_unknown_ids_are_404() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
+    let pending = db
+        .enqueue("account_verification", verification("p@example.com"))
+        .await;
+
+    let one = api(&addr, "GET", &format!("/api/v1/dead-letters/{id}"), None).await;
+    assert_eq!(one.status, 200);
+    let one = one.json();
+    assert_eq!(one["payload"]["to"], "a@example.com");
+    assert_eq!(one["state"], "dead_lettered");
+
+    let missing = api(&addr, "GET", "/api/v1/dead-letters/999999", None).await;
+    assert_eq!(
+        (missing.status, error_code(&missing).as_str()),
+        (404, "not_found")
+    );
+    let not_dead = api(
+        &addr,
+        "GET",
+        &format!("/api/v1/dead-letters/{pending}"),
+        None,
+    )
+    .await;
+    assert_eq!(not_dead.status, 404);
+    let bad = api(&addr, "GET", "/api/v1/dead-letters/abc", None).await;
+    assert_eq!(
+        (bad.status, error_code(&bad).as_str()),
+        (400, "bad_request")
+    );
+}
+
+#[tokio::test]
+async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (app, addr) = admin_app(
+        &db,
+        Some(&smtp.url()),
+        &["--max-attempts", "1", "--poll-interval", "10m"],
+    )
+    .await;
+    // Greylisted once: with one attempt allowed, that is a dead letter.
+    let id = db
+        .enqueue("account_verification", verification("flaky1@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            dead_lettered: 1,
+            ..BatchReport::default()
+        })
+    );
+    assert_eq!(db.row(id).await.attempts, 1);
+
+    let dispatcher = app.dispatcher.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    let retried = api(
+        &addr,
+        "POST",
+        &format!("/api/v1/dead-letters/{id}/retry"),
+        None,
+    )
+    .await;
+    assert_eq!(retried.status, 200, "{}", retried.body);
+    assert_eq!(retried.json(), json!({"id": id, "requeued": 1}));
+    // The retry wakes the dispatcher: the poll interval is ten minutes.
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    crate::helpers::eventually(Duration::from_secs(10), "recorded as sent", || async {
+        db.row(id).await.dispatched
+    })
+    .await;
+    assert_eq!(db.row(id).await.attempts, 0);
+
+    let again = api(
+        &addr,
+        "POST",
+        &format!("/api/v1/dead-letters/{id}/retry"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (again.status, error_code(&again).as_str()),
+        (409, "not_dead_lettered")
+    );
+    assert!(
+        again.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dispatched")
+    );
+    let missing = api(&addr, "POST", "/api/v1/dead-letters/999999/retry", None).await;
+    assert_eq!(missing.status, 404);
+    app.shutdown.stop.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
+    let kept = dead_letter(&db, "invoice_notice", "smtp_550", "b@example.com").await;
+
+    let discarded = api(
+        &addr,
+        "POST",
+        &format!("/api/v1/dead-letters/{id}/discard"),
+        None,
+    )
+    .await;
+    assert_eq!(discarded.status, 200, "{}", discarded.body);
+    assert_eq!(discarded.json(), json!({"id": id, "discarded": 1}));
+    let (by, discarded_at): (Option<String>, bool) = sqlx::query_as(
+        "SELECT discarded_by, discarded_at IS NOT NULL FROM outbox_messages WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((by.as_deref(), discarded_at), (Some("api:alice"), true));
+    let listed = api(&addr, "GET", "/api/v1/dead-letters", None).await.json();
+    assert_eq!(listed["dead_letters"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["dead_letters"][0]["id"], kept);
+    assert_eq!(
+        outboxd::store::sample(&db.pool).await.unwrap().dead_letters,
+        1
+    );
+    assert_eq!(
+        api(&addr, "GET", "/api/v1/stats", None).await.json()["dead_letters"],
+        1
+    );
+
+    for action in ["discard", "retry"] {
+        let again = api(
+            &addr,
+            "POST",
+            &format!("/api/v1/dead-letters/{id}/{action}"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (again.status, error_code(&again).as_str()),
+            (409, "not_dead_lettered"),
+            "{action}"
+        );
+    }
+    let shown = api(&addr, "GET", &format!("/api/v1/dead-letters/{id}"), None)
+        .await
+        .json();
+    assert_eq!(shown["state"], "discarded");
+    let audit: Vec<(String, String, String, i32)> =
+        sqlx::query_as("SELECT actor, action, target, rows FROM outbox_admin_audit ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        audit[0],
+        (
+            "api:alice".to_owned(),
+            "discard".to_owned(),
+            format!("id {id}"),
+            1
+        )
+    );
+}
+
+#[tokio::test]
+async fn groups_show_dead_letters_by_kind_and_cause_and_bulk_actions_take_a_group() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    for i in 0..3 {
+        dead_letter(
+            &db,
+            "invoice_notice",
+            "smtp_550",
+            &format!("i{i}@example.com"),
+        )
+        .await;
+    }
+    let newest_unknown = {
+        dead_letter(&db, "welcome", "unknown_kind", "w1@example.com").await;
+        dead_letter(&db, "welcome", "unknown_kind", "w2@example.com").await
+    };
+    dead_letter(&db, "invoice_notice", "address", "bad@example.com").await;
+
+    let groups = api(&addr, "GET", "/api/v1/dead-letters/groups", None)
+        .await
+        .json();
+    let summary: Vec<(String, String, i64)> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["kind"].as_str().unwrap().into(),
+                g["error_class"].as_str().unwrap().into(),
+                g["count"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("invoice_notice".into(), "smtp_550".into(), 3),
+            ("welcome".into(), "unknown_kind".into(), 2),
+            ("invoice_notice".into(), "address".into(), 1)
+        ]
+    );
+    assert_eq!(groups["groups"][1]["newest"]["id"], newest_unknown);
+
+    let discarded = api(
+        &addr,
+        "POST",
+        "/api/v1/dead-letters/discard",
+        Some(json!({"group": {"kind": "welcome", "error_class": "unknown_kind"}})),
+    )
+    .await;
+    assert_eq!(discarded.json(), json!({"discarded": 2}));
+    let retried = api(
+        &addr,
+        "POST",
+        "/api/v1/dead-letters/retry",
+        Some(json!({"kind": "invoice_notice"})),
+    )
+    .await;
+    assert_eq!(retried.json(), json!({"requeued": 4}));
+    assert_eq!(
+        api(&addr, "GET", "/api/v1/dead-letters/groups", None)
+            .await
+            .json()["groups"],
+        json!([])
+    );
+    assert_eq!(db.count("pending").await, 4);
+}
+
+#[tokio::test]
+async fn bulk_requests_need_exactly_one_filter() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
+    for body in [
+        "{}",
+        r#"{"kind": "invoice_notice", "all": true}"#,
+        r#"{"all": false}"#,
+        r#"{"ids": []}"#,
+        r#"{"kind": ""}"#,
+        r#"{"ids": "1"}"#,
+        r#"{"colour": "red"}"#,
+        "not json",
+        "",
+    ] {
+        for action in ["retry", "discard"] {
+            let auth = format!("Bearer {TOKEN}");
+            let response = http_full(
+                &addr,
+                "POST",
+                &format!("/api/v1/dead-letters/{action}"),
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/json"),
+                ],
+                body,
+            )
+            .await
+            .unwrap();
+            assert_eq!(response.status, 400, "{action} {body}: {}", response.body);
+            assert_eq!(error_code(&response), "bad_request", "{action} {body}");
+        }
+    }
+    assert!(db.row(id).await.dead, "nothing changed");
+    let by_ids = api(
+        &addr,
+        "POST",
+        "/api/v1/dead-letters/retry",
+        Some(json!({"ids": [id, 999999]})),
+    )
+    .await;
+    assert_eq!(by_ids.json(), json!({"requeued": 1}));
+}
+
+#[tokio::test]
+async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
+    let db = TestDb::new().await;
+    let port = free_port();
+    let url = format!("smtp://127.0.0.1:{port}");
+    let (app, addr) = admin_app(
+        &db,
+        Some(&url),
+        &[
+            "--max-attempts",
+            "1",
+            "--batch-size",
+            "200",
+            "--smtp-concurrency",
+            "8",
+        ],
+    )
+    .await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..1000 {
+        outboxd::enqueue(
+            &mut *tx,
+            outboxd::NewMessage::new(
+                "account_verification",
+                verification(&format!("u{i}@example.com")),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    // The mail server is up but refuses everything with 451: every message gives up.
+    let refusing = SmtpServer::start_deferring_all(port);
+    let step = app.dispatcher.drain().await.unwrap();
+    assert!(
+        matches!(step, Step::Batch(ref r) if r.dead_lettered == 1000),
+        "{step:?}"
+    );
+    drop(refusing);
+    let groups = api(&addr, "GET", "/api/v1/dead-letters/groups", None)
+        .await
+        .json();
+    assert_eq!(groups["groups"][0]["count"], 1000);
+    assert_eq!(groups["groups"][0]["error_class"], "smtp_451");
+
+    // Fixed: retry the whole group, and everything goes out.
+    let smtp = SmtpServer::start_on(port);
+    let retried = api(
+        &addr,
+        "POST",
+        "/api/v1/dead-letters/retry",
+        Some(json!({"group": {"kind": "account_verification", "error_class": "smtp_451"}})),
+    )
+    .await;
+    assert_eq!(retried.json(), json!({"requeued": 1000}));
+    let mut sent = 0;
+    for _ in 0..20 {
+        if let Step::Batch(report) = app.dispatcher.drain().await.unwrap() {
+            sent += report.sent;
+        }
+        if sent == 1000 {
+            break;
+        }
+    }
+    assert_eq!(sent, 1000);
+    assert_eq!(smtp.messages().len(), 1000);
+    assert_eq!(db.count("dead").await, 0);
+}
+
+#[tokio::test]
+async fn stats_count_pending_due_in_flight_dead_letters_and_recent_sends_per_kind() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    db.enqueue("account_verification", verification("due@example.com"))
+        .await;
+    let mut later =
+        outboxd::NewMessage::new("account_verification", verification("later@example.com"));
+    later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+    outboxd::enqueue(&db.pool, later).await.unwrap();
+    let leased = db
+        .enqueue("invoice_notice", verification("leased@example.com"))
+        .await;
+    sqlx::query("UPDATE outbox_messages SET locked_until = now() + interval '1 minute', next_attempt_at = now() + interval '1 minute' WHERE id = $1")
+        .bind(leased).execute(&db.pool).await.unwrap();
+    dead_letter(&db, "invoice_notice", "smtp_550", "dead@example.com").await;
+    sqlx::query("INSERT INTO outbox_messages (kind, payload, dispatched_at) VALUES ('account_verification', '{}', now()), ('account_verification', '{}', now() - interval '2 hours')")
+        .execute(&db.pool).await.unwrap();
+
+    let stats = api(&addr, "GET", "/api/v1/stats", None).await.json();
+    assert_eq!(stats["pending"], 3);
+    assert_eq!(stats["due"], 1);
+    assert_eq!(stats["in_flight"], 1);
+    assert_eq!(stats["dead_letters"], 1);
+    assert_eq!(stats["sent_last_hour"], 1);
+    assert_eq!(stats["kinds"]["account_verification"]["pending"], 2);
+    assert_eq!(stats["kinds"]["invoice_notice"]["in_flight"], 1);
+    assert!(stats["oldest_pending_age_seconds"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn admin_listen_keeps_the_admin_surface_off_the_metrics_address() {
+    let db = TestDb::new().await;
+    let admin_port = free_port();
+    let admin_listen = format!("127.0.0.1:{admin_port}");
+    let (app, addr) = admin_app(&db, None, &["--admin-listen", &admin_listen]).await;
+    assert_eq!(addr, admin_listen);
+    let main = app.http_addr().to_string();
+    assert_eq!(api(&main, "GET", "/api/v1/stats", None).await.status, 404);
+    assert_eq!(api(&addr, "GET", "/api/v1/stats", None).await.status, 200);
+    assert_eq!(
+        http_full(&addr, "GET", "/metrics", &[], "")
+            .await
+            .unwrap()
+            .status,
+        404
+    );
+    assert_eq!(
+        http_full(&main, "GET", "/metrics", &[], "")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_page_lists_dead_letters_and_its_forms_need_the_csrf_token() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let long_error = format!("permanent error (550): {}", "x".repeat(300));
+    let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
+    sqlx::query("UPDATE outbox_messages SET last_error = $1 WHERE id = $2")
+        .bind(&long_error)
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let auth = basic("ops", TOKEN);
+    let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
+        .await
+        .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&format!("id=\"dead-letter-{id}\"")));
+    assert!(page.body.contains("<details>"), "long errors are folded");
+    let csrf = page
+        .body
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+
+    let forged = http_full(
+        &addr,
+        "POST",
+        &format!("/admin/dead-letters/{id}/retry"),
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        "csrf=forged",
+    )
+    .await
+    .unwrap();
+    assert_eq!(forged.status, 403);
+    assert!(db.row(id).await.dead);
+
+    let retried = http_full(
+        &addr,
+        "POST",
+        &format!("/admin/dead-letters/{id}/retry"),
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("csrf={csrf}"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(retried.status, 303);
+    assert!(
+        retried
+            .header("location")
+            .unwrap()
+            .starts_with("/admin?notice=Retried+message")
+    );
+    assert!(!db.row(id).await.dead);
+    let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
+        .await
+        .unwrap();
+    assert!(
+        page.body.contains("<td>ops</td><td>retry</td>"),
+        "the audit shows the action"
+    );
+    let bad_page = http_full(
+        &addr,
+        "GET",
+        "/admin?limit=0",
+        &[("Authorization", &auth)],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad_page.status, 400);
+}
+
+#[tokio::test]
+async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+         SELECT 'account_verification', '{}', now() - interval '8 days' FROM generate_series(1, 2500)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO outbox_messages (kind, payload, dispatched_at) VALUES ('k', '{}', now() - interval '6 days'); \
+         INSERT INTO outbox_messages (kind, payload, dead_lettered_at, discarded_at) VALUES ('k', '{}', now() - interval '9 days', now() - interval '8 days'); \
+         INSERT INTO outbox_messages (kind, payload, dead_lettered_at) VALUES ('k', '{}', now() - interval '30 days');",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let app = app(&db, None, &[]).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pruned = outboxd::retention::prune_once(
+        &db.pool,
+        Duration::from_secs(7 * 86400),
+        &app.metrics,
+        &stop,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pruned,
+        outboxd::retention::Pruned {
+            dispatched: 2500,
+            discarded: 1
+        }
+    );
+    assert_eq!(
+        db.count("all").await,
+        2,
+        "the recent sent row and the dead letter stay"
+    );
+    assert_eq!(db.count("dead").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+         SELECT 'account_verification', '{}', now() - interval '30 days' + g * interval '1 ms' FROM generate_series(1, 200000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let app = app(&db, Some(&smtp.url()), &["--batch-size", "50"]).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..300 {
+        outboxd::enqueue(
+            &mut *tx,
+            outboxd::NewMessage::new(
+                "account_verification",
+                verification(&format!("n{i}@example.com")),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let pool = db.pool.clone();
+    let metrics = app.metrics.clone();
+    let pruning = tokio::spawn(async move {
+        let stop = tokio_util::sync::CancellationToken::new();
+        outboxd::retention::prune_once(&pool, Duration::from_secs(7 * 86400), &metrics, &stop).await
+    });
+    let step = app.dispatcher.drain().await.unwrap();
+    assert!(
+        matches!(step, Step::Batch(ref r) if r.sent == 300),
+        "{step:?}"
+    );
+    let pruned = pruning.await.unwrap().unwrap();
+    assert_eq!(pruned.dispatched, 200_000);
+    assert_eq!(db.count("dispatched").await, 300);
+    assert_eq!(smtp.messages().len(), 300);
+}
+
+#[tokio::test]
+async fn the_cli_lists_shows_retries_and_discards_dead_letters() {
+    let db = TestDb::new().await;
+    let a = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
+    let b = dead_letter(&db, "invoice_notice", "smtp_550", "b@example.com").await;
+    let c = dead_letter(&db, "welcome", "unknown_kind", "c@example.com").await;
+    let run = |args: &[&str]| {
+        let output = outboxd()
+            .args(args)
+            .args(["--database-url", &db.url])
+            .env("USER", "carol")
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+
+    let (ok, table, _) = run(&["dead-letters", "list"]);
+    assert!(ok);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(
+        table.contains("smtp_550") && table.contains("c@example.com"),
+        "{table}"
+    );
+    let (ok, json, _) = run(&["dead-letters", "list", "--kind", "invoice_notice", "--json"]);
+    assert!(ok);
+    let listed: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    let (ok, shown, _) = run(&["dead-letters", "show", &a.to_string()]);
+    assert!(ok);
+    assert_eq!(
+        serde_json::from_str::<Value>(&shown).unwrap()["payload"]["to"],
+        "a@example.com"
+    );
+
+    let (ok, out, _) = run(&["dead-letters", "retry", &a.to_string()]);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), format!("requeued message {a}"));
+    let (ok, out, _) = run(&["dead-letters", "discard", "--group", "welcome/unknown_kind"]);
+    assert!(ok);
+    assert_eq!(
+        out.trim(),
+        "discarded 1 dead letters (group welcome/unknown_kind)"
+    );
+    assert!(!db.row(a).await.dead && db.row(b).await.dead);
+    let discarded_by: Option<String> =
+        sqlx::query_scalar("SELECT discarded_by FROM outbox_messages WHERE id = $1")
+            .bind(c)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(discarded_by.as_deref(), Some("cli:carol"));
+
+    let (ok, stats, _) = run(&["stats", "--json"]);
+    assert!(ok);
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(
+        (stats["pending"].as_i64(), stats["dead_letters"].as_i64()),
+        (Some(1), Some(1))
+    );
+    let (ok, table, _) = run(&["stats"]);
+    assert!(ok && table.contains("total"), "{table}");
+
+    for (args, expected) in [
+        (vec!["dead-letters", "retry"], "required"),
+        (
+            vec!["dead-letters", "retry", "--group", "nogroup"],
+            "--group must be KIND/ERROR_CLASS",
+        ),
+        (
+            vec!["dead-letters", "retry", "--all", "--kind", "k"],
+            "cannot be used with",
+        ),
+        (vec!["dead-letters", "show", "999999"], "no message 999999"),
+        (
+            vec!["dead-letters", "retry", &a.to_string()],
+            "is pending, not dead-lettered",
+        ),
+        (vec!["dead-letters", "list", "--limit", "0"], "--limit"),
+    ] {
+        let (ok, _, err) = run(&args);
+        assert!(!ok, "{args:?} accepted");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn bad_admin_options_are_refused() {
+    let db = TestDb::new().await;
+    for (flags, expected) in [
+        (vec!["--admin-token", "short"], "too short"),
+        (
+            vec!["--admin-listen", "127.0.0.1:9999"],
+            "OUTBOXD_ADMIN_TOKEN is not",
+        ),
+        (vec!["--retention", "a week"], "--retention"),
+    ] {
+        let output = outboxd()
+            .args(["run", "--database-url", &db.url])
+            .args(&flags)
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(err.contains(expected), "{flags:?}: {err}");
+    }
+}
