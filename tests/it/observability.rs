@@ -311,8 +311,17 @@ async fn readyz_explains_each_check_and_turns_false_first_on_sigterm() {
 async fn metrics_follow_prometheus_conventions() {
     let db = TestDb::new().await;
     let outboxd = Outboxd::start(&db.url, &[], &[]).await;
-    let (status, body) = http_get(&outboxd.http, "/metrics").await;
-    assert_eq!(status, 200);
+    // The database gauges appear with the sampler's first sample, not before.
+    let mut body = String::new();
+    for _ in 0..100 {
+        let (status, text) = http_get(&outboxd.http, "/metrics").await;
+        assert_eq!(status, 200);
+        body = text;
+        if body.contains("\noutbox_last_sample_timestamp_seconds ") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for name in [
         "outbox_oldest_pending_age_seconds",
         "outbox_pending_messages",
