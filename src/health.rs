@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::store;
+use crate::store::{self, SchemaError};
 use crate::telemetry::metrics::Metrics;
 
 /// How long a readiness check may take before it counts as failed.
@@ -63,23 +63,23 @@ impl Health {
 
     /// Database reachable, schema migrated, not shutting down. Also sets `outbox_ready`.
     pub async fn readiness(&self) -> Vec<Check> {
-        let database = match tokio::time::timeout(CHECK_TIMEOUT, store::ping(&self.pool)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("database unreachable: {e}")),
-            Err(_) => Err(format!(
-                "database did not answer within {}s",
-                CHECK_TIMEOUT.as_secs()
-            )),
-        };
-        let schema = if database.is_ok() {
+        // One query answers both: whether the database is there, and the schema migrated.
+        let (database, schema) =
             match tokio::time::timeout(CHECK_TIMEOUT, store::check_schema(&self.pool)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err("schema check timed out".to_owned()),
-            }
-        } else {
-            Err("not checked: database unreachable".to_owned())
-        };
+                Ok(Ok(())) => (Ok(()), Ok(())),
+                Ok(Err(SchemaError::Database(e))) => (
+                    Err(format!("database unreachable: {e}")),
+                    Err("not checked: database unreachable".to_owned()),
+                ),
+                Ok(Err(e)) => (Ok(()), Err(e.to_string())),
+                Err(_) => (
+                    Err(format!(
+                        "database did not answer within {}s",
+                        CHECK_TIMEOUT.as_secs()
+                    )),
+                    Err("not checked: database unreachable".to_owned()),
+                ),
+            };
         if database.is_err() {
             self.metrics.database_error("readiness");
         }

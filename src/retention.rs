@@ -14,8 +14,9 @@ use crate::telemetry::metrics::Metrics;
 
 /// Rows deleted per statement: small enough that each delete is a few milliseconds.
 const BATCH: i64 = 1000;
-/// How often the pruner looks for expired rows.
-const INTERVAL: Duration = Duration::from_secs(60);
+/// How often the pruner looks for expired rows: retention is counted in days, so a few
+/// queries every ten minutes are plenty and keep an idle outbox quiet.
+const INTERVAL: Duration = Duration::from_secs(600);
 /// A pause between batches, leaving the database to the dispatcher.
 const PAUSE: Duration = Duration::from_millis(20);
 
@@ -53,7 +54,7 @@ pub async fn prune_once(
     Ok(pruned)
 }
 
-/// Prunes every minute until `stop`.
+/// Prunes now and then every ten minutes until `stop`.
 pub async fn run(
     pool: PgPool,
     retention: Duration,

@@ -139,32 +139,31 @@ pub fn connect_error(error: sqlx::Error, options: &PgConnectOptions) -> anyhow::
 
 /// Fails unless every migration this build embeds has been applied.
 pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaError> {
-    let exists: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
-        .fetch_one(pool)
-        .await?;
-    if exists.is_none() {
-        return Err(SchemaError::Missing);
+    // One query: readiness runs it on every sample, and it doubles as the database check.
+    let rows: Vec<(i64, bool)> =
+        match sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(rows) => rows,
+            // undefined_table: never migrated.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => {
+                return Err(SchemaError::Missing);
+            }
+            Err(e) => return Err(e.into()),
+        };
+    if let Some((version, _)) = rows.iter().find(|(_, success)| !success) {
+        return Err(SchemaError::Dirty(*version));
     }
-    let rows = sqlx::query("SELECT version, success FROM _sqlx_migrations ORDER BY version")
-        .fetch_all(pool)
-        .await?;
-    let mut applied = 0_i64;
-    for row in &rows {
-        let version: i64 = row.try_get("version")?;
-        if !row.try_get::<bool, _>("success")? {
-            return Err(SchemaError::Dirty(version));
-        }
-        applied = applied.max(version);
-    }
-    let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
     if rows.is_empty() {
         return Err(SchemaError::Missing);
     }
-    let applied_all = MIGRATOR.iter().all(|m| {
-        rows.iter()
-            .any(|r| r.try_get::<i64, _>("version").ok() == Some(m.version))
-    });
-    if !applied_all {
+    let applied = rows.iter().map(|(v, _)| *v).max().unwrap_or_default();
+    let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
+    if !MIGRATOR
+        .iter()
+        .all(|m| rows.iter().any(|(v, _)| *v == m.version))
+    {
         return Err(SchemaError::Outdated { applied, expected });
     }
     Ok(())
@@ -321,9 +320,4 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
         oldest_pending_age: row.try_get("oldest_pending_age")?,
         oldest_ready_age: row.try_get("oldest_ready_age")?,
     })
-}
-
-/// Whether the database answers at all.
-pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT 1").execute(pool).await.map(drop)
 }

@@ -1,16 +1,15 @@
-//! Sending: SMTP through lettre's pooled async transport, or nothing at all when no SMTP
-//! server is configured. Classifies every failure; never touches the database.
+//! Sending: SMTP over a pool of connections driven by lettre's SMTP client, or nothing at
+//! all when no SMTP server is configured. Classifies every failure; never touches the
+//! database.
 
-use std::sync::{Arc, Mutex, PoisonError};
+mod pool;
+
 use std::time::Duration;
 
-use lettre::transport::smtp::PoolConfig;
-use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use lettre::Message;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::message::{Delivery, FailureClass};
-
-type Transport = AsyncSmtpTransport<Tokio1Executor>;
 
 /// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
 /// deferral is retried, and an unreachable server may be an outage that is nobody's fault.
@@ -104,16 +103,9 @@ impl std::fmt::Debug for SmtpSettings {
 }
 
 impl SmtpSettings {
-    fn transport(&self) -> Result<Transport, lettre::transport::smtp::Error> {
-        Ok(Transport::from_url(self.url.expose_secret())?
-            .timeout(Some(self.timeout))
-            .pool_config(PoolConfig::new().max_size(self.pool_size))
-            .build())
-    }
-
     /// Checks the URL without connecting; the error never repeats the URL.
     pub fn validate(&self) -> Result<(), String> {
-        self.transport().map(drop).map_err(|e| e.to_string())
+        pool::Target::parse(self.url.expose_secret()).map(drop)
     }
 }
 
@@ -154,75 +146,31 @@ impl Mailer {
     /// Says QUIT on pooled connections.
     pub async fn shutdown(&self) {
         if let Mailer::Smtp(smtp) = self {
-            smtp.current().shutdown().await;
+            smtp.pool.close().await;
         }
     }
 }
 
 /// A pooled SMTP client.
 pub struct SmtpMailer {
-    settings: SmtpSettings,
-    transport: Mutex<Arc<Transport>>,
+    pool: pool::Pool,
 }
 
 impl SmtpMailer {
     fn new(settings: SmtpSettings) -> Result<Self, String> {
-        let transport = settings.transport().map_err(|e| e.to_string())?;
+        let target = pool::Target::parse(settings.url.expose_secret())?;
         Ok(Self {
-            settings,
-            transport: Mutex::new(Arc::new(transport)),
+            pool: pool::Pool::new(target, settings.pool_size, settings.timeout),
         })
     }
 
-    fn current(&self) -> Arc<Transport> {
-        Arc::clone(
-            &self
-                .transport
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
-    }
-
-    /// lettre's async connections have no read timeout of their own, and a send cancelled
-    /// mid-command goes back to the pool out of step with the server's replies. So after a
-    /// timeout the whole pool is replaced; sends already running keep the old one.
-    fn replace_pool(&self, timed_out: &Arc<Transport>) {
-        let mut current = self
-            .transport
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if Arc::ptr_eq(&current, timed_out)
-            && let Ok(fresh) = self.settings.transport()
-        {
-            *current = Arc::new(fresh);
-        }
-    }
-
     async fn send(&self, message: Message) -> Result<(), SendError> {
-        let transport = self.current();
-        match tokio::time::timeout(self.settings.timeout, transport.send(message)).await {
-            Ok(Ok(_response)) => Ok(()),
-            Ok(Err(error)) => Err(SendError::from_lettre(&error)),
-            Err(_elapsed) => {
-                self.replace_pool(&transport);
-                Err(SendError::Unreachable(format!(
-                    "no reply within {}",
-                    humantime::format_duration(self.settings.timeout)
-                )))
-            }
-        }
+        self.pool
+            .send(message.envelope(), &message.formatted())
+            .await
     }
 
     async fn probe(&self) -> Result<(), SendError> {
-        let transport = self.current();
-        match tokio::time::timeout(self.settings.timeout, transport.test_connection()).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err(SendError::Unreachable("NOOP was not answered".to_owned())),
-            Ok(Err(error)) => Err(SendError::from_lettre(&error)),
-            Err(_elapsed) => {
-                self.replace_pool(&transport);
-                Err(SendError::Unreachable("probe timed out".to_owned()))
-            }
-        }
+        self.pool.probe().await
     }
 }

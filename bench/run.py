@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""outboxd's benchmark: runs the real binary against the local PostgreSQL and Postfix's
+smtp-sink on loopback, and prints a table per scenario.
+
+    python3 bench/run.py                       # every scenario, full size
+    python3 bench/run.py drain latency         # some of them
+    python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
+
+Scenarios: drain, latency, idle, bigtable, replicas, baseline. Needs: cargo, psql,
+PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's `postfix`), and
+psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
+it afterwards. Nothing here asserts a time: it measures and prints.
+"""
+
+import argparse
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "outboxd")
+ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+KINDS_SQL = """
+    CASE g % 3
+      WHEN 0 THEN 'account_verification'
+      WHEN 1 THEN 'workspace_invite'
+      ELSE 'invoice_notice' END,
+    CASE g % 3
+      WHEN 0 THEN jsonb_build_object('to', 'user' || g || '@example.com', 'name', 'User ' || g,
+                                     'verify_url', 'https://app.example/verify?t=' || md5(g::text))
+      WHEN 1 THEN jsonb_build_object('to', 'user' || g || '@example.com', 'inviter_name', 'Ada',
+                                     'workspace_name', 'Engines', 'accept_url', 'https://app.example/i/' || g)
+      ELSE jsonb_build_object('to', 'billing' || g || '@example.com', 'customer_name', 'Customer ' || g,
+                              'invoice_number', 'INV-' || g, 'amount', '120.00', 'currency', 'EUR',
+                              'due_date', '2026-12-31', 'invoice_url', 'https://app.example/inv/' || g)
+    END
+"""
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def db_url(name):
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def psql(url, sql, *flags):
+    out = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", *flags, url, "-c", sql],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@contextmanager
+def database(name):
+    psql(ADMIN_URL, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    url = db_url(name)
+    subprocess.run([BIN, "migrate", "--database-url", url], check=True, capture_output=True)
+    try:
+        yield url
+    finally:
+        psql(ADMIN_URL, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def insert_pending(url, count, start=1):
+    # Triggers off for the bulk load: outboxd is not running yet, nothing needs waking.
+    psql(url, f"""
+        SET session_replication_role = replica;
+        INSERT INTO outbox_messages (kind, payload, next_attempt_at)
+        SELECT {KINDS_SQL}, now() FROM generate_series({start}, {start + count - 1}) g;
+        ANALYZE outbox_messages;""")
+
+
+@contextmanager
+def smtp_sink(dump=None):
+    port = free_port()
+    cmd = ["smtp-sink"]
+    if os.geteuid() == 0:
+        cmd += ["-u", "postfix"]
+    if dump:
+        cmd += ["-D", dump]
+    cmd += [f"127.0.0.1:{port}", "1024"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    if proc.poll() is not None:
+        raise SystemExit(f"smtp-sink did not start: {proc.stderr.read().decode()}")
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+class Outboxd:
+    """The release binary, with /proc readings of its CPU and memory."""
+
+    def __init__(self, url, smtp_port, *flags, env=None):
+        self.http = free_port()
+        args = [BIN, "run", "--database-url", url, "--listen", f"127.0.0.1:{self.http}",
+                "--from", "Bench <bench@example.com>", *flags]
+        if smtp_port:
+            args += ["--smtp-url", f"smtp://127.0.0.1:{smtp_port}"]
+        environment = dict(os.environ, RUST_LOG=os.environ.get("BENCH_RUST_LOG", "warn"))
+        environment.update(env or {})
+        self.proc = subprocess.Popen(args, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.05)
+
+    def cpu_seconds(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def peak_rss_mib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def wait_drained(url, total, timeout=1800):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = int(psql(url, "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL"))
+        if left == 0:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"not drained within {timeout}s")
+
+
+def drain_rate(url):
+    """Messages per second between the first and the last recorded send."""
+    count, seconds = psql(url, "SELECT count(*), extract(epoch FROM max(dispatched_at) - min(dispatched_at)) "
+                               "FROM outbox_messages WHERE dispatched_at IS NOT NULL").split("|")
+    return int(count) / max(float(seconds), 1e-6)
+
+
+def run_drain(url, messages, flags, replicas=1, dump=None):
+    insert_pending(url, messages)
+    with smtp_sink(dump) as port:
+        started = time.time()
+        procs = [Outboxd(url, port, *flags, "--worker-id", f"bench-{i}") for i in range(replicas)]
+        wait_drained(url, messages)
+        wall = time.time() - started
+        cpu = sum(p.cpu_seconds() for p in procs)
+        rss = max(p.peak_rss_mib() for p in procs)
+        for p in procs:
+            p.stop()
+    dead = int(psql(url, "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL"))
+    return {"messages": messages, "rate": drain_rate(url), "wall": wall, "cpu": cpu, "rss": rss, "dead": dead}
+
+
+def smtp_ceiling(messages, sessions):
+    with smtp_sink() as port:
+        started = time.time()
+        subprocess.run(["smtp-source", "-d", "-s", str(sessions), "-m", str(messages), "-l", "2000",
+                        "-f", "bench@example.com", "-t", "user@example.com", f"127.0.0.1:{port}"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return messages / (time.time() - started)
+
+
+def table(title, header, rows):
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    sys.stdout.flush()
+
+
+TUNED = ["--batch-size", "200", "--smtp-concurrency", "16"]
+
+
+def scenario_drain(args):
+    with database("outboxd_bench_drain") as url:
+        r = run_drain(url, args.messages, TUNED)
+    ceiling = smtp_ceiling(args.messages, 16)
+    table(f"Drain: {args.messages} pending messages, {' '.join(TUNED)}",
+          ["outboxd msg/s", "smtp-source msg/s (same sink, 16 sessions)", "ratio", "wall s", "CPU s", "CPU ms/msg", "peak RSS MiB", "dead letters"],
+          [[f"{r['rate']:.0f}", f"{ceiling:.0f}", f"{r['rate'] / ceiling:.2f}", f"{r['wall']:.1f}", f"{r['cpu']:.1f}",
+            f"{1000 * r['cpu'] / r['messages']:.3f}", f"{r['rss']:.1f}", r["dead"]]])
+    return r
+
+
+def scenario_latency(args):
+    import psycopg
+    with database("outboxd_bench_latency") as url, smtp_sink() as port:
+        proc = Outboxd(url, port, *TUNED)  # the default 15 s poll: only NOTIFY explains a fast send
+        committed = {}
+        interval = 1.0 / args.rate
+        with psycopg.connect(url, autocommit=True) as conn:
+            start = time.time()
+            n = 0
+            while time.time() - start < args.duration:
+                due = start + n * interval
+                now = time.time()
+                if due > now:
+                    time.sleep(due - now)
+                row = conn.execute(
+                    "INSERT INTO outbox_messages (kind, payload) VALUES ('account_verification', "
+                    "jsonb_build_object('to', 'u' || %s || '@example.com', 'name', 'U', 'verify_url', 'https://x/v')) "
+                    "RETURNING id", (n,)).fetchone()
+                committed[row[0]] = time.time()
+                n += 1
+        wait_drained(url, n)
+        proc.stop()
+        sent = dict(tuple(line.split("|")) for line in psql(
+            url, "SELECT id, extract(epoch FROM dispatched_at) FROM outbox_messages").splitlines())
+        latencies = sorted(1000 * (float(sent[str(i)]) - t) for i, t in committed.items())
+    q = statistics.quantiles(latencies, n=100)
+    table(f"Latency: {n} messages committed one per transaction at {args.rate}/s for {args.duration} s, poll interval 15 s",
+          ["p50 ms", "p99 ms", "max ms", "achieved rate /s"],
+          [[f"{q[49]:.1f}", f"{q[98]:.1f}", f"{latencies[-1]:.1f}", f"{n / args.duration:.0f}"]])
+
+
+def scenario_idle(args):
+    name = "outboxd_bench_idle"
+    with database(name) as url:
+        proc = Outboxd(url, None)
+        time.sleep(2)
+        counter = f"SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '{name}'"
+        psql(ADMIN_URL, "SELECT pg_stat_clear_snapshot()")
+        before, cpu_before = int(psql(ADMIN_URL, counter)), proc.cpu_seconds()
+        time.sleep(args.idle)
+        time.sleep(1.5)  # let backends flush their statistics
+        after, cpu_after = int(psql(ADMIN_URL, counter)), proc.cpu_seconds()
+        proc.stop()
+    per_minute = (after - before) * 60 / (args.idle + 1.5)
+    table(f"Idle: empty outbox for {args.idle} s, defaults (poll 15 s, sample 15 s)",
+          ["transactions", "per minute", "per poll interval", "CPU s", "CPU %"],
+          [[after - before, f"{per_minute:.1f}", f"{per_minute / 4:.1f}", f"{cpu_after - cpu_before:.2f}",
+            f"{100 * (cpu_after - cpu_before) / args.idle:.2f}"]])
+
+
+SAMPLER = """SELECT
+  (SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL),
+  (SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL),
+  (SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before))), 0)::float8 FROM outbox_messages
+    WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND greatest(created_at, not_before) <= now()),
+  (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8 FROM outbox_messages
+    WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at <= now())"""
+CLAIM = """BEGIN; EXPLAIN (ANALYZE, COSTS OFF)
+WITH due AS (SELECT id, locked_until AS previous_lease FROM outbox_messages
+  WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at <= now()
+  ORDER BY next_attempt_at, id LIMIT 200 FOR UPDATE SKIP LOCKED)
+UPDATE outbox_messages AS m SET locked_until = now() + interval '60 s', next_attempt_at = now() + interval '60 s',
+  locked_by = 'bench', claim_token = gen_random_uuid()
+FROM due WHERE m.id = due.id RETURNING m.id; ROLLBACK;"""
+
+
+def timed(url, sql, runs=5):
+    out = subprocess.run(["psql", "-X", "-q", url], input="\\timing on\n" + (sql + ";\n") * runs,
+                         capture_output=True, text=True, check=True).stdout
+    times = [float(t) for t in re.findall(r"Time: ([0-9.]+) ms", out)]
+    return statistics.median(times)
+
+
+def scenario_bigtable(args, drain_result):
+    with database("outboxd_bench_big") as url:
+        log(f"loading {args.big_rows} dispatched rows...")
+        psql(url, f"""
+            SET session_replication_role = replica;
+            INSERT INTO outbox_messages (kind, payload, created_at, not_before, next_attempt_at, dispatched_at)
+            SELECT {KINDS_SQL}, now() - interval '30 days' + g * interval '200 ms',
+                   now() - interval '30 days' + g * interval '200 ms', now() - interval '30 days' + g * interval '200 ms',
+                   now() - interval '30 days' + g * interval '200 ms' + interval '1 s'
+            FROM generate_series(1, {args.big_rows}) g;""")
+        insert_pending(url, args.messages, start=args.big_rows + 1)
+        psql(url, "VACUUM ANALYZE outbox_messages")
+        size = psql(url, "SELECT pg_size_pretty(pg_total_relation_size('outbox_messages'))")
+        sampler_ms = timed(url, SAMPLER)
+        plan = subprocess.run(["psql", "-X", "-q", url], input=CLAIM, capture_output=True, text=True, check=True).stdout
+        claim_ms = float(re.search(r"Execution Time: ([0-9.]+) ms", plan).group(1))
+        uses_index = "outbox_messages_due_idx" in plan
+        print("\n<details><summary>claim plan</summary>\n\n```\n" + plan.strip() + "\n```\n</details>")
+        sampler_plan = psql(url, "EXPLAIN (ANALYZE, COSTS OFF) " + SAMPLER)
+        print("\n<details><summary>sampler plan</summary>\n\n```\n" + sampler_plan.strip() + "\n```\n</details>")
+        with smtp_sink() as port:
+            proc = Outboxd(url, port, *TUNED)
+            wait_drained(url, args.messages)
+            proc.stop()
+        rate = int(args.messages) / float(psql(url, f"SELECT extract(epoch FROM max(dispatched_at) - min(dispatched_at)) "
+                                                     f"FROM outbox_messages WHERE id > {args.big_rows}"))
+    compare = f"{rate / drain_result['rate']:.2f}" if drain_result else "n/a"
+    table(f"Big table: {args.big_rows} dispatched rows + {args.messages} pending ({size})",
+          ["sampler query ms (median of 5)", "claim of 200 ms", "claim uses the due index", "drain msg/s", "vs. empty table"],
+          [[f"{sampler_ms:.1f}", f"{claim_ms:.1f}", uses_index, f"{rate:.0f}", compare]])
+
+
+def scenario_replicas(args):
+    rows = []
+    for replicas in (1, 2, 4):
+        with tempfile.TemporaryDirectory() as tmp, database(f"outboxd_bench_replicas_{replicas}") as url:
+            os.chmod(tmp, 0o777)  # smtp-sink writes as `postfix` when run as root
+            dump = os.path.join(tmp, "sink.mbox")
+            r = run_drain(url, args.messages, TUNED, replicas=replicas, dump=dump)
+            ids = {}
+            with open(dump, "rb") as f:
+                for line in f:
+                    if line.startswith(b"X-Outbox-Id:"):
+                        key = line.split(b":", 1)[1].strip()
+                        ids[key] = ids.get(key, 0) + 1
+            duplicates = sum(n - 1 for n in ids.values() if n > 1)
+            rows.append([replicas, f"{r['rate']:.0f}", f"{r['cpu']:.1f}", len(ids), duplicates])
+    table(f"Replicas: {args.messages} messages, {' '.join(TUNED)} each, sink writing every message to disk",
+          ["replicas", "msg/s", "CPU s (all)", "distinct X-Outbox-Id at the sink", "duplicates"], rows)
+
+
+def scenario_baseline(args, drain_result):
+    flags = ["--batch-size", "25", "--smtp-concurrency", "1", "--poll-interval", "15s"]
+    with database("outboxd_bench_baseline") as url:
+        r = run_drain(url, args.baseline_messages, flags)
+    tuned = f"{drain_result['rate'] / r['rate']:.1f}x" if drain_result else "n/a"
+    table(f"Baseline: the original design's shape ({' '.join(flags)}), {args.baseline_messages} messages",
+          ["msg/s", "CPU ms/msg", "outboxd tuned vs. baseline"],
+          [[f"{r['rate']:.0f}", f"{1000 * r['cpu'] / r['messages']:.3f}", tuned]])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenarios", nargs="*", default=["drain", "latency", "idle", "bigtable", "replicas", "baseline"])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--baseline-messages", type=int, default=20_000)
+    parser.add_argument("--big-rows", type=int, default=10_000_000)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--duration", type=int, default=30)
+    parser.add_argument("--idle", type=int, default=60)
+    parser.add_argument("--no-build", action="store_true")
+    args = parser.parse_args()
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
+    cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read())
+    pg = psql(ADMIN_URL, "SHOW server_version")
+    print(f"## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    print(f"{os.cpu_count()} cores ({cpu.group(1) if cpu else 'unknown CPU'}), "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, PostgreSQL {pg}, "
+          f"smtp-sink on loopback; outboxd, PostgreSQL and the sink share the machine.")
+    drain_result = None
+    for name in args.scenarios:
+        log(f"== {name}")
+        if name == "drain":
+            drain_result = scenario_drain(args)
+        elif name == "latency":
+            scenario_latency(args)
+        elif name == "idle":
+            scenario_idle(args)
+        elif name == "bigtable":
+            scenario_bigtable(args, drain_result)
+        elif name == "replicas":
+            scenario_replicas(args)
+        elif name == "baseline":
+            scenario_baseline(args, drain_result)
+        else:
+            raise SystemExit(f"unknown scenario {name!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+//! A pool of SMTP connections with Nagle's algorithm off.
+//!
+//! lettre (0.11.23) writes a message's body and its terminating `\r\n.\r\n` as two writes on
+//! a socket without `TCP_NODELAY`, so every message waits for the server's delayed ACK:
+//! about 40 ms, which capped a connection at ~23 messages a second (lettre fixed this
+//! upstream in PR #1159, not yet released). This pool opens the TCP connections itself, sets
+//! `TCP_NODELAY`, and hands them to lettre's SMTP client, which still speaks the protocol,
+//! STARTTLS and AUTH. Implicit TLS (`smtps://`) is connected by lettre and keeps the stall.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lettre::address::Envelope;
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+use super::SendError;
+
+/// Idle connections older than this are closed rather than reused: servers drop idle
+/// clients after a while, and a dead connection would fail a send.
+const MAX_IDLE: Duration = Duration::from_secs(30);
+
+/// How the connection is secured, as lettre's URL form says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    /// `smtp://host`: plain text.
+    None,
+    /// `smtp://host?tls=opportunistic`: STARTTLS when offered.
+    Opportunistic,
+    /// `smtp://host?tls=required`: STARTTLS or fail.
+    Required,
+    /// `smtps://host`: TLS from the first byte.
+    Wrapper,
+}
+
+/// Where and how to connect, parsed from an `OUTBOXD_SMTP_URL`.
+#[derive(Clone)]
+pub struct Target {
+    host: String,
+    port: u16,
+    security: Security,
+    hello: ClientId,
+    credentials: Option<Credentials>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field("credentials", &self.credentials.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    /// Parses lettre's URL form: `smtp://[user[:password]@]host[:port][/ehlo-name][?tls=required|opportunistic]`
+    /// or `smtps://...`. Errors never repeat the URL, which may hold a password.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or("no host")?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let tls = url
+            .query_pairs()
+            .find(|(k, _)| k == "tls")
+            .map(|(_, v)| v.into_owned());
+        let (security, default_port) = match (url.scheme(), tls.as_deref()) {
+            ("smtp", None) => (Security::None, 25),
+            ("smtp", Some("opportunistic")) => (Security::Opportunistic, 587),
+            ("smtp", Some("required")) => (Security::Required, 587),
+            ("smtps", None) => (Security::Wrapper, 465),
+            (scheme, tls) => {
+                return Err(format!(
+                    "unsupported scheme {scheme:?} or tls parameter {tls:?}: use smtp://, smtp://...?tls=required, smtp://...?tls=opportunistic or smtps://"
+                ));
+            }
+        };
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| "user name or password is not UTF-8 once decoded".to_owned())
+        };
+        let credentials = match url.password() {
+            Some(password) => Some(Credentials::new(decode(url.username())?, decode(password)?)),
+            None if !url.username().is_empty() => {
+                return Err("a user name without a password".to_owned());
+            }
+            None => None,
+        };
+        let name = url.path().trim_matches('/');
+        let hello = if name.is_empty() {
+            ClientId::default()
+        } else {
+            ClientId::Domain(name.to_owned())
+        };
+        if security != Security::None {
+            TlsParameters::new(host.clone()).map_err(|e| e.to_string())?;
+        }
+        Ok(Self {
+            port: url.port().unwrap_or(default_port),
+            host,
+            security,
+            hello,
+            credentials,
+        })
+    }
+}
+
+/// Up to `size` connections, each used by one send at a time.
+pub struct Pool {
+    target: Target,
+    timeout: Duration,
+    permits: Semaphore,
+    idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
+}
+
+impl Pool {
+    pub fn new(target: Target, size: u32, timeout: Duration) -> Self {
+        Self {
+            target,
+            timeout,
+            permits: Semaphore::new(size.max(1) as usize),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn take_idle(&self) -> Option<AsyncSmtpConnection> {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some((conn, since)) = idle.pop() {
+            if since.elapsed() < MAX_IDLE && !conn.has_broken() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, conn: AsyncSmtpConnection) {
+        if !conn.has_broken() {
+            self.idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((conn, Instant::now()));
+        }
+    }
+
+    /// A new connection: TCP with `TCP_NODELAY`, EHLO, STARTTLS and AUTH as configured, all
+    /// within the timeout.
+    async fn connect(&self) -> Result<AsyncSmtpConnection, SendError> {
+        match tokio::time::timeout(self.timeout, self.open()).await {
+            Ok(result) => result,
+            Err(_) => Err(SendError::Unreachable(format!(
+                "no connection within {}",
+                humantime::format_duration(self.timeout)
+            ))),
+        }
+    }
+
+    async fn open(&self) -> Result<AsyncSmtpConnection, SendError> {
+        let target = &self.target;
+        let lettre_error = |e: lettre::transport::smtp::Error| SendError::from_lettre(&e);
+        let mut conn = if target.security == Security::Wrapper {
+            let tls = TlsParameters::new(target.host.clone()).map_err(lettre_error)?;
+            AsyncSmtpConnection::connect_tokio1(
+                (target.host.as_str(), target.port),
+                Some(self.timeout),
+                &target.hello,
+                Some(tls),
+                None,
+            )
+            .await
+            .map_err(lettre_error)?
+        } else {
+            let tcp = TcpStream::connect((target.host.as_str(), target.port))
+                .await
+                .map_err(|e| SendError::Unreachable(format!("cannot connect: {e}")))?;
+            tcp.set_nodelay(true)
+                .map_err(|e| SendError::Unreachable(format!("cannot set TCP_NODELAY: {e}")))?;
+            let mut conn =
+                AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &target.hello)
+                    .await
+                    .map_err(lettre_error)?;
+            let starttls = match target.security {
+                Security::Required => true,
+                Security::Opportunistic => conn.can_starttls(),
+                Security::None | Security::Wrapper => false,
+            };
+            if starttls {
+                let tls = TlsParameters::new(target.host.clone()).map_err(lettre_error)?;
+                conn.starttls(tls, &target.hello)
+                    .await
+                    .map_err(|e| SendError::Unreachable(format!("STARTTLS failed: {e}")))?;
+            }
+            conn
+        };
+        if let Some(credentials) = &target.credentials {
+            conn.auth(&[Mechanism::Plain, Mechanism::Login], credentials)
+                .await
+                .map_err(lettre_error)?;
+        }
+        Ok(conn)
+    }
+
+    /// Sends one message, reusing an idle connection when there is one. A reused connection
+    /// that turns out to be dead (closed by the server while idle) is replaced once.
+    pub async fn send(&self, envelope: &Envelope, body: &[u8]) -> Result<(), SendError> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| SendError::Unreachable("the SMTP pool is closed".to_owned()))?;
+        let (conn, reused) = match self.take_idle() {
+            Some(conn) => (conn, true),
+            None => (self.connect().await?, false),
+        };
+        match self.send_on(conn, envelope, body).await {
+            Err(Attempt::Stale(_)) if reused => {
+                let conn = self.connect().await?;
+                self.send_on(conn, envelope, body)
+                    .await
+                    .map_err(Attempt::into_error)
+            }
+            result => result.map_err(Attempt::into_error),
+        }
+    }
+
+    async fn send_on(
+        &self,
+        mut conn: AsyncSmtpConnection,
+        envelope: &Envelope,
+        body: &[u8],
+    ) -> Result<(), Attempt> {
+        match tokio::time::timeout(self.timeout, conn.send(envelope, body)).await {
+            Ok(Ok(_response)) => {
+                self.give_back(conn);
+                Ok(())
+            }
+            // No reply at all: the connection died under us, or was dead before we began.
+            Ok(Err(e)) if !(e.is_transient() || e.is_permanent() || e.is_response()) => {
+                Err(Attempt::Stale(SendError::from_lettre(&e)))
+            }
+            Ok(Err(e)) => {
+                self.give_back(conn);
+                Err(Attempt::Failed(SendError::from_lettre(&e)))
+            }
+            // Dropped, not returned: a half-finished exchange must never be reused.
+            Err(_elapsed) => Err(Attempt::Failed(SendError::Unreachable(format!(
+                "no reply within {}",
+                humantime::format_duration(self.timeout)
+            )))),
+        }
+    }
+
+    /// Opens a connection and checks it with NOOP; kept for the next send.
+    pub async fn probe(&self) -> Result<(), SendError> {
+        let mut conn = self.connect().await?;
+        if tokio::time::timeout(self.timeout, conn.test_connected())
+            .await
+            .unwrap_or(false)
+        {
+            self.give_back(conn);
+            Ok(())
+        } else {
+            Err(SendError::Unreachable("NOOP was not answered".to_owned()))
+        }
+    }
+
+    /// Says QUIT on idle connections.
+    pub async fn close(&self) {
+        self.permits.close();
+        let idle: Vec<_> = std::mem::take(
+            &mut *self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (mut conn, _) in idle {
+            // Best effort: the process is leaving, and the server times idle clients out anyway.
+            if let Err(e) = tokio::time::timeout(Duration::from_secs(1), conn.quit()).await {
+                tracing::debug!(error = %e, "QUIT timed out");
+            }
+        }
+    }
+}
+
+enum Attempt {
+    /// The connection failed without a reply: worth one retry on a fresh connection.
+    Stale(SendError),
+    Failed(SendError),
+}
+
+impl Attempt {
+    fn into_error(self) -> SendError {
+        match self {
+            Attempt::Stale(e) | Attempt::Failed(e) => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_follow_lettres_form() {
+        let t = Target::parse("smtp://127.0.0.1:2525").unwrap();
+        assert_eq!((t.port, t.security), (2525, Security::None));
+        let t = Target::parse("smtp://user:p%40ss@mail.example?tls=required").unwrap();
+        assert_eq!((t.port, t.security), (587, Security::Required));
+        assert!(t.credentials.is_some());
+        let t = Target::parse("smtps://mail.example").unwrap();
+        assert_eq!((t.port, t.security), (465, Security::Wrapper));
+        for bad in [
+            "http://mail.example",
+            "smtp://",
+            "smtp://h?tls=sometimes",
+            "not a url",
+            "smtp://user@h",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+        assert!(
+            !Target::parse("smtp://u:secret@h?tls=bogus")
+                .unwrap_err()
+                .contains("secret")
+        );
+    }
+}
