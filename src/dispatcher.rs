@@ -7,16 +7,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt as _;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, error, field, info, info_span, warn};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::mailer::{Mailer, SendError};
-use crate::message::{ClaimedMessage, Delivery, FailureClass, Outcome, ReleaseReason, RetryPolicy};
+use crate::message::{
+    Claim, ClaimedMessage, Delivery, FailureClass, Outcome, ReleaseReason, RetryPolicy,
+};
 use crate::render::{RenderError, Renderer};
 use crate::store::{self, ClaimRequest};
 use crate::telemetry::metrics::Metrics;
@@ -109,6 +112,21 @@ enum Attempt {
     Abandoned,
 }
 
+/// A claimed batch, with the local time of the claim (its lease counts from there).
+struct Claimed {
+    claim: Claim,
+    at: Instant,
+}
+
+/// What a claim came to.
+enum Next {
+    Batch(Claimed),
+    /// Nothing due; the database's clock at the time.
+    Empty(DateTime<Utc>),
+    /// Not claimed at all: shutting down, or the circuit is open.
+    Halt(Step),
+}
+
 #[derive(Debug)]
 enum Breaker {
     Closed,
@@ -118,7 +136,7 @@ enum Breaker {
 /// Claims, renders, sends and records, over and over.
 pub struct Dispatcher {
     pool: PgPool,
-    renderer: Arc<Renderer>,
+    sender: Arc<Sender>,
     mailer: Arc<Mailer>,
     settings: DispatchSettings,
     shutdown: Shutdown,
@@ -135,9 +153,15 @@ impl Dispatcher {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let sender = Arc::new(Sender {
+            renderer,
+            mailer: Arc::clone(&mailer),
+            metrics: Arc::clone(&metrics),
+            stop: shutdown.stop.clone(),
+        });
         Self {
             pool,
-            renderer,
+            sender,
             mailer,
             settings,
             shutdown,
@@ -161,21 +185,23 @@ impl Dispatcher {
     pub async fn drain(&self) -> Result<Step, DispatchError> {
         let mut total = BatchReport::default();
         let mut due_by = None;
+        let mut next = self.claim_next(None).await?;
         loop {
-            let (step, claimed_at) = self.step(due_by).await?;
-            let Step::Batch(report) = step else {
-                return Ok(if total.claimed > 0 {
-                    Step::Batch(total)
-                } else {
-                    step
-                });
+            let claimed = match next {
+                Next::Halt(step) if total.claimed == 0 => return Ok(step),
+                Next::Halt(_) | Next::Empty(_) => return Ok(Step::Batch(total)),
+                Next::Batch(claimed) => claimed,
             };
-            let full = report.claimed >= self.settings.batch_size as usize;
-            total.add(&report);
-            if !full {
+            due_by = due_by.or(Some(claimed.claim.claimed_at));
+            if claimed.claim.messages.len() < self.settings.batch_size as usize {
+                total.add(&self.process(claimed).await?);
                 return Ok(Step::Batch(total));
             }
-            due_by = due_by.or(claimed_at);
+            // A full batch: claim the next one while this one is sent, so the database's
+            // round trips overlap the SMTP server's instead of stalling every connection.
+            let (report, following) = tokio::join!(self.process(claimed), self.claim_next(due_by));
+            total.add(&report?);
+            next = following?;
         }
     }
 
@@ -246,16 +272,28 @@ impl Dispatcher {
         info!("dispatcher stopped");
     }
 
-    /// One batch. Also returns the database's clock at claim time, for [`Self::drain`].
+    /// One batch. Also returns the database's clock at claim time.
     async fn step(
         &self,
         due_by: Option<DateTime<Utc>>,
     ) -> Result<(Step, Option<DateTime<Utc>>), DispatchError> {
+        Ok(match self.claim_next(due_by).await? {
+            Next::Halt(step) => (step, None),
+            Next::Empty(claimed_at) => (Step::Batch(BatchReport::default()), Some(claimed_at)),
+            Next::Batch(claimed) => {
+                let claimed_at = claimed.claim.claimed_at;
+                (Step::Batch(self.process(claimed).await?), Some(claimed_at))
+            }
+        })
+    }
+
+    /// Claims the next batch, unless shutting down or the SMTP circuit is open.
+    async fn claim_next(&self, due_by: Option<DateTime<Utc>>) -> Result<Next, DispatchError> {
         if self.shutdown.stop.is_cancelled() {
-            return Ok((Step::Stopped, None));
+            return Ok(Next::Halt(Step::Stopped));
         }
         if let Some(retry_in) = self.circuit_closed_or_wait().await {
-            return Ok((Step::CircuitOpen { retry_in }, None));
+            return Ok(Next::Halt(Step::CircuitOpen { retry_in }));
         }
         let claim = store::claim(
             &self.pool,
@@ -268,10 +306,19 @@ impl Dispatcher {
         )
         .await
         .map_err(DispatchError::database("claim"))?;
-        let claimed = Instant::now();
-        if claim.messages.is_empty() {
-            return Ok((Step::Batch(BatchReport::default()), Some(claim.claimed_at)));
-        }
+        Ok(if claim.messages.is_empty() {
+            Next::Empty(claim.claimed_at)
+        } else {
+            Next::Batch(Claimed {
+                claim,
+                at: Instant::now(),
+            })
+        })
+    }
+
+    /// Sends a claimed batch and records every outcome.
+    async fn process(&self, claimed: Claimed) -> Result<BatchReport, DispatchError> {
+        let Claimed { claim, at: claimed } = claimed;
         let span = info_span!(
             "process outbox_messages",
             otel.kind = "consumer",
@@ -318,46 +365,81 @@ impl Dispatcher {
                 self.open_circuit();
             }
             self.metrics.cycle_completed();
-            Ok((Step::Batch(report), Some(claim.claimed_at)))
+            Ok(report)
         }
         .instrument(span)
         .await
     }
 
-    /// Renders and sends a batch, `concurrency` at a time, until done or aborted.
+    /// Renders and sends a batch, `concurrency` at a time, each send a task of its own so
+    /// that rendering and SMTP work spread over the runtime's threads; until done or aborted.
     async fn attempt_all<'m>(
         &self,
         messages: &'m [ClaimedMessage],
         start_deadline: Instant,
     ) -> Vec<(&'m ClaimedMessage, Attempt)> {
+        let permits = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
         let mut done: HashMap<i64, Attempt> = HashMap::with_capacity(messages.len());
-        // The futures are built up front rather than by a closure inside the stream, which
-        // keeps the stream's type free of higher-ranked lifetimes (so `run` stays `Send`).
-        let attempts: Vec<_> = messages
-            .iter()
-            .map(|message| async move { (message.id, self.attempt(message, start_deadline).await) })
-            .collect();
-        let mut sends =
-            futures_util::stream::iter(attempts).buffer_unordered(self.settings.concurrency.max(1));
-        loop {
+        let mut started: HashSet<i64> = HashSet::with_capacity(messages.len());
+        let mut tasks = JoinSet::new();
+        let mut aborted = false;
+        for message in messages {
+            let permit = tokio::select! {
+                biased;
+                () = self.shutdown.abort.cancelled() => { aborted = true; break }
+                permit = Arc::clone(&permits).acquire_owned() => permit,
+            };
+            let Ok(permit) = permit else { break };
+            let sender = Arc::clone(&self.sender);
+            let message = message.clone();
+            started.insert(message.id);
+            tasks.spawn(
+                async move {
+                    let attempt = sender.attempt(&message, start_deadline).await;
+                    drop(permit);
+                    (message.id, attempt)
+                }
+                .in_current_span(),
+            );
+        }
+        while !aborted {
             tokio::select! {
                 biased;
-                () = self.shutdown.abort.cancelled() => break,
-                next = sends.next() => match next {
-                    Some((id, attempt)) => { done.insert(id, attempt); }
+                () = self.shutdown.abort.cancelled() => aborted = true,
+                next = tasks.join_next() => match next {
+                    Some(Ok((id, attempt))) => { done.insert(id, attempt); }
+                    Some(Err(e)) => error!(error = %e, "a send task failed"),
                     None => break,
                 },
             }
         }
+        tasks.abort_all();
         messages
             .iter()
-            .map(|m| (m, done.remove(&m.id).unwrap_or(Attempt::Abandoned)))
+            .map(|m| {
+                let attempt = done.remove(&m.id).unwrap_or(if started.contains(&m.id) {
+                    Attempt::Abandoned
+                } else {
+                    Attempt::NotStarted
+                });
+                (m, attempt)
+            })
             .collect()
     }
+}
 
+/// What a send needs, shared with the tasks that send.
+struct Sender {
+    renderer: Arc<Renderer>,
+    mailer: Arc<Mailer>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+}
+
+impl Sender {
     /// One message: render and send, in a span that links to the request that enqueued it.
     async fn attempt(&self, message: &ClaimedMessage, start_deadline: Instant) -> Attempt {
-        if self.shutdown.stop.is_cancelled() || Instant::now() >= start_deadline {
+        if self.stop.is_cancelled() || Instant::now() >= start_deadline {
             return Attempt::NotStarted;
         }
         let span = info_span!(
@@ -410,6 +492,9 @@ impl Dispatcher {
         }
         attempt
     }
+}
+
+impl Dispatcher {
     fn decide(&self, message: &ClaimedMessage, attempt: Attempt, outage: bool) -> Outcome {
         match attempt {
             Attempt::Delivered(via) => Outcome::Sent { via },
