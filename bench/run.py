@@ -407,8 +407,12 @@ def main():
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--idle", type=int, default=60)
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
     args = parser.parse_args()
-    if not args.no_build:
+    global BIN
+    if args.binary:
+        BIN = args.binary
+    if not args.no_build and not args.binary:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
     cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read())
     pg = psql(ADMIN_URL, "SHOW server_version")

@@ -165,14 +165,15 @@ impl Received {
     }
 }
 
-/// The Python that has aiosmtpd: the system one if it does, or a virtualenv made once
-/// under target/ from PyPI, so that `cargo test` works on a fresh machine.
-fn python() -> &'static Path {
+/// The Python that has aiosmtpd and psycopg (tests/requirements.txt): the system one if it
+/// does, or a virtualenv made once under target/ from PyPI, so that `cargo test` works on a
+/// fresh machine.
+pub fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
         let has_aiosmtpd = |python: &Path| {
             Command::new(python)
-                .args(["-c", "import aiosmtpd"])
+                .args(["-c", "import aiosmtpd, psycopg"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
@@ -194,7 +195,7 @@ fn python() -> &'static Path {
                     .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/requirements.txt"))
                     .status()
                     .is_ok_and(|s| s.success());
-            assert!(ok, "could not install aiosmtpd: run `pip install aiosmtpd`");
+            assert!(ok, "could not install tests/requirements.txt: run `pip install -r tests/requirements.txt`");
         }
         python
     })

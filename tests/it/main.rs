@@ -2,6 +2,7 @@
 //! real application or binary. One test binary, so it links once.
 
 mod admin;
+mod bench;
 mod browser;
 mod cli;
 mod delivery;

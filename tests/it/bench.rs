@@ -1,0 +1,42 @@
+//! The benchmark, run at a tiny size so that it keeps working. It measures; nothing here
+//! asserts a time.
+
+use std::process::Command;
+
+use crate::helpers::python;
+
+#[test]
+fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
+    let output = Command::new(python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/run.py"))
+        .args(["--binary", env!("CARGO_BIN_EXE_outboxd")])
+        .args([
+            "--messages",
+            "300",
+            "--baseline-messages",
+            "100",
+            "--big-rows",
+            "2000",
+        ])
+        .args(["--duration", "2", "--rate", "50", "--idle", "2"])
+        .output()
+        .expect("run bench/run.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for table in [
+        "### Drain",
+        "### Latency",
+        "### Idle",
+        "### Big table",
+        "### Replicas",
+        "### Baseline",
+    ] {
+        assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
+    }
+    // The replicas scenario counts what the sink received: every message, once.
+    assert!(
+        stdout.contains("| 2 | ") && stdout.contains("| 300 | 0 |"),
+        "{stdout}"
+    );
+}
