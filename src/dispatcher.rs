@@ -413,6 +413,12 @@ impl Dispatcher {
                 },
             }
         }
+        // Sends that finished just as the bound ran out still count as what they were.
+        while let Some(joined) = tasks.try_join_next() {
+            if let Ok((id, attempt)) = joined {
+                done.insert(id, attempt);
+            }
+        }
         tasks.abort_all();
         messages
             .iter()
