@@ -118,6 +118,17 @@ struct Claimed {
     at: Instant,
 }
 
+/// A batch that was sent and whose outcomes wait to be recorded.
+struct Sent {
+    claim: Claim,
+    /// In the order of `claim.messages`.
+    outcomes: Vec<Outcome>,
+    outage: bool,
+    /// From the claim to the end of the sends.
+    since_claim: chrono::Duration,
+    span: tracing::Span,
+}
+
 /// What a claim came to.
 enum Next {
     Batch(Claimed),
@@ -185,23 +196,56 @@ impl Dispatcher {
     pub async fn drain(&self) -> Result<Step, DispatchError> {
         let mut total = BatchReport::default();
         let mut due_by = None;
+        let mut unrecorded: Option<Sent> = None;
         let mut next = self.claim_next(None).await?;
         loop {
             let claimed = match next {
-                Next::Halt(step) if total.claimed == 0 => return Ok(step),
-                Next::Halt(_) | Next::Empty(_) => return Ok(Step::Batch(total)),
                 Next::Batch(claimed) => claimed,
+                stop => {
+                    if let Some(sent) = unrecorded.take() {
+                        total.add(&self.finish(sent).await?);
+                    }
+                    return Ok(match stop {
+                        Next::Halt(step) if total.claimed == 0 => step,
+                        _ => Step::Batch(total),
+                    });
+                }
             };
             due_by = due_by.or(Some(claimed.claim.claimed_at));
-            if claimed.claim.messages.len() < self.settings.batch_size as usize {
-                total.add(&self.process(claimed).await?);
-                return Ok(Step::Batch(total));
+            let full = claimed.claim.messages.len() >= self.settings.batch_size as usize;
+            // Three things at once, so that no connection waits on the database: this batch
+            // is sent, the previous one's outcomes are recorded (a few milliseconds, well
+            // inside its lease), and, after a full batch, the next one is claimed.
+            let previous = unrecorded.take();
+            let (sent, recorded, following) = tokio::join!(
+                self.send(claimed),
+                async {
+                    match previous {
+                        Some(sent) => self.finish(sent).await.map(Some),
+                        None => Ok(None),
+                    }
+                },
+                async {
+                    if full {
+                        self.claim_next(due_by).await.map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                },
+            );
+            if let Some(report) = recorded? {
+                total.add(&report);
             }
-            // A full batch: claim the next one while this one is sent, so the database's
-            // round trips overlap the SMTP server's instead of stalling every connection.
-            let (report, following) = tokio::join!(self.process(claimed), self.claim_next(due_by));
-            total.add(&report?);
-            next = following?;
+            match following? {
+                Some(following) => {
+                    unrecorded = Some(sent);
+                    next = following;
+                }
+                None => {
+                    total.add(&self.finish(sent).await?);
+                    return Ok(Step::Batch(total));
+                }
+            }
         }
     }
 
@@ -318,6 +362,12 @@ impl Dispatcher {
 
     /// Sends a claimed batch and records every outcome.
     async fn process(&self, claimed: Claimed) -> Result<BatchReport, DispatchError> {
+        let sent = self.send(claimed).await;
+        self.finish(sent).await
+    }
+
+    /// Sends a claimed batch and decides each message's outcome; records nothing yet.
+    async fn send(&self, claimed: Claimed) -> Sent {
         let Claimed { claim, at: claimed } = claimed;
         let span = info_span!(
             "process outbox_messages",
@@ -328,7 +378,7 @@ impl Dispatcher {
             messaging.batch.message_count = claim.messages.len(),
             outbox.worker_id = %self.settings.worker_id,
         );
-        async {
+        let (outcomes, outage) = async {
             // A send may run for up to send_timeout, so none starts after this point: the
             // row is given back rather than sent after another replica could have taken it.
             let start_deadline = claimed
@@ -337,7 +387,6 @@ impl Dispatcher {
                     .lease
                     .saturating_sub(self.settings.send_timeout * 2);
             let attempts = self.attempt_all(&claim.messages, start_deadline).await;
-
             let outage = attempts
                 .iter()
                 .any(|(_, a)| matches!(a, Attempt::SendFailed(e) if !e.reached_server()))
@@ -346,29 +395,48 @@ impl Dispatcher {
                     Attempt::SendFailed(e) => e.reached_server(),
                     _ => false,
                 });
-            let outcomes = attempts
+            let outcomes: Vec<Outcome> = attempts
                 .into_iter()
-                .map(|(message, attempt)| {
-                    let outcome = self.decide(message, attempt, outage);
-                    (message, outcome)
-                })
-                .collect::<Vec<_>>();
-            // Due-to-accepted latency on the database's clock, plus time since the claim.
-            let since_claim = chrono::Duration::from_std(claimed.elapsed()).unwrap_or_default();
-            let latency = |message: &ClaimedMessage| {
-                (claim.claimed_at + since_claim - message.due_at)
-                    .to_std()
-                    .unwrap_or_default()
-            };
-            let report = self.record(claim.token, &outcomes, latency).await?;
-            if outage {
-                self.open_circuit();
-            }
-            self.metrics.cycle_completed();
-            Ok(report)
+                .map(|(message, attempt)| self.decide(message, attempt, outage))
+                .collect();
+            (outcomes, outage)
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        Sent {
+            since_claim: chrono::Duration::from_std(claimed.elapsed()).unwrap_or_default(),
+            claim,
+            outcomes,
+            outage,
+            span,
+        }
+    }
+
+    /// Records a sent batch's outcomes, and opens the circuit if the batch met an outage.
+    async fn finish(&self, sent: Sent) -> Result<BatchReport, DispatchError> {
+        let Sent {
+            claim,
+            outcomes,
+            outage,
+            since_claim,
+            span,
+        } = sent;
+        let pairs: Vec<(&ClaimedMessage, Outcome)> = claim.messages.iter().zip(outcomes).collect();
+        // Due-to-accepted latency on the database's clock, plus the time the sends took.
+        let latency = |message: &ClaimedMessage| {
+            (claim.claimed_at + since_claim - message.due_at)
+                .to_std()
+                .unwrap_or_default()
+        };
+        let report = self
+            .record(claim.token, &pairs, latency)
+            .instrument(span)
+            .await?;
+        if outage {
+            self.open_circuit();
+        }
+        self.metrics.cycle_completed();
+        Ok(report)
     }
 
     /// Renders and sends a batch, `concurrency` at a time, each send a task of its own so
