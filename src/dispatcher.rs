@@ -181,10 +181,6 @@ impl Dispatcher {
         }
     }
 
-    pub fn settings(&self) -> &DispatchSettings {
-        &self.settings
-    }
-
     /// Claims one batch of due rows and delivers it: the single step of the loop.
     pub async fn dispatch_once(&self) -> Result<Step, DispatchError> {
         self.step(None).await.map(|(step, _)| step)

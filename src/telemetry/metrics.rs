@@ -50,16 +50,21 @@ const SMTP_BUCKETS: &[f64] = &[
 
 /// Installs the process-wide Prometheus recorder once and returns its handle.
 pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    if let Some(handle) = HANDLE.get() {
-        return Ok(handle.clone());
-    }
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.to_owned()), LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(SMTP_SEND_DURATION.to_owned()), SMTP_BUCKETS)?
-        .install_recorder()?;
-    describe();
-    Ok(HANDLE.get_or_init(|| handle).clone())
+    // get_or_init runs the install once even when several apps start at the same moment
+    // (the tests do): a second install would fail, the recorder being process-wide.
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    let handle = HANDLE.get_or_init(|| {
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.to_owned()), LATENCY_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(SMTP_SEND_DURATION.to_owned()), SMTP_BUCKETS)
+            })
+            .and_then(PrometheusBuilder::install_recorder)
+            .map_err(|e| format!("cannot install the Prometheus recorder: {e}"))?;
+        describe();
+        Ok(handle)
+    });
+    handle.clone().map_err(anyhow::Error::msg)
 }
 
 fn describe() {
