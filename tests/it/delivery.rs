@@ -48,6 +48,7 @@ async fn all_three_kinds_are_delivered_with_their_headers_and_bodies() {
     );
     let received = smtp.messages();
     assert_eq!(received.len(), 3);
+    assert!(received.iter().all(|m| m.pipelined), "{received:?}");
     let by_id = |id: i64| {
         received
             .iter()
@@ -118,6 +119,83 @@ async fn cc_bcc_and_reply_to_reach_the_envelope_and_bcc_stays_hidden() {
     assert_eq!(m.header("Cc"), Some("cc@example.com"));
     assert_eq!(m.header("Reply-To"), Some("Support <support@example.com>"));
     assert_eq!(m.header("Bcc"), None);
+}
+
+/// One connection carries accepted, rejected and deferred messages in turn: a failed
+/// pipelined transaction must not leave its unread replies to be taken for the next one's.
+async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) {
+    let db = TestDb::new().await;
+    let app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
+    let mut ids = Vec::new();
+    for to in [
+        "a@example.com",
+        "reject1@example.com",
+        "b@example.com",
+        "defer1@example.com",
+        "c@example.com",
+    ] {
+        ids.push(db.enqueue("account_verification", verification(to)).await);
+    }
+    ids.push(
+        db.enqueue(
+            "workspace_invite",
+            json!({"to": ["d@example.com", "reject2@example.com"], "inviter_name": "Ada",
+                   "workspace_name": "W", "accept_url": "u"}),
+        )
+        .await,
+    );
+    ids.push(
+        db.enqueue("account_verification", verification("e@example.com"))
+            .await,
+    );
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 7,
+            sent: 4,
+            retried: 1,
+            dead_lettered: 2,
+            ..BatchReport::default()
+        })
+    );
+    let received = smtp.messages();
+    let mut to: Vec<_> = received.iter().map(|m| m.rcpt_tos.join(",")).collect();
+    to.sort();
+    assert_eq!(
+        to,
+        [
+            "a@example.com",
+            "b@example.com",
+            "c@example.com",
+            "e@example.com"
+        ]
+    );
+    assert!(
+        received.iter().all(|m| m.pipelined == pipelined),
+        "{received:?}"
+    );
+    let row = db.row(ids[1]).await;
+    assert!(
+        row.dead && row.last_error.as_deref().unwrap().contains("550"),
+        "{row:?}"
+    );
+    let row = db.row(ids[3]).await;
+    assert!(
+        !row.dead && row.attempts == 1 && row.last_error.as_deref().unwrap().contains("451"),
+        "{row:?}"
+    );
+    assert!(db.row(ids[5]).await.dead);
+}
+
+#[tokio::test]
+async fn a_pipelining_server_gets_accepted_rejected_and_deferred_messages_in_turn() {
+    mixed_outcomes_over_one_connection(&SmtpServer::start(), true).await;
+}
+
+#[tokio::test]
+async fn a_server_without_pipelining_gets_one_command_at_a_time() {
+    mixed_outcomes_over_one_connection(&SmtpServer::start_without_pipelining(), false).await;
 }
 
 #[tokio::test]

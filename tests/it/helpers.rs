@@ -154,6 +154,8 @@ pub struct Received {
     pub outbox_id: String,
     pub text: Option<String>,
     pub html: Option<String>,
+    /// Whether MAIL, RCPT and DATA arrived in one write (PIPELINING).
+    pub pipelined: bool,
 }
 
 impl Received {
@@ -225,6 +227,11 @@ impl SmtpServer {
 
     pub fn start_on(port: u16) -> Self {
         Self::start_with(port, &[])
+    }
+
+    /// A server that does not offer PIPELINING, so commands go one round trip at a time.
+    pub fn start_without_pipelining() -> Self {
+        Self::start_with(free_port(), &["--no-pipelining"])
     }
 
     /// An SMTP server that is up but answers 451 to every recipient.

@@ -11,7 +11,11 @@ decoded by Python's email package, so the tests check what a receiver would see.
 
 With --defer-all every recipient gets 451: a mail server that is up but refusing mail.
 
-Usage: smtp_server.py --port PORT --spool DIR [--defer-all]   (prints READY when it listens)
+PIPELINING (RFC 2920) is offered, as by most real servers, unless --no-pipelining; each
+record says whether its MAIL command arrived together with the commands after it.
+
+Usage: smtp_server.py --port PORT --spool DIR [--defer-all] [--no-pipelining]
+(prints READY when it listens)
 """
 
 import argparse
@@ -29,11 +33,25 @@ from aiosmtpd.controller import Controller
 
 
 class Handler:
-    def __init__(self, spool, defer_all=False):
+    def __init__(self, spool, defer_all=False, pipelining=True):
         self.spool = spool
         self.defer_all = defer_all
+        self.pipelining = pipelining
         self.attempts = {}
         self.lock = threading.Lock()
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        session.host_name = hostname
+        if self.pipelining:
+            responses.insert(-1, "250-PIPELINING")
+        return responses
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        # Pipelined: RCPT and DATA were already read into the buffer with MAIL.
+        envelope.pipelined = b"\n" in bytes(server._reader._buffer)
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         local = address.split("@", 1)[0].lower()
@@ -72,6 +90,7 @@ class Handler:
             "subject": str(msg.get("Subject", "")),
             "message_id": str(msg.get("Message-ID", "")),
             "outbox_id": str(msg.get("X-Outbox-Id", "")),
+            "pipelined": getattr(envelope, "pipelined", False),
             "text": text.get_content() if text is not None else None,
             "html": html.get_content() if html is not None else None,
         }
@@ -87,10 +106,11 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--spool", required=True)
     parser.add_argument("--defer-all", action="store_true", help="answer 451 to every recipient")
+    parser.add_argument("--no-pipelining", action="store_true", help="do not offer PIPELINING")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
     controller = Controller(
-        Handler(args.spool, args.defer_all), hostname="127.0.0.1", port=args.port, ready_timeout=10
+        Handler(args.spool, args.defer_all, not args.no_pipelining), hostname="127.0.0.1", port=args.port, ready_timeout=10
     )
     controller.start()
     print("READY", flush=True)
