@@ -9,16 +9,22 @@
 //!
 //! Where the server offers PIPELINING (RFC 2920), MAIL, RCPT and DATA go out in one write
 //! and their replies are read together: two round trips per message instead of four, which
-//! is most of a message's time on a fast link and all of it on a slow one.
+//! is most of a message's time on a fast link and all of it on a slow one. Writes are also
+//! held until the client waits for a reply ([`Corked`]), so a message's body and its final
+//! dot leave in one packet.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Mutex;
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use lettre::address::Envelope;
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters};
 use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
 use lettre::transport::smtp::extension::ClientId;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
@@ -245,10 +251,12 @@ impl Pool {
                 .map_err(|e| SendError::Unreachable(format!("cannot connect: {e}")))?;
             tcp.set_nodelay(true)
                 .map_err(|e| SendError::Unreachable(format!("cannot set TCP_NODELAY: {e}")))?;
-            let mut conn =
-                AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &target.hello)
-                    .await
-                    .map_err(lettre_error)?;
+            let mut conn = AsyncSmtpConnection::connect_with_transport(
+                Box::new(Corked::new(tcp)),
+                &target.hello,
+            )
+            .await
+            .map_err(lettre_error)?;
             let starttls = match target.security {
                 Security::Required => true,
                 Security::Opportunistic => conn.can_starttls(),
@@ -364,6 +372,86 @@ impl Pool {
                 tracing::debug!(error = %e, "QUIT timed out");
             }
         }
+    }
+}
+
+/// Above this, held writes are sent without waiting for a read: a big message streams.
+const MAX_CORKED: usize = 64 * 1024;
+
+/// A TCP stream that holds what is written until the next read (or shutdown), then sends
+/// it in one write. SMTP is request and reply: every write is followed by a read of the
+/// reply, so nothing waits longer than it would have. lettre flushes after each of its
+/// writes; a flush here only marks the data as ready to go with the next read.
+#[derive(Debug)]
+struct Corked {
+    tcp: TcpStream,
+    held: Vec<u8>,
+    sent: usize,
+}
+
+impl Corked {
+    fn new(tcp: TcpStream) -> Self {
+        Self {
+            tcp,
+            held: Vec::new(),
+            sent: 0,
+        }
+    }
+
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.held.len() {
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.held[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.held.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Corked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.held.len() >= MAX_CORKED {
+            ready!(this.poll_send(cx))?;
+        }
+        this.held.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.tcp).poll_shutdown(cx)
+    }
+}
+
+impl AsyncRead for Corked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncTokioStream for Corked {
+    fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.tcp.peer_addr()
     }
 }
 
