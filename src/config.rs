@@ -75,6 +75,11 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_SMTP_URL", hide_env_values = true)]
     pub smtp_url: Option<String>,
 
+    /// PEM file of CA certificates to trust, besides the system's, for the SMTP server's TLS
+    /// certificate: a relay with a private CA or a self-signed certificate.
+    #[arg(long, env = "OUTBOXD_SMTP_CA_FILE")]
+    pub smtp_ca_file: Option<PathBuf>,
+
     /// Sender address, e.g. "Acme <no-reply@acme.example>". Required with --smtp-url.
     #[arg(long, env = "OUTBOXD_FROM")]
     pub from: Option<String>,
@@ -239,10 +244,20 @@ impl RunArgs {
         let smtp = match self.smtp_url.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(url) => {
+                let ca_certificates = match &self.smtp_ca_file {
+                    Some(path) => Some(std::fs::read(path).with_context(|| {
+                        format!(
+                            "cannot read --smtp-ca-file / OUTBOXD_SMTP_CA_FILE {}",
+                            path.display()
+                        )
+                    })?),
+                    None => None,
+                };
                 let settings = SmtpSettings {
                     url: SecretString::from(url.to_owned()),
                     timeout: self.smtp_timeout,
                     pool_size: self.smtp_concurrency,
+                    ca_certificates,
                 };
                 settings.validate().map_err(|e| {
                     anyhow::anyhow!(
@@ -253,6 +268,9 @@ impl RunArgs {
                 Some(settings)
             }
         };
+        if smtp.is_none() && self.smtp_ca_file.is_some() {
+            bail!("--smtp-ca-file / OUTBOXD_SMTP_CA_FILE is set but OUTBOXD_SMTP_URL is not");
+        }
         let from: &str = match (&self.from, &smtp) {
             (Some(from), _) => from,
             (None, Some(_)) => {

@@ -90,6 +90,8 @@ pub struct SmtpSettings {
     pub timeout: Duration,
     /// Connections kept open, and sends in flight at once.
     pub pool_size: u32,
+    /// PEM certificates to trust for the server's TLS certificate (a private CA).
+    pub ca_certificates: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for SmtpSettings {
@@ -98,6 +100,7 @@ impl std::fmt::Debug for SmtpSettings {
             .field("url", &crate::config::redact_url(self.url.expose_secret()))
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
+            .field("ca_certificates", &self.ca_certificates.is_some())
             .finish()
     }
 }
@@ -105,13 +108,13 @@ impl std::fmt::Debug for SmtpSettings {
 impl SmtpSettings {
     /// Checks the URL without connecting; the error never repeats the URL.
     pub fn validate(&self) -> Result<(), String> {
-        pool::Target::parse(self.url.expose_secret()).map(drop)
+        pool::Target::parse(self.url.expose_secret(), self.ca_certificates.as_deref()).map(drop)
     }
 }
 
 /// Where rendered messages go.
 pub enum Mailer {
-    Smtp(SmtpMailer),
+    Smtp(Box<SmtpMailer>),
     /// Development mode: messages are logged and reported as delivered.
     Disabled,
 }
@@ -120,7 +123,7 @@ impl Mailer {
     pub fn new(settings: Option<SmtpSettings>) -> Result<Self, String> {
         match settings {
             None => Ok(Mailer::Disabled),
-            Some(settings) => SmtpMailer::new(settings).map(Mailer::Smtp),
+            Some(settings) => SmtpMailer::new(settings).map(|smtp| Mailer::Smtp(Box::new(smtp))),
         }
     }
 
@@ -158,7 +161,10 @@ pub struct SmtpMailer {
 
 impl SmtpMailer {
     fn new(settings: SmtpSettings) -> Result<Self, String> {
-        let target = pool::Target::parse(settings.url.expose_secret())?;
+        let target = pool::Target::parse(
+            settings.url.expose_secret(),
+            settings.ca_certificates.as_deref(),
+        )?;
         Ok(Self {
             pool: pool::Pool::new(target, settings.pool_size, settings.timeout),
         })

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use lettre::address::Envelope;
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters};
+use lettre::transport::smtp::client::{
+    AsyncSmtpConnection, AsyncTokioStream, Certificate, TlsParameters,
+};
 use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
 use lettre::transport::smtp::extension::ClientId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -55,6 +57,8 @@ pub struct Target {
     security: Security,
     hello: ClientId,
     credentials: Option<Credentials>,
+    /// PEM certificates trusted, besides the usual roots, for the server's certificate.
+    extra_roots: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Target {
@@ -64,14 +68,16 @@ impl std::fmt::Debug for Target {
             .field("port", &self.port)
             .field("security", &self.security)
             .field("credentials", &self.credentials.as_ref().map(|_| "***"))
+            .field("extra_roots", &self.extra_roots.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Target {
     /// Parses lettre's URL form: `smtp://[user[:password]@]host[:port][/ehlo-name][?tls=required|opportunistic]`
-    /// or `smtps://...`. Errors never repeat the URL, which may hold a password.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    /// or `smtps://...`, with PEM certificates to trust for TLS besides the usual roots.
+    /// Errors never repeat the URL, which may hold a password.
+    pub fn parse(raw: &str, extra_roots: Option<&[u8]>) -> Result<Self, String> {
         let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
         let host = url
             .host_str()
@@ -114,16 +120,34 @@ impl Target {
         } else {
             ClientId::Domain(name.to_owned())
         };
-        if security != Security::None {
-            TlsParameters::new(host.clone()).map_err(|e| e.to_string())?;
+        if extra_roots.is_some() && security == Security::None {
+            return Err("a CA file was given for a server reached without TLS: add ?tls=required, or use smtps://".to_owned());
         }
-        Ok(Self {
+        if let Some(pem) = extra_roots
+            && !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----")
+        {
+            return Err("the CA file holds no PEM certificate".to_owned());
+        }
+        let target = Self {
             port: url.port().unwrap_or(default_port),
             host,
             security,
             hello,
             credentials,
-        })
+            extra_roots: extra_roots.map(<[u8]>::to_vec),
+        };
+        if security != Security::None {
+            target.tls().map_err(|e| e.to_string())?;
+        }
+        Ok(target)
+    }
+
+    fn tls(&self) -> Result<TlsParameters, lettre::transport::smtp::Error> {
+        let mut builder = TlsParameters::builder(self.host.clone());
+        if let Some(pem) = &self.extra_roots {
+            builder = builder.add_root_certificate(Certificate::from_pem(pem)?);
+        }
+        builder.build()
     }
 }
 
@@ -235,7 +259,7 @@ impl Pool {
         let target = &self.target;
         let lettre_error = |e: lettre::transport::smtp::Error| SendError::from_lettre(&e);
         let mut conn = if target.security == Security::Wrapper {
-            let tls = TlsParameters::new(target.host.clone()).map_err(lettre_error)?;
+            let tls = target.tls().map_err(lettre_error)?;
             AsyncSmtpConnection::connect_tokio1(
                 (target.host.as_str(), target.port),
                 Some(self.timeout),
@@ -263,7 +287,7 @@ impl Pool {
                 Security::None | Security::Wrapper => false,
             };
             if starttls {
-                let tls = TlsParameters::new(target.host.clone()).map_err(lettre_error)?;
+                let tls = target.tls().map_err(lettre_error)?;
                 conn.starttls(tls, &target.hello)
                     .await
                     .map_err(|e| SendError::Unreachable(format!("STARTTLS failed: {e}")))?;
@@ -475,12 +499,12 @@ mod tests {
 
     #[test]
     fn urls_follow_lettres_form() {
-        let t = Target::parse("smtp://127.0.0.1:2525").unwrap();
+        let t = Target::parse("smtp://127.0.0.1:2525", None).unwrap();
         assert_eq!((t.port, t.security), (2525, Security::None));
-        let t = Target::parse("smtp://user:p%40ss@mail.example?tls=required").unwrap();
+        let t = Target::parse("smtp://user:p%40ss@mail.example?tls=required", None).unwrap();
         assert_eq!((t.port, t.security), (587, Security::Required));
         assert!(t.credentials.is_some());
-        let t = Target::parse("smtps://mail.example").unwrap();
+        let t = Target::parse("smtps://mail.example", None).unwrap();
         assert_eq!((t.port, t.security), (465, Security::Wrapper));
         for bad in [
             "http://mail.example",
@@ -489,10 +513,10 @@ mod tests {
             "not a url",
             "smtp://user@h",
         ] {
-            assert!(Target::parse(bad).is_err(), "{bad}");
+            assert!(Target::parse(bad, None).is_err(), "{bad}");
         }
         assert!(
-            !Target::parse("smtp://u:secret@h?tls=bogus")
+            !Target::parse("smtp://u:secret@h?tls=bogus", None)
                 .unwrap_err()
                 .contains("secret")
         );

@@ -90,6 +90,43 @@ async fn bad_options_are_refused_with_a_clear_error() {
         ),
         (&["--worker-id", " "], "must not be empty"),
         (&["--log-format", "xml"], "--log-format"),
+        (
+            &["--smtp-ca-file", "/etc/hostname"],
+            "OUTBOXD_SMTP_CA_FILE is set but OUTBOXD_SMTP_URL is not",
+        ),
+        (
+            &[
+                "--smtp-url",
+                "smtp://127.0.0.1:2525?tls=required",
+                "--from",
+                "a@example.com",
+                "--smtp-ca-file",
+                "/nonexistent/ca.pem",
+            ],
+            "cannot read --smtp-ca-file / OUTBOXD_SMTP_CA_FILE /nonexistent/ca.pem",
+        ),
+        (
+            &[
+                "--smtp-url",
+                "smtp://127.0.0.1:2525?tls=required",
+                "--from",
+                "a@example.com",
+                "--smtp-ca-file",
+                "/etc/hostname",
+            ],
+            "the CA file holds no PEM certificate",
+        ),
+        (
+            &[
+                "--smtp-url",
+                "smtp://u:hunter2@127.0.0.1:2525",
+                "--from",
+                "a@example.com",
+                "--smtp-ca-file",
+                "/etc/hostname",
+            ],
+            "a CA file was given for a server reached without TLS",
+        ),
     ];
     for (flags, expected) in cases {
         let output = outboxd()

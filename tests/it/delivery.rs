@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use outboxd::dispatcher::{BatchReport, Step};
 use serde_json::json;
 
-use crate::helpers::{SmtpServer, TestDb, app, eventually};
+use crate::helpers::{SmtpServer, TestCa, TestDb, app, eventually};
 
 fn verification(to: &str) -> serde_json::Value {
     json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify?t=abc"})
@@ -196,6 +196,86 @@ async fn a_pipelining_server_gets_accepted_rejected_and_deferred_messages_in_tur
 #[tokio::test]
 async fn a_server_without_pipelining_gets_one_command_at_a_time() {
     mixed_outcomes_over_one_connection(&SmtpServer::start_without_pipelining(), false).await;
+}
+
+#[tokio::test]
+async fn starttls_and_auth_carry_pipelined_mail_to_a_server_with_a_private_ca() {
+    let ca = TestCa::new();
+    let smtp = ca.smtp_server(&["--auth", "mailer:s3cr%t"]);
+    let url = format!(
+        "smtp://mailer:s3cr%25t@127.0.0.1:{}?tls=required",
+        smtp.port
+    );
+    let db = TestDb::new().await;
+    let app = app(
+        &db,
+        Some(&url),
+        &[
+            "--smtp-ca-file",
+            &ca.path("ca.pem"),
+            "--smtp-concurrency",
+            "1",
+        ],
+    )
+    .await;
+    for to in ["a@example.com", "reject@example.com", "b@example.com"] {
+        db.enqueue("account_verification", verification(to)).await;
+    }
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 3,
+            sent: 2,
+            dead_lettered: 1,
+            ..BatchReport::default()
+        })
+    );
+    let received = smtp.messages();
+    assert_eq!(received.len(), 2);
+    for m in &received {
+        assert!(m.tls && m.pipelined, "{m:?}");
+        assert_eq!(m.auth_user.as_deref(), Some("mailer"));
+    }
+}
+
+#[tokio::test]
+async fn smtps_speaks_tls_from_the_first_byte() {
+    let ca = TestCa::new();
+    let smtp = ca.smtp_server(&["--smtps"]);
+    let db = TestDb::new().await;
+    let url = format!("smtps://127.0.0.1:{}", smtp.port);
+    let app = app(&db, Some(&url), &["--smtp-ca-file", &ca.path("ca.pem")]).await;
+    db.enqueue("account_verification", verification("a@example.com"))
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1);
+    assert!(received[0].tls, "{received:?}");
+}
+
+#[tokio::test]
+async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message() {
+    let ca = TestCa::new();
+    let smtp = ca.smtp_server(&[]);
+    let db = TestDb::new().await;
+    let url = format!("smtp://127.0.0.1:{}?tls=required", smtp.port);
+    let app = app(&db, Some(&url), &[]).await;
+    let id = db
+        .enqueue("account_verification", verification("a@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            released: 1,
+            ..BatchReport::default()
+        })
+    );
+    let row = db.row(id).await;
+    assert!(!row.dead && !row.dispatched && row.attempts == 0, "{row:?}");
+    assert!(smtp.messages().is_empty());
 }
 
 #[tokio::test]

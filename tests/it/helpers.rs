@@ -156,6 +156,8 @@ pub struct Received {
     pub html: Option<String>,
     /// Whether MAIL, RCPT and DATA arrived in one write (PIPELINING).
     pub pipelined: bool,
+    pub tls: bool,
+    pub auth_user: Option<String>,
 }
 
 impl Received {
@@ -239,7 +241,8 @@ impl SmtpServer {
         Self::start_with(port, &["--defer-all"])
     }
 
-    fn start_with(port: u16, flags: &[&str]) -> Self {
+    /// With TLS and AUTH: `flags` as tests/support/smtp_server.py takes them.
+    pub fn start_with(port: u16, flags: &[&str]) -> Self {
         let spool = tempfile::tempdir().expect("spool");
         let mut child = Command::new(python())
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/smtp_server.py"))
@@ -690,4 +693,96 @@ impl Drop for PrivateCluster {
 /// An `account_verification` payload for `to`.
 pub fn verification(to: &str) -> serde_json::Value {
     serde_json::json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify"})
+}
+
+/// A throwaway certificate authority and a server certificate for 127.0.0.1 that it signed,
+/// made with the openssl command line.
+pub struct TestCa {
+    dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(
+            path("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+        )
+        .expect("write extensions");
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let steps: [Vec<&str>; 3] = [
+            [
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=outboxd test CA",
+                ],
+            ]
+            .concat(),
+            [
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+            vec![
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
+            ],
+        ];
+        for args in steps {
+            let output = Command::new("openssl")
+                .args(&args)
+                .current_dir(dir.path())
+                .output()
+                .expect("run openssl");
+            assert!(output.status.success(), "openssl {args:?}: {output:?}");
+        }
+        Self { dir }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// An SMTP server presenting this CA's certificate: STARTTLS, or `extra` flags.
+    pub fn smtp_server(&self, extra: &[&str]) -> SmtpServer {
+        let (cert, key) = (self.path("server.pem"), self.path("server.key"));
+        let flags = [&["--tls-cert", &cert, "--tls-key", &key][..], extra].concat();
+        SmtpServer::start_with(free_port(), &flags)
+    }
 }

@@ -14,7 +14,12 @@ With --defer-all every recipient gets 451: a mail server that is up but refusing
 PIPELINING (RFC 2920) is offered, as by most real servers, unless --no-pipelining; each
 record says whether its MAIL command arrived together with the commands after it.
 
+With --tls-cert/--tls-key the server requires STARTTLS (or, with --smtps, speaks TLS from
+the first byte); with --auth USER:PASSWORD it requires AUTH over TLS. Each record says
+whether it came over TLS and as which user.
+
 Usage: smtp_server.py --port PORT --spool DIR [--defer-all] [--no-pipelining]
+       [--tls-cert PEM --tls-key PEM [--smtps]] [--auth USER:PASSWORD]
 (prints READY when it listens)
 """
 
@@ -26,10 +31,12 @@ import json
 import os
 import re
 import signal
+import ssl
 import sys
 import threading
 
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
 
 
 class Handler:
@@ -91,6 +98,8 @@ class Handler:
             "message_id": str(msg.get("Message-ID", "")),
             "outbox_id": str(msg.get("X-Outbox-Id", "")),
             "pipelined": getattr(envelope, "pipelined", False),
+            "tls": server.transport.get_extra_info("ssl_object") is not None,
+            "auth_user": session.auth_data.login.decode() if session.auth_data else None,
             "text": text.get_content() if text is not None else None,
             "html": html.get_content() if html is not None else None,
         }
@@ -107,10 +116,31 @@ def main():
     parser.add_argument("--spool", required=True)
     parser.add_argument("--defer-all", action="store_true", help="answer 451 to every recipient")
     parser.add_argument("--no-pipelining", action="store_true", help="do not offer PIPELINING")
+    parser.add_argument("--tls-cert", help="PEM certificate chain: require STARTTLS")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--smtps", action="store_true", help="TLS from the first byte instead of STARTTLS")
+    parser.add_argument("--auth", help="USER:PASSWORD to require (AUTH PLAIN or LOGIN, over TLS)")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
+    options = {}
+    if args.tls_cert:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        if args.smtps:
+            options["ssl_context"] = context
+        else:
+            options.update(tls_context=context, require_starttls=True)
+    if args.auth:
+        user, password = args.auth.split(":", 1)
+
+        def authenticate(server, session, envelope, mechanism, auth_data):
+            ok = auth_data.login.decode() == user and auth_data.password.decode() == password
+            return AuthResult(success=ok, auth_data=auth_data)
+
+        options.update(authenticator=authenticate, auth_required=True)
     controller = Controller(
-        Handler(args.spool, args.defer_all, not args.no_pipelining), hostname="127.0.0.1", port=args.port, ready_timeout=10
+        Handler(args.spool, args.defer_all, not args.no_pipelining), hostname="127.0.0.1", port=args.port,
+        ready_timeout=10, **options
     )
     controller.start()
     print("READY", flush=True)
