@@ -153,6 +153,10 @@ pub struct Dispatcher {
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
     breaker: Mutex<Breaker>,
+    /// Sent batches whose outcomes the database did not take (it was down or the
+    /// connection dropped). They are recorded before anything else is claimed, so a
+    /// database blip does not make their messages go out again when their lease ends.
+    unrecorded: Mutex<Vec<Sent>>,
 }
 
 impl Dispatcher {
@@ -178,6 +182,7 @@ impl Dispatcher {
             shutdown,
             metrics,
             breaker: Mutex::new(Breaker::Closed),
+            unrecorded: Mutex::new(Vec::new()),
         }
     }
 
@@ -229,10 +234,24 @@ impl Dispatcher {
                     }
                 },
             );
-            if let Some(report) = recorded? {
-                total.add(&report);
+            match recorded {
+                Ok(Some(report)) => total.add(&report),
+                Ok(None) => {}
+                Err(e) => {
+                    // This batch was sent too: keep its outcomes for the next attempt. The
+                    // batch claimed meanwhile, if any, comes back when its lease ends.
+                    self.hold(sent);
+                    return Err(e);
+                }
             }
-            match following? {
+            let following = match following {
+                Ok(following) => following,
+                Err(e) => {
+                    self.hold(sent);
+                    return Err(e);
+                }
+            };
+            match following {
                 Some(following) => {
                     unrecorded = Some(sent);
                     next = following;
@@ -309,6 +328,13 @@ impl Dispatcher {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+        if let Err(e) = self.record_held().await {
+            error!(
+                error = %e,
+                messages = self.held_outcomes(),
+                "could not record the outcomes of sent messages; they will be sent again when their lease ends"
+            );
+        }
         info!("dispatcher stopped");
     }
 
@@ -332,6 +358,7 @@ impl Dispatcher {
         if self.shutdown.stop.is_cancelled() {
             return Ok(Next::Halt(Step::Stopped));
         }
+        self.record_held().await?;
         if let Some(retry_in) = self.circuit_closed_or_wait().await {
             return Ok(Next::Halt(Step::CircuitOpen { retry_in }));
         }
@@ -409,30 +436,73 @@ impl Dispatcher {
     }
 
     /// Records a sent batch's outcomes, and opens the circuit if the batch met an outage.
+    /// Outcomes the database did not take are held for [`Self::record_held`].
     async fn finish(&self, sent: Sent) -> Result<BatchReport, DispatchError> {
-        let Sent {
-            claim,
-            outcomes,
-            outage,
-            since_claim,
-            span,
-        } = sent;
-        let pairs: Vec<(&ClaimedMessage, Outcome)> = claim.messages.iter().zip(outcomes).collect();
+        let pairs: Vec<(&ClaimedMessage, &Outcome)> =
+            sent.claim.messages.iter().zip(&sent.outcomes).collect();
         // Due-to-accepted latency on the database's clock, plus the time the sends took.
         let latency = |message: &ClaimedMessage| {
-            (claim.claimed_at + since_claim - message.due_at)
+            (sent.claim.claimed_at + sent.since_claim - message.due_at)
                 .to_std()
                 .unwrap_or_default()
         };
-        let report = self
-            .record(claim.token, &pairs, latency)
-            .instrument(span)
-            .await?;
-        if outage {
+        let recorded = self
+            .record(sent.claim.token, &pairs, latency)
+            .instrument(sent.span.clone())
+            .await;
+        drop(pairs);
+        let report = match recorded {
+            Ok(report) => report,
+            Err(e) => {
+                self.hold(sent);
+                return Err(e);
+            }
+        };
+        if sent.outage {
             self.open_circuit();
         }
         self.metrics.cycle_completed();
         Ok(report)
+    }
+
+    fn hold(&self, sent: Sent) {
+        warn!(
+            messages = sent.claim.messages.len(),
+            "could not record the outcomes of a sent batch; holding them to record before the next claim"
+        );
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(sent);
+    }
+
+    /// Records outcomes held after a database failure, oldest first; stops at the first
+    /// failure, which keeps the rest held. Also used at shutdown.
+    pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
+        let mut total = BatchReport::default();
+        loop {
+            let next = {
+                let mut held = self
+                    .unrecorded
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if held.is_empty() {
+                    return Ok(total);
+                }
+                held.remove(0)
+            };
+            total.add(&self.finish(next).await?);
+        }
+    }
+
+    /// Messages sent whose outcomes are not recorded yet.
+    pub fn held_outcomes(&self) -> usize {
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|sent| sent.claim.messages.len())
+            .sum()
     }
 
     /// Renders and sends a batch, `concurrency` at a time, each send a task of its own so
@@ -603,12 +673,12 @@ impl Dispatcher {
     async fn record(
         &self,
         token: uuid::Uuid,
-        outcomes: &[(&ClaimedMessage, Outcome)],
+        outcomes: &[(&ClaimedMessage, &Outcome)],
         latency: impl Fn(&ClaimedMessage) -> Duration,
     ) -> Result<BatchReport, DispatchError> {
-        let rows: Vec<(i64, Outcome)> = outcomes
+        let rows: Vec<(i64, &Outcome)> = outcomes
             .iter()
-            .map(|(m, outcome)| (m.id, outcome.clone()))
+            .map(|(m, outcome)| (m.id, *outcome))
             .collect();
         let recorded: HashSet<i64> = store::record_outcomes(&self.pool, token, &rows)
             .await

@@ -248,7 +248,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, s
 pub async fn record_outcomes(
     pool: &PgPool,
     token: Uuid,
-    outcomes: &[(i64, Outcome)],
+    outcomes: &[(i64, &Outcome)],
 ) -> Result<Vec<i64>, sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(Vec::new());

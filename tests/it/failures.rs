@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use outboxd::dispatcher::{BatchReport, Step};
+use outboxd::dispatcher::{BatchReport, DispatchError, Step};
 use outboxd::message::{Delivery, Outcome};
 use outboxd::store::{self, ClaimRequest};
 use serde_json::json;
@@ -405,7 +405,7 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         via: Delivery::Smtp,
     };
     assert_eq!(
-        store::record_outcomes(&db.pool, fresh.token, &[(id, sent)])
+        store::record_outcomes(&db.pool, fresh.token, &[(id, &sent)])
             .await
             .unwrap(),
         [id]
@@ -416,7 +416,7 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         delay: Duration::ZERO,
     };
     assert!(
-        store::record_outcomes(&db.pool, stale.token, &[(id, late)])
+        store::record_outcomes(&db.pool, stale.token, &[(id, &late)])
             .await
             .unwrap()
             .is_empty()
@@ -482,4 +482,57 @@ async fn the_dispatcher_survives_losing_its_database_connections() {
     assert!(!running.is_finished());
     app.shutdown.stop.cancel();
     running.await.unwrap();
+}
+
+#[tokio::test]
+async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sent_again() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    // The server holds its reply to DATA for two seconds: time to cut the database off.
+    let id = db
+        .enqueue("account_verification", verification("slow2@example.com"))
+        .await;
+    let dispatcher = app.dispatcher.clone();
+    let sending = tokio::spawn(async move { dispatcher.dispatch_once().await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let failed = sending.await.unwrap();
+    assert!(
+        matches!(
+            failed,
+            Err(DispatchError::Database {
+                operation: "record",
+                ..
+            })
+        ),
+        "{failed:?}"
+    );
+    assert_eq!(smtp.messages().len(), 1);
+    assert_eq!(app.dispatcher.held_outcomes(), 1);
+    let row = db.row(id).await;
+    assert!(!row.dispatched && row.locked_by.is_some(), "{row:?}");
+
+    // The pool may hand out more connections that were cut; each fails once.
+    let mut step = app.dispatcher.dispatch_once().await;
+    for _ in 0..5 {
+        if step.is_ok() {
+            break;
+        }
+        step = app.dispatcher.dispatch_once().await;
+    }
+    step.unwrap();
+    assert_eq!(app.dispatcher.held_outcomes(), 0);
+    let row = db.row(id).await;
+    assert!(
+        row.dispatched && row.attempts == 0 && row.locked_by.is_none(),
+        "{row:?}"
+    );
+    assert_eq!(smtp.messages().len(), 1, "sent once, not again");
 }
