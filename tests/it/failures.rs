@@ -468,14 +468,7 @@ async fn the_dispatcher_survives_losing_its_database_connections() {
         .await;
     smtp.wait_for(1, Duration::from_secs(20)).await;
 
-    // What a database restart looks like from outboxd: every connection is cut.
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.cut_other_connections().await;
     db.enqueue("account_verification", verification("after@example.com"))
         .await;
     smtp.wait_for(2, Duration::from_secs(30)).await;
@@ -496,13 +489,7 @@ async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sen
     let dispatcher = app.dispatcher.clone();
     let sending = tokio::spawn(async move { dispatcher.dispatch_once().await });
     tokio::time::sleep(Duration::from_millis(700)).await;
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.cut_other_connections().await;
     let failed = sending.await.unwrap();
     assert!(
         matches!(

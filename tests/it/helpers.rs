@@ -59,6 +59,17 @@ impl TestDb {
         Self { name, url, pool }
     }
 
+    /// What a database restart looks like to outboxd: every connection but the test's is cut.
+    pub async fn cut_other_connections(&self) {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .execute(&self.pool)
+        .await
+        .expect("terminate backends");
+    }
+
     pub async fn enqueue(&self, kind: &str, payload: serde_json::Value) -> i64 {
         outboxd::enqueue(&self.pool, outboxd::NewMessage::new(kind, payload))
             .await
