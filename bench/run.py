@@ -222,7 +222,7 @@ def table(title, header, rows):
     sys.stdout.flush()
 
 
-TUNED = os.environ.get("BENCH_FLAGS", "--batch-size 100 --smtp-concurrency 8").split()
+TUNED = os.environ.get("BENCH_FLAGS", "--batch-size 400 --smtp-concurrency 16").split()
 
 
 def scenario_drain(args):

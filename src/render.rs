@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use lettre::Message;
+use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Mailboxes, MultiPart, SinglePart};
 use minijinja::value::Serde;
@@ -195,7 +196,9 @@ impl Renderer {
         if !self.kinds.contains(kind) {
             return Err(RenderError::UnknownKind(kind.to_owned()));
         }
-        let subject = self.render_template(&format!("{kind}/subject.txt"), payload)?;
+        // Converted once for the three templates.
+        let context = minijinja::Value::from(Serde(payload));
+        let subject = self.render_template(&format!("{kind}/subject.txt"), &context)?;
         let subject = subject.trim();
         if subject.contains(['\r', '\n']) {
             return Err(RenderError::HeaderInjection("subject"));
@@ -203,10 +206,10 @@ impl Renderer {
         if subject.is_empty() {
             return Err(RenderError::Template("the subject is empty".to_owned()));
         }
-        let text = self.render_template(&format!("{kind}/body.txt"), payload)?;
+        let text = self.render_template(&format!("{kind}/body.txt"), &context)?;
         let html_name = format!("{kind}/body.html");
         let html = match self.env.get_template(&html_name) {
-            Ok(_) => Some(self.render_template(&html_name, payload)?),
+            Ok(_) => Some(self.render_template(&html_name, &context)?),
             Err(_) => None,
         };
 
@@ -222,15 +225,24 @@ impl Renderer {
                 reason: "no recipient".to_owned(),
             });
         }
+        // The envelope from the addresses in hand: left to lettre, it would format the
+        // headers and parse them back (a tenth of the rendering time in the benchmark).
+        let mut forward_path = Vec::new();
         for mailbox in to {
+            forward_path.push(mailbox.email.clone());
             builder = builder.to(mailbox);
         }
         for mailbox in recipients(payload, "cc")? {
+            forward_path.push(mailbox.email.clone());
             builder = builder.cc(mailbox);
         }
         for mailbox in recipients(payload, "bcc")? {
+            forward_path.push(mailbox.email.clone());
             builder = builder.bcc(mailbox);
         }
+        let envelope = Envelope::new(Some(self.from.email.clone()), forward_path)
+            .map_err(|e| RenderError::Build(e.to_string()))?;
+        builder = builder.envelope(envelope);
         for mailbox in recipients(payload, "reply_to")? {
             builder = builder.reply_to(mailbox);
         }
@@ -245,13 +257,17 @@ impl Renderer {
         built.map_err(|e| RenderError::Build(e.to_string()))
     }
 
-    fn render_template(&self, name: &str, payload: &Value) -> Result<String, RenderError> {
+    fn render_template(
+        &self,
+        name: &str,
+        context: &minijinja::Value,
+    ) -> Result<String, RenderError> {
         let template = self
             .env
             .get_template(name)
             .map_err(|e| RenderError::Template(e.to_string()))?;
         template
-            .render(Serde(payload))
+            .render(context)
             .map_err(|e| RenderError::Template(format!("{name}: {}", describe(&e))))
     }
 }
@@ -434,11 +450,17 @@ mod tests {
         let payload = json!({"to": "a@example.com", "name": "<b>Ada</b>", "verify_url": "u"});
         let r = renderer();
         let html = r
-            .render_template("account_verification/body.html", &payload)
+            .render_template(
+                "account_verification/body.html",
+                &minijinja::Value::from(Serde(&payload)),
+            )
             .unwrap();
         assert!(html.contains("&lt;b&gt;Ada&lt;&#x2f;b&gt;"), "{html}");
         let text = r
-            .render_template("account_verification/body.txt", &payload)
+            .render_template(
+                "account_verification/body.txt",
+                &minijinja::Value::from(Serde(&payload)),
+            )
             .unwrap();
         assert!(text.contains("Hello <b>Ada</b>,"), "{text}");
     }
