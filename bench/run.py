@@ -4,6 +4,7 @@ smtp-sink on loopback, and prints a table per scenario.
 
     python3 bench/run.py                       # every scenario, full size
     python3 bench/run.py drain latency         # some of them
+    python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
 Scenarios: drain, latency, idle, bigtable, replicas, baseline. Needs: cargo, psql,
@@ -226,28 +227,41 @@ TUNED = os.environ.get("BENCH_FLAGS", "--batch-size 400 --smtp-concurrency 16").
 
 
 def scenario_drain(args):
-    with database("outboxd_bench_drain") as url:
-        r = run_drain(url, args.messages, TUNED)
-    ceiling = smtp_ceiling(args.messages, int(TUNED[TUNED.index("--smtp-concurrency") + 1]) if "--smtp-concurrency" in TUNED else 4)
-    busy = (r["cpu"] + r["others"]["postgres"] + r["others"]["sink"]) / (r["wall"] * os.cpu_count())
-    table(f"Drain: {args.messages} pending messages, {' '.join(TUNED)}",
-          ["outboxd msg/s", "smtp-source msg/s (same sink)", "ratio", "wall s", "outboxd CPU s", "CPU ms/msg",
+    # The machine is shared: each run measures outboxd and the raw ceiling back to back, and
+    # the table shows every run and the one with the median ratio.
+    sessions = int(TUNED[TUNED.index("--smtp-concurrency") + 1]) if "--smtp-concurrency" in TUNED else 4
+    runs = []
+    for _ in range(args.repeat):
+        with database("outboxd_bench_drain") as url:
+            r = run_drain(url, args.messages, TUNED)
+        r["ceiling"] = smtp_ceiling(args.messages, sessions)
+        runs.append(r)
+    runs.sort(key=lambda r: r["rate"] / r["ceiling"])
+    median = runs[len(runs) // 2]
+
+    def row(label, r):
+        busy = (r["cpu"] + r["others"]["postgres"] + r["others"]["sink"]) / (r["wall"] * os.cpu_count())
+        return [label, f"{r['rate']:.0f}", f"{r['ceiling']:.0f}", f"{r['rate'] / r['ceiling']:.2f}", f"{r['wall']:.1f}",
+                f"{r['cpu']:.1f}", f"{1000 * r['cpu'] / r['messages']:.3f}", f"{r['others']['postgres']:.1f}",
+                f"{r['others']['sink']:.1f}", f"{100 * busy:.0f}%", f"{r['rss']:.1f}", r["dead"]]
+
+    table(f"Drain: {args.messages} pending messages, {' '.join(TUNED)}, {len(runs)} runs",
+          ["run", "outboxd msg/s", "smtp-source msg/s (same sink)", "ratio", "wall s", "outboxd CPU s", "CPU ms/msg",
            "PostgreSQL CPU s", "smtp-sink CPU s", "machine busy", "peak RSS MiB", "dead letters"],
-          [[f"{r['rate']:.0f}", f"{ceiling:.0f}", f"{r['rate'] / ceiling:.2f}", f"{r['wall']:.1f}", f"{r['cpu']:.1f}",
-            f"{1000 * r['cpu'] / r['messages']:.3f}", f"{r['others']['postgres']:.1f}", f"{r['others']['sink']:.1f}",
-            f"{100 * busy:.0f}%", f"{r['rss']:.1f}", r["dead"]]])
+          [row(f"{i + 1}", r) for i, r in enumerate(runs)] + ([row("**median**", median)] if len(runs) > 1 else []))
     # What the three processes' CPU time per message allows on this machine's cores, even if
     # every core were busy all the time: the bound the drain cannot pass.
-    per_msg = {name: 1000 * cpu / r["messages"] for name, cpu in
-               [("outboxd", r["cpu"]), ("PostgreSQL", r["others"]["postgres"]), ("smtp-sink", r["others"]["sink"])]}
+    per_msg = {name: 1000 * cpu / median["messages"] for name, cpu in
+               [("outboxd", median["cpu"]), ("PostgreSQL", median["others"]["postgres"]),
+                ("smtp-sink", median["others"]["sink"])]}
     total = sum(per_msg.values())
     bound = os.cpu_count() * 1000 / total
-    table(f"Drain: CPU budget on {os.cpu_count()} cores",
+    table(f"Drain: CPU budget of the median run on {os.cpu_count()} cores",
           ["outboxd ms/msg", "PostgreSQL ms/msg", "smtp-sink ms/msg", "all three ms/msg",
            "msg/s with every core busy", "80% of smtp-source", "drain vs. CPU bound"],
           [[f"{per_msg['outboxd']:.3f}", f"{per_msg['PostgreSQL']:.3f}", f"{per_msg['smtp-sink']:.3f}", f"{total:.3f}",
-            f"{bound:.0f}", f"{0.8 * ceiling:.0f}", f"{r['rate'] / bound:.2f}"]])
-    return r
+            f"{bound:.0f}", f"{0.8 * median['ceiling']:.0f}", f"{median['rate'] / bound:.2f}"]])
+    return median
 
 
 def scenario_latency(args):
@@ -416,6 +430,7 @@ def main():
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--idle", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=3, help="drain runs (the median is reported)")
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
     args = parser.parse_args()
