@@ -18,7 +18,16 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "--big-rows",
             "2000",
         ])
-        .args(["--duration", "2", "--rate", "50", "--idle", "2", "--repeat", "1"])
+        .args([
+            "--duration",
+            "2",
+            "--rate",
+            "50",
+            "--idle",
+            "2",
+            "--repeat",
+            "1",
+        ])
         .output()
         .expect("run bench/run.py");
     let stdout = String::from_utf8_lossy(&output.stdout);
