@@ -2,14 +2,14 @@
 //! breaker and graceful shutdown. It owns the order of operations between the store and
 //! the mailer; [`Dispatcher::dispatch_once`] is one step of it, so tests can drive it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -505,67 +505,81 @@ impl Dispatcher {
             .sum()
     }
 
-    /// Renders and sends a batch, `concurrency` at a time, each send a task of its own so
-    /// that rendering and SMTP work spread over the runtime's threads; until done or aborted.
+    /// Renders and sends a batch over `concurrency` tasks that each take the next unsent
+    /// message until none is left, so that rendering and SMTP spread over the runtime's
+    /// threads without a task per message; until done or aborted.
     async fn attempt_all<'m>(
         &self,
         messages: &'m [ClaimedMessage],
         start_deadline: Instant,
     ) -> Vec<(&'m ClaimedMessage, Attempt)> {
-        let permits = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
-        let mut done: HashMap<i64, Attempt> = HashMap::with_capacity(messages.len());
-        let mut started: HashSet<i64> = HashSet::with_capacity(messages.len());
+        let batch: Arc<[ClaimedMessage]> = messages.into();
+        let slots = Arc::new(Mutex::new(
+            (0..messages.len()).map(|_| Slot::Waiting).collect::<Vec<_>>(),
+        ));
+        let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
-        let mut aborted = false;
-        for message in messages {
-            let permit = tokio::select! {
-                biased;
-                () = self.shutdown.abort.cancelled() => { aborted = true; break }
-                permit = Arc::clone(&permits).acquire_owned() => permit,
-            };
-            let Ok(permit) = permit else { break };
-            let sender = Arc::clone(&self.sender);
-            let message = message.clone();
-            started.insert(message.id);
+        for _ in 0..self.settings.concurrency.clamp(1, messages.len().max(1)) {
+            let (sender, batch, slots, next) = (
+                Arc::clone(&self.sender),
+                Arc::clone(&batch),
+                Arc::clone(&slots),
+                Arc::clone(&next),
+            );
             tasks.spawn(
                 async move {
-                    let attempt = sender.attempt(&message, start_deadline).await;
-                    drop(permit);
-                    (message.id, attempt)
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(message) = batch.get(i) else { break };
+                        lock(&slots)[i] = Slot::Started;
+                        let attempt = sender.attempt(message, start_deadline).await;
+                        lock(&slots)[i] = Slot::Done(attempt);
+                    }
                 }
                 .in_current_span(),
             );
         }
-        while !aborted {
-            tokio::select! {
-                biased;
-                () = self.shutdown.abort.cancelled() => aborted = true,
-                next = tasks.join_next() => match next {
-                    Some(Ok((id, attempt))) => { done.insert(id, attempt); }
-                    Some(Err(e)) => error!(error = %e, "a send task failed"),
-                    None => break,
-                },
-            }
+        tokio::select! {
+            biased;
+            () = self.shutdown.abort.cancelled() => {}
+            () = async {
+                while let Some(joined) = tasks.join_next().await {
+                    if let Err(e) = joined {
+                        error!(error = %e, "a send task failed");
+                    }
+                }
+            } => {}
         }
-        // Sends that finished just as the bound ran out still count as what they were.
-        while let Some(joined) = tasks.try_join_next() {
-            if let Ok((id, attempt)) = joined {
-                done.insert(id, attempt);
-            }
-        }
+        // Sends still running are given up; those that finished just as the bound ran out
+        // keep what they were.
         tasks.abort_all();
+        // An aborted task may still be finishing a poll on another thread: read the slots
+        // in place rather than taking the vector from under it.
+        let mut slots = lock(&slots);
         messages
             .iter()
-            .map(|m| {
-                let attempt = done.remove(&m.id).unwrap_or(if started.contains(&m.id) {
-                    Attempt::Abandoned
-                } else {
-                    Attempt::NotStarted
-                });
+            .zip(slots.iter_mut())
+            .map(|(m, slot)| {
+                let attempt = match std::mem::replace(slot, Slot::Waiting) {
+                    Slot::Done(attempt) => attempt,
+                    Slot::Started => Attempt::Abandoned,
+                    Slot::Waiting => Attempt::NotStarted,
+                };
                 (m, attempt)
             })
             .collect()
     }
+}
+
+/// Where one message of a batch being sent stands.
+enum Slot {
+    Waiting,
+    Started,
+    Done(Attempt),
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What a send needs, shared with the tasks that send.
