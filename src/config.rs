@@ -76,7 +76,7 @@ pub struct RunArgs {
     pub smtp_url: Option<String>,
 
     /// PEM file of CA certificates to trust, besides the system's, for the SMTP server's TLS
-    /// certificate: a relay with a private CA or a self-signed certificate.
+    /// certificate: a relay whose certificate a private CA signed.
     #[arg(long, env = "OUTBOXD_SMTP_CA_FILE")]
     pub smtp_ca_file: Option<PathBuf>,
 

@@ -470,10 +470,7 @@ impl Dispatcher {
             messages = sent.claim.messages.len(),
             "could not record the outcomes of a sent batch; holding them to record before the next claim"
         );
-        self.unrecorded
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(sent);
+        lock(&self.unrecorded).push(sent);
     }
 
     /// Records outcomes held after a database failure, oldest first; stops at the first
@@ -482,10 +479,7 @@ impl Dispatcher {
         let mut total = BatchReport::default();
         loop {
             let next = {
-                let mut held = self
-                    .unrecorded
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut held = lock(&self.unrecorded);
                 if held.is_empty() {
                     return Ok(total);
                 }
@@ -497,9 +491,7 @@ impl Dispatcher {
 
     /// Messages sent whose outcomes are not recorded yet.
     pub fn held_outcomes(&self) -> usize {
-        self.unrecorded
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.unrecorded)
             .iter()
             .map(|sent| sent.claim.messages.len())
             .sum()
@@ -578,6 +570,7 @@ enum Slot {
     Done(Attempt),
 }
 
+/// A poisoned lock only means a send task panicked; the data is still whole.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -831,7 +824,7 @@ impl Dispatcher {
     }
 
     fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
-        self.breaker.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.breaker)
     }
 }
 
