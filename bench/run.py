@@ -429,13 +429,26 @@ def scenario_bigtable(args, drain_result):
           [[f"{sampler_ms:.1f}", f"{claim_ms:.1f}", uses_index, f"{rate:.0f}", compare]])
 
 
+def with_concurrency(flags, concurrency):
+    flags = list(flags)
+    if "--smtp-concurrency" in flags:
+        flags[flags.index("--smtp-concurrency") + 1] = str(concurrency)
+    else:
+        flags += ["--smtp-concurrency", str(concurrency)]
+    return flags
+
+
 def scenario_replicas(args):
+    # The replicas share the tuned run's SMTP connections, as they would share a relay's
+    # limit on connections per client: the sink, not outboxd, is what this scenario loads.
+    total = int(TUNED[TUNED.index("--smtp-concurrency") + 1]) if "--smtp-concurrency" in TUNED else 4
     rows = []
     for replicas in (1, 2, 4):
+        flags = with_concurrency(TUNED, max(1, total // replicas))
         with tempfile.TemporaryDirectory() as tmp, database(f"outboxd_bench_replicas_{replicas}") as url:
             os.chmod(tmp, 0o777)  # smtp-sink writes as `postfix` when run as root
             dump = os.path.join(tmp, "sink.mbox")
-            r = run_drain(url, args.messages, TUNED, replicas=replicas, dump=dump)
+            r = run_drain(url, args.messages, flags, replicas=replicas, dump=dump)
             ids = {}
             with open(dump, "rb") as f:
                 for line in f:
@@ -444,10 +457,12 @@ def scenario_replicas(args):
                         ids[key] = ids.get(key, 0) + 1
             duplicates = sum(n - 1 for n in ids.values() if n > 1)
             busy = (r["cpu"] + r["others"]["postgres"] + r["others"]["sink"]) / (r["wall"] * os.cpu_count())
-            rows.append([replicas, f"{r['rate']:.0f}", f"{r['cpu']:.1f}", f"{r['others']['postgres']:.1f}",
+            rows.append([replicas, max(1, total // replicas), f"{r['rate']:.0f}", f"{r['cpu']:.1f}",
+                         f"{r['others']['postgres']:.1f}",
                          f"{r['others']['sink']:.1f}", f"{100 * busy:.0f}%", len(ids), duplicates])
-    table(f"Replicas: {args.messages} messages, {' '.join(TUNED)} each, sink writing every message to disk",
-          ["replicas", "msg/s", "outboxd CPU s (all)", "PostgreSQL CPU s", "smtp-sink CPU s", "machine busy",
+    table(f"Replicas: {args.messages} messages, {' '.join(TUNED)} shared: {total} SMTP connections in all, "
+          f"sink writing every message to disk",
+          ["replicas", "connections each", "msg/s", "outboxd CPU s (all)", "PostgreSQL CPU s", "smtp-sink CPU s", "machine busy",
            "distinct X-Outbox-Id at the sink", "duplicates"], rows)
 
 

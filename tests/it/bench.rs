@@ -45,7 +45,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
     }
     // The replicas scenario counts what the sink received: every message, once.
     assert!(
-        stdout.contains("| 2 | ") && stdout.contains("| 300 | 0 |"),
+        stdout.contains("| 2 | 8 | ") && stdout.contains("| 300 | 0 |"),
         "{stdout}"
     );
 }
