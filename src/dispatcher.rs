@@ -502,19 +502,20 @@ impl Dispatcher {
     /// threads without a task per message; until done or aborted.
     async fn attempt_all<'m>(
         &self,
-        messages: &'m [ClaimedMessage],
+        messages: &'m Arc<[ClaimedMessage]>,
         start_deadline: Instant,
     ) -> Vec<(&'m ClaimedMessage, Attempt)> {
-        let batch: Arc<[ClaimedMessage]> = messages.into();
         let slots = Arc::new(Mutex::new(
-            (0..messages.len()).map(|_| Slot::Waiting).collect::<Vec<_>>(),
+            (0..messages.len())
+                .map(|_| Slot::Waiting)
+                .collect::<Vec<_>>(),
         ));
         let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         for _ in 0..self.settings.concurrency.clamp(1, messages.len().max(1)) {
             let (sender, batch, slots, next) = (
                 Arc::clone(&self.sender),
-                Arc::clone(&batch),
+                Arc::clone(messages),
                 Arc::clone(&slots),
                 Arc::clone(&next),
             );

@@ -88,7 +88,8 @@ pub struct ClaimedMessage {
 pub struct Claim {
     pub token: uuid::Uuid,
     pub claimed_at: DateTime<Utc>,
-    pub messages: Vec<ClaimedMessage>,
+    /// Shared with the tasks that send them, without copying payloads.
+    pub messages: std::sync::Arc<[ClaimedMessage]>,
 }
 
 /// How a message left outboxd.

@@ -238,7 +238,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, s
     Ok(Claim {
         token,
         claimed_at,
-        messages,
+        messages: messages.into(),
     })
 }
 
