@@ -163,6 +163,9 @@ pub struct Pool {
 struct Connection {
     smtp: AsyncSmtpConnection,
     pipelining: bool,
+    /// The same socket, non-blocking, for [`Connection::closed_by_server`]; `None` where
+    /// lettre opened the socket itself (`smtps://`).
+    watch: Option<std::net::TcpStream>,
 }
 
 impl Connection {
@@ -209,6 +212,15 @@ impl Connection {
     fn has_broken(&self) -> bool {
         self.smtp.has_broken()
     }
+
+    /// Whether the server closed the connection (or said something, which on an idle SMTP
+    /// connection is a goodbye such as `421`) while it sat in the pool. Servers drop idle
+    /// clients and restart; a send on such a connection would fail and cost an attempt.
+    fn closed_by_server(&self) -> bool {
+        self.watch.as_ref().is_some_and(|socket| {
+            !matches!(socket.peek(&mut [0; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        })
+    }
 }
 
 impl Pool {
@@ -227,7 +239,7 @@ impl Pool {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < MAX_IDLE && !conn.has_broken() {
+            if since.elapsed() < MAX_IDLE && !conn.has_broken() && !conn.closed_by_server() {
                 return Some(conn);
             }
         }
@@ -258,9 +270,9 @@ impl Pool {
     async fn open(&self) -> Result<Connection, SendError> {
         let target = &self.target;
         let lettre_error = |e: lettre::transport::smtp::Error| SendError::from_lettre(&e);
-        let mut conn = if target.security == Security::Wrapper {
+        let (mut conn, watch) = if target.security == Security::Wrapper {
             let tls = target.tls().map_err(lettre_error)?;
-            AsyncSmtpConnection::connect_tokio1(
+            let conn = AsyncSmtpConnection::connect_tokio1(
                 (target.host.as_str(), target.port),
                 Some(self.timeout),
                 &target.hello,
@@ -268,13 +280,27 @@ impl Pool {
                 None,
             )
             .await
-            .map_err(lettre_error)?
+            .map_err(lettre_error)?;
+            (conn, None)
         } else {
+            let socket_error = |what: &str| {
+                let what = what.to_owned();
+                move |e: io::Error| SendError::Unreachable(format!("{what}: {e}"))
+            };
             let tcp = TcpStream::connect((target.host.as_str(), target.port))
                 .await
-                .map_err(|e| SendError::Unreachable(format!("cannot connect: {e}")))?;
+                .map_err(socket_error("cannot connect"))?;
             tcp.set_nodelay(true)
-                .map_err(|e| SendError::Unreachable(format!("cannot set TCP_NODELAY: {e}")))?;
+                .map_err(socket_error("cannot set TCP_NODELAY"))?;
+            // A second handle on the same socket, to see while the connection is idle
+            // whether the server has closed it.
+            let std = tcp
+                .into_std()
+                .map_err(socket_error("cannot watch the socket"))?;
+            let watch = std
+                .try_clone()
+                .map_err(socket_error("cannot watch the socket"))?;
+            let tcp = TcpStream::from_std(std).map_err(socket_error("cannot watch the socket"))?;
             let mut conn = AsyncSmtpConnection::connect_with_transport(
                 Box::new(Corked::new(tcp)),
                 &target.hello,
@@ -292,7 +318,7 @@ impl Pool {
                     .await
                     .map_err(|e| SendError::Unreachable(format!("STARTTLS failed: {e}")))?;
             }
-            conn
+            (conn, Some(watch))
         };
         // lettre keeps only the EHLO keywords it uses itself, so ask again for PIPELINING,
         // once per connection, before AUTH (after it, some servers would forget the login).
@@ -314,6 +340,7 @@ impl Pool {
         Ok(Connection {
             smtp: conn,
             pipelining,
+            watch,
         })
     }
 

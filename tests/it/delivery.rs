@@ -483,3 +483,34 @@ async fn a_drain_continues_while_batches_come_back_full() {
     );
     assert_eq!(smtp.messages().len(), 10);
 }
+
+#[tokio::test]
+async fn a_pooled_connection_the_server_dropped_is_replaced_without_costing_an_attempt() {
+    let db = TestDb::new().await;
+    let port = crate::helpers::free_port();
+    let first = SmtpServer::start_on(port);
+    let app = app(&db, Some(&first.url()), &["--smtp-concurrency", "1"]).await;
+    db.enqueue("account_verification", verification("a@example.com"))
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(first.messages().len(), 1);
+
+    // The server restarts while outboxd keeps its connection in the pool.
+    drop(first);
+    let second = SmtpServer::start_on(port);
+    let id = db
+        .enqueue("account_verification", verification("b@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            sent: 1,
+            ..BatchReport::default()
+        })
+    );
+    assert_eq!(second.messages().len(), 1);
+    let row = db.row(id).await;
+    assert!(row.dispatched && row.attempts == 0, "{row:?}");
+}
