@@ -1,9 +1,8 @@
 //! Wiring: builds the dispatcher from a validated configuration and runs it until a signal.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -12,15 +11,16 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{DatabaseConfig, Retention, RunConfig};
-use crate::dispatcher::{Dispatcher, Shutdown};
-use crate::health::Health;
+use crate::background::health::Health;
+use crate::background::retention::{self, Retention};
+use crate::background::{recorder_upkeep, sampler};
+use crate::config::{DatabaseConfig, RunConfig};
+use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
 use crate::message::NewMessage;
 use crate::render::Renderer;
 use crate::telemetry::metrics::{self, Metrics};
-use crate::telemetry::sampler;
-use crate::{http, retention, store};
+use crate::{http, store};
 
 /// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
 const POOL_SIZE: u32 = 4;
@@ -153,15 +153,7 @@ impl App {
             self.config.sample_interval,
             stop.clone(),
         ));
-        let prometheus = self.prometheus.clone();
-        let upkeep = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_secs(5)) => prometheus.run_upkeep(),
-                }
-            }
-        });
+        let upkeep = tokio::spawn(recorder_upkeep(self.prometheus.clone(), stop));
         tasks.extend([sample, upkeep]);
         tasks
     }

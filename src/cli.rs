@@ -6,11 +6,12 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DatabaseArgs, LogFormat, RunArgs};
+use crate::config::{DatabaseArgs, RunArgs};
 use crate::http::api as admin_api;
 use crate::message::NewMessage;
 use crate::store::admin::{self, Action, Selection};
-use crate::{app, store, telemetry};
+use crate::telemetry::{self, LogFormat};
+use crate::{app, store};
 
 /// outboxd delivers the emails your application commits to its outbox table.
 #[derive(Debug, Parser)]
@@ -180,7 +181,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         }
         Command::Stats(args) => {
             let pool = app::connect_checked(&args.database.validate()?).await?;
-            let stats = admin::stats(&pool).await;
+            let stats = store::stats::stats(&pool).await;
             pool.close().await;
             let stats = stats?;
             if args.json {
@@ -251,22 +252,14 @@ async fn apply(pool: &sqlx::PgPool, action: Action, selection: Selection) -> any
         && let [id] = ids.as_slice()
     {
         admin::apply_one(pool, action, *id, &cli_actor()).await?;
-        println!(
-            "{} message {id}",
-            if action == Action::Retry {
-                "requeued"
-            } else {
-                "discarded"
-            }
-        );
+        println!("{} message {id}", action.past_tense());
         return Ok(());
     }
     let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
-    let verb = if action == Action::Retry {
-        "requeued"
-    } else {
-        "discarded"
-    };
-    println!("{verb} {} dead letters ({selection})", changed.len());
+    println!(
+        "{} {} dead letters ({selection})",
+        action.past_tense(),
+        changed.len()
+    );
     Ok(())
 }

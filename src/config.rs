@@ -1,5 +1,6 @@
 //! Configuration: every option is a flag with an environment variable, parsed by clap and
-//! then validated as a whole into typed settings before anything starts.
+//! then validated as a whole into typed settings before anything starts. The settings
+//! types belong to the modules they configure; this module only builds them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,14 +8,16 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use lettre::message::Mailbox;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::PgConnectOptions;
 
-use crate::dispatcher::DispatchSettings;
+use crate::background::retention::Retention;
+use crate::dispatch::DispatchSettings;
 use crate::mailer::SmtpSettings;
 use crate::message::RetryPolicy;
+use crate::text::redact_url;
 
 /// The database a fresh machine with a local PostgreSQL can use as it is.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outboxd";
@@ -147,13 +150,6 @@ impl std::fmt::Debug for RunArgs {
     }
 }
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 /// A database location, with the password kept out of every `Debug` and log line.
 #[derive(Clone)]
 pub struct DatabaseConfig {
@@ -218,69 +214,9 @@ impl RunArgs {
     /// Checks the options together; the error names the option and what is wrong with it.
     pub fn validate(&self) -> anyhow::Result<RunConfig> {
         let database = self.database.validate()?;
-        if self.poll_interval.is_zero() {
-            bail!("--poll-interval / OUTBOXD_POLL_INTERVAL must be more than 0s");
-        }
-        if self.sample_interval.is_zero() {
-            bail!("--sample-interval / OUTBOXD_SAMPLE_INTERVAL must be more than 0s");
-        }
-        if self.smtp_timeout.is_zero() {
-            bail!("--smtp-timeout / OUTBOXD_SMTP_TIMEOUT must be more than 0s");
-        }
-        if self.retry_backoff_max < self.retry_backoff {
-            bail!(
-                "--retry-backoff-max / OUTBOXD_RETRY_BACKOFF_MAX ({}) is shorter than --retry-backoff / OUTBOXD_RETRY_BACKOFF ({})",
-                humantime::format_duration(self.retry_backoff_max),
-                humantime::format_duration(self.retry_backoff)
-            );
-        }
-        if self.lease <= self.smtp_timeout * 3 {
-            bail!(
-                "--lease / OUTBOXD_LEASE ({}) must be more than three times --smtp-timeout / OUTBOXD_SMTP_TIMEOUT ({}), so that a send always ends inside its lease",
-                humantime::format_duration(self.lease),
-                humantime::format_duration(self.smtp_timeout)
-            );
-        }
-        let smtp = match self.smtp_url.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(url) => {
-                let ca_certificates = match &self.smtp_ca_file {
-                    Some(path) => Some(std::fs::read(path).with_context(|| {
-                        format!(
-                            "cannot read --smtp-ca-file / OUTBOXD_SMTP_CA_FILE {}",
-                            path.display()
-                        )
-                    })?),
-                    None => None,
-                };
-                let settings = SmtpSettings {
-                    url: SecretString::from(url.to_owned()),
-                    timeout: self.smtp_timeout,
-                    pool_size: self.smtp_concurrency,
-                    ca_certificates,
-                };
-                settings.validate().map_err(|e| {
-                    anyhow::anyhow!(
-                        "invalid --smtp-url / OUTBOXD_SMTP_URL {}: {e}",
-                        redact_url(url)
-                    )
-                })?;
-                Some(settings)
-            }
-        };
-        if smtp.is_none() && self.smtp_ca_file.is_some() {
-            bail!("--smtp-ca-file / OUTBOXD_SMTP_CA_FILE is set but OUTBOXD_SMTP_URL is not");
-        }
-        let from: &str = match (&self.from, &smtp) {
-            (Some(from), _) => from,
-            (None, Some(_)) => {
-                bail!("--from / OUTBOXD_FROM is required when OUTBOXD_SMTP_URL is set")
-            }
-            (None, None) => DEV_FROM,
-        };
-        let from: Mailbox = from
-            .parse()
-            .with_context(|| format!("invalid --from / OUTBOXD_FROM {from:?}"))?;
+        self.check_durations()?;
+        let smtp = self.smtp_settings()?;
+        let from = self.sender(smtp.is_some())?;
         let message_id_domain = match &self.message_id_domain {
             Some(domain) => {
                 if domain.is_empty()
@@ -304,6 +240,101 @@ impl RunArgs {
                 dir.display()
             );
         }
+        let admin_token = self.admin_token()?;
+        Ok(RunConfig {
+            database,
+            dispatch: self.dispatch_settings()?,
+            smtp,
+            from,
+            message_id_domain,
+            templates: self.templates.clone(),
+            listen: self.listen,
+            sample_interval: self.sample_interval,
+            admin_token,
+            admin_listen: self.admin_listen,
+            retention: self.retention,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+
+    fn check_durations(&self) -> anyhow::Result<()> {
+        if self.poll_interval.is_zero() {
+            bail!("--poll-interval / OUTBOXD_POLL_INTERVAL must be more than 0s");
+        }
+        if self.sample_interval.is_zero() {
+            bail!("--sample-interval / OUTBOXD_SAMPLE_INTERVAL must be more than 0s");
+        }
+        if self.smtp_timeout.is_zero() {
+            bail!("--smtp-timeout / OUTBOXD_SMTP_TIMEOUT must be more than 0s");
+        }
+        if self.retry_backoff_max < self.retry_backoff {
+            bail!(
+                "--retry-backoff-max / OUTBOXD_RETRY_BACKOFF_MAX ({}) is shorter than --retry-backoff / OUTBOXD_RETRY_BACKOFF ({})",
+                humantime::format_duration(self.retry_backoff_max),
+                humantime::format_duration(self.retry_backoff)
+            );
+        }
+        if self.lease <= self.smtp_timeout * 3 {
+            bail!(
+                "--lease / OUTBOXD_LEASE ({}) must be more than three times --smtp-timeout / OUTBOXD_SMTP_TIMEOUT ({}), so that a send always ends inside its lease",
+                humantime::format_duration(self.lease),
+                humantime::format_duration(self.smtp_timeout)
+            );
+        }
+        Ok(())
+    }
+
+    /// `None` without `--smtp-url`: messages are only logged.
+    fn smtp_settings(&self) -> anyhow::Result<Option<SmtpSettings>> {
+        let url = match self.smtp_url.as_deref().map(str::trim) {
+            None | Some("") => {
+                if self.smtp_ca_file.is_some() {
+                    bail!(
+                        "--smtp-ca-file / OUTBOXD_SMTP_CA_FILE is set but OUTBOXD_SMTP_URL is not"
+                    );
+                }
+                return Ok(None);
+            }
+            Some(url) => url,
+        };
+        let ca_certificates = match &self.smtp_ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| {
+                format!(
+                    "cannot read --smtp-ca-file / OUTBOXD_SMTP_CA_FILE {}",
+                    path.display()
+                )
+            })?),
+            None => None,
+        };
+        let settings = SmtpSettings {
+            url: SecretString::from(url.to_owned()),
+            timeout: self.smtp_timeout,
+            pool_size: self.smtp_concurrency,
+            ca_certificates,
+        };
+        settings.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "invalid --smtp-url / OUTBOXD_SMTP_URL {}: {e}",
+                redact_url(url)
+            )
+        })?;
+        Ok(Some(settings))
+    }
+
+    fn sender(&self, smtp: bool) -> anyhow::Result<Mailbox> {
+        let from: &str = match (&self.from, smtp) {
+            (Some(from), _) => from,
+            (None, true) => {
+                bail!("--from / OUTBOXD_FROM is required when OUTBOXD_SMTP_URL is set")
+            }
+            (None, false) => DEV_FROM,
+        };
+        from.parse()
+            .with_context(|| format!("invalid --from / OUTBOXD_FROM {from:?}"))
+    }
+
+    /// `None`: the admin page and API are off.
+    fn admin_token(&self) -> anyhow::Result<Option<SecretString>> {
         let admin_token = match self.admin_token.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(token) if token.len() < 16 => bail!(
@@ -321,36 +352,27 @@ impl RunArgs {
                 "--admin-listen / OUTBOXD_ADMIN_LISTEN must differ from --listen / OUTBOXD_LISTEN"
             );
         }
+        Ok(admin_token)
+    }
+
+    fn dispatch_settings(&self) -> anyhow::Result<DispatchSettings> {
         let worker_id = match &self.worker_id {
             Some(id) if !id.trim().is_empty() => id.trim().to_owned(),
             Some(_) => bail!("--worker-id / OUTBOXD_WORKER_ID must not be empty"),
             None => default_worker_id(),
         };
-        Ok(RunConfig {
-            database,
-            dispatch: DispatchSettings {
-                batch_size: self.batch_size,
-                retry: RetryPolicy {
-                    max_attempts: self.max_attempts,
-                    base: self.retry_backoff,
-                    max: self.retry_backoff_max,
-                },
-                lease: self.lease,
-                concurrency: self.smtp_concurrency as usize,
-                poll_interval: self.poll_interval,
-                send_timeout: self.smtp_timeout,
-                worker_id,
+        Ok(DispatchSettings {
+            batch_size: self.batch_size,
+            retry: RetryPolicy {
+                max_attempts: self.max_attempts,
+                base: self.retry_backoff,
+                max: self.retry_backoff_max,
             },
-            smtp,
-            from,
-            message_id_domain,
-            templates: self.templates.clone(),
-            listen: self.listen,
-            sample_interval: self.sample_interval,
-            admin_token,
-            admin_listen: self.admin_listen,
-            retention: self.retention,
-            shutdown_timeout: self.shutdown_timeout,
+            lease: self.lease,
+            concurrency: self.smtp_concurrency as usize,
+            poll_interval: self.poll_interval,
+            send_timeout: self.smtp_timeout,
+            worker_id,
         })
     }
 }
@@ -359,13 +381,6 @@ impl RunArgs {
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value.trim())
         .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms, 2m or 1h"))
-}
-
-/// How long dispatched and discarded rows are kept; `Keep` never deletes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retention {
-    Keep,
-    For(Duration),
 }
 
 /// `0` keeps rows forever; anything else is a duration such as `7d` or `12h`.
@@ -384,30 +399,9 @@ fn default_worker_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// A URL fit for logs: the password, if any, replaced by `***`.
-pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut url) => {
-            if url.password().is_some() && url.set_password(Some("***")).is_err() {
-                return "<unparseable URL>".to_owned();
-            }
-            url.to_string()
-        }
-        Err(_) => "<unparseable URL>".to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_never_survive_redaction() {
-        let shown = redact_url("postgres://app:s3cret@db:5432/app");
-        assert!(!shown.contains("s3cret"), "{shown}");
-        assert!(shown.contains("app:***@db"), "{shown}");
-        assert_eq!(redact_url("not a url s3cret"), "<unparseable URL>");
-    }
 
     #[test]
     fn retention_zero_keeps_rows_forever() {

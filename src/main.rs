@@ -1,6 +1,6 @@
 /// glibc's malloc took a tenth of the dispatcher's CPU time in the drain benchmark (many
 /// short-lived buffers per email, freed on another thread); mimalloc does the same work in
-/// less. See BENCHMARKS.md.
+/// less.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -68,7 +68,7 @@ pub fn validate_kind(kind: &str) -> Result<(), InvalidMessage> {
 }
 
 /// A row this dispatcher holds a lease on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedMessage {
     pub id: i64,
     pub kind: String,
@@ -83,9 +83,9 @@ pub struct ClaimedMessage {
     pub due_at: DateTime<Utc>,
 }
 
-/// A claimed batch: the rows, the claim's token, and the database's clock at claim time.
+/// The rows one claim took, the claim's token, and the database's clock at claim time.
 #[derive(Debug, Clone)]
-pub struct Claim {
+pub struct ClaimedBatch {
     pub token: uuid::Uuid,
     pub claimed_at: DateTime<Utc>,
     /// Shared with the tasks that send them, without copying payloads.
@@ -102,6 +102,7 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// The `delivery` label of `outbox_messages_sent_total`.
     pub fn as_str(self) -> &'static str {
         match self {
             Delivery::Smtp => "smtp",
@@ -110,20 +111,23 @@ impl Delivery {
     }
 }
 
-/// Why an attempt failed, as far as retrying is concerned.
+/// Whether a failure can pass by itself: the `class` label of the failure counters. (The
+/// stored `error_class` is something else: the failure's short name, such as `smtp_550`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureClass {
+pub enum Permanence {
     /// Worth trying again later: a 4xx reply, a timeout, a dropped connection.
     Transient,
     /// Will never succeed as it is: a 5xx reply, an unknown kind, a payload that does not render.
     Permanent,
 }
 
-impl FailureClass {
+impl Permanence {
+    pub const ALL: [Permanence; 2] = [Permanence::Transient, Permanence::Permanent];
+
     pub fn as_str(self) -> &'static str {
         match self {
-            FailureClass::Transient => "transient",
-            FailureClass::Permanent => "permanent",
+            Permanence::Transient => "transient",
+            Permanence::Permanent => "permanent",
         }
     }
 }
@@ -134,59 +138,73 @@ impl FailureClass {
 pub enum Outcome {
     /// Accepted by the SMTP server (or, without SMTP, logged and marked dispatched).
     Sent { via: Delivery },
-    /// Failed; try again after `delay`. Counts an attempt. `code` names the failure for
-    /// grouping (`smtp_451`, `unreachable`, `render`...).
+    /// Failed; try again after `delay`. Counts an attempt. `error_class` names the failure
+    /// for grouping (`smtp_451`, `unreachable`, `render`...).
     Retry {
         error: String,
-        code: String,
+        error_class: String,
         delay: Duration,
     },
     /// Failed for good: kept for an operator, never retried by itself. Counts an attempt.
     DeadLetter {
         error: String,
-        code: String,
-        class: FailureClass,
+        error_class: String,
+        permanence: Permanence,
     },
     /// Given back unsent and due at once, without counting an attempt: shutdown, a lease
-    /// about to run out, or an SMTP outage that is not the message's fault.
-    Release { reason: ReleaseReason },
+    /// about to run out, or an SMTP outage that is not the message's fault. `error` is
+    /// what the send met, if it was started.
+    Release {
+        reason: ReleaseReason,
+        error: Option<String>,
+    },
 }
 
-/// Why a claimed message was given back unsent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a claimed message was given back unsent: the `reason` label of
+/// `outbox_messages_released_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReason {
     /// Shutting down, or too close to the end of the lease, before the send started.
     NotStarted,
     /// The send was given up at the shutdown bound; it may or may not have been delivered.
     Abandoned,
     /// No message of the batch reached the SMTP server: an outage, not this message's fault.
-    SmtpUnavailable(String),
+    SmtpUnavailable,
 }
 
 impl ReleaseReason {
-    /// Every value of [`Self::as_str`], for pre-registering metrics.
-    pub const NAMES: &[&str] = &["not_started", "abandoned", "smtp_unavailable"];
+    pub const ALL: [ReleaseReason; 3] = [
+        ReleaseReason::NotStarted,
+        ReleaseReason::Abandoned,
+        ReleaseReason::SmtpUnavailable,
+    ];
 
-    pub fn as_str(&self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             ReleaseReason::NotStarted => "not_started",
             ReleaseReason::Abandoned => "abandoned",
-            ReleaseReason::SmtpUnavailable(_) => "smtp_unavailable",
-        }
-    }
-
-    fn error(&self) -> Option<&str> {
-        match self {
-            ReleaseReason::NotStarted => None,
-            ReleaseReason::Abandoned => {
-                Some("abandoned at shutdown while sending; it may have been delivered")
-            }
-            ReleaseReason::SmtpUnavailable(error) => Some(error),
+            ReleaseReason::SmtpUnavailable => "smtp_unavailable",
         }
     }
 }
 
 impl Outcome {
+    /// A release for a send that was not started.
+    pub fn not_started() -> Outcome {
+        Outcome::Release {
+            reason: ReleaseReason::NotStarted,
+            error: None,
+        }
+    }
+
+    /// A release for a send given up at the shutdown bound.
+    pub fn abandoned() -> Outcome {
+        Outcome::Release {
+            reason: ReleaseReason::Abandoned,
+            error: Some("abandoned at shutdown while sending; it may have been delivered".into()),
+        }
+    }
+
     /// The stable word stored and logged for this outcome.
     pub fn action(&self) -> &'static str {
         match self {
@@ -201,16 +219,19 @@ impl Outcome {
         match self {
             Outcome::Sent { .. } => None,
             Outcome::Retry { error, .. } | Outcome::DeadLetter { error, .. } => Some(error),
-            Outcome::Release { reason } => reason.error(),
+            Outcome::Release { error, .. } => error.as_deref(),
         }
     }
 
     /// The failure's short name, stored as `error_class` for grouping dead letters.
-    pub fn error_code(&self) -> Option<&str> {
+    pub fn error_class(&self) -> Option<&str> {
         match self {
-            Outcome::Retry { code, .. } | Outcome::DeadLetter { code, .. } => Some(code),
+            Outcome::Retry { error_class, .. } | Outcome::DeadLetter { error_class, .. } => {
+                Some(error_class)
+            }
             Outcome::Release {
-                reason: ReleaseReason::SmtpUnavailable(_),
+                reason: ReleaseReason::SmtpUnavailable,
+                ..
             } => Some("unreachable"),
             _ => None,
         }
@@ -226,7 +247,7 @@ impl Outcome {
     /// A failed transient attempt becomes a retry, or a dead letter once the limit is reached.
     pub fn after_transient_failure(
         error: String,
-        code: String,
+        error_class: String,
         attempts_before: i32,
         retry: &RetryPolicy,
     ) -> Outcome {
@@ -236,13 +257,13 @@ impl Outcome {
         if attempts >= retry.max_attempts {
             Outcome::DeadLetter {
                 error: format!("gave up after {attempts} attempts: {error}"),
-                code,
-                class: FailureClass::Transient,
+                error_class,
+                permanence: Permanence::Transient,
             }
         } else {
             Outcome::Retry {
                 error,
-                code,
+                error_class,
                 delay: retry.delay_after(attempts),
             }
         }
@@ -280,25 +301,14 @@ impl RetryPolicy {
     }
 }
 
-/// Keeps the first [`MAX_ERROR_CHARS`] characters of an error, on a character boundary.
+/// Keeps the first [`MAX_ERROR_CHARS`] characters of an error.
 pub fn truncate_error(error: &str) -> String {
-    match error.char_indices().nth(MAX_ERROR_CHARS) {
-        Some((end, _)) => error[..end].to_owned(),
-        None => error.to_owned(),
-    }
+    crate::text::cut(error, MAX_ERROR_CHARS).to_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errors_are_cut_at_500_characters_not_bytes() {
-        let long = "é".repeat(600);
-        let cut = truncate_error(&long);
-        assert_eq!(cut.chars().count(), 500);
-        assert_eq!(truncate_error("short"), "short");
-    }
 
     #[test]
     fn kinds_are_kept_to_a_safe_alphabet() {
@@ -352,7 +362,7 @@ mod tests {
         assert_eq!(retry.action(), "retry");
         let dead =
             Outcome::after_transient_failure("451 busy".into(), "smtp_451".into(), 4, &policy);
-        assert_eq!(dead.error_code(), Some("smtp_451"));
+        assert_eq!(dead.error_class(), Some("smtp_451"));
         assert_eq!(dead.action(), "dead");
         assert!(dead.error().unwrap().contains("after 5 attempts"));
     }

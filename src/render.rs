@@ -94,7 +94,7 @@ pub enum RenderError {
 
 impl RenderError {
     /// A short, stable name for grouping dead letters.
-    pub fn code(&self) -> &'static str {
+    pub fn error_class(&self) -> &'static str {
         match self {
             RenderError::UnknownKind(_) => "unknown_kind",
             RenderError::Template(_) | RenderError::Build(_) => "render",

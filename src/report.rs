@@ -1,6 +1,8 @@
 //! Plain-text tables for the command line.
 
-use crate::store::admin::{DeadLetter, Stats};
+use crate::store::admin::DeadLetter;
+use crate::store::stats::Stats;
+use crate::text::cut_with_ellipsis;
 
 /// Columns padded to their widest cell; the last column is left ragged.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -29,12 +31,9 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// One line of at most `max` characters, for a table cell.
 fn clip(text: &str, max: usize) -> String {
-    let one_line = text.replace(['\r', '\n'], " ");
-    match one_line.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &one_line[..end]),
-        None => one_line,
-    }
+    cut_with_ellipsis(&text.replace(['\r', '\n'], " "), max).into_owned()
 }
 
 pub fn dead_letter_table(page: &[DeadLetter]) -> String {

@@ -14,7 +14,8 @@ use tracing::info;
 
 use super::AdminState;
 use super::auth::Actor;
-use crate::store::admin::{self, Action, ActionError, Selection};
+use crate::store::admin::{self, Action, ActionError, DeadLetter, MessageState, Selection};
+use crate::store::stats;
 
 /// The most dead letters one page returns.
 pub const MAX_PAGE: i64 = 500;
@@ -137,6 +138,13 @@ impl ListQuery {
         };
         Ok(Self { kind, limit, after })
     }
+
+    /// The `after` of the next page: the last id of a full page, none after a short one.
+    pub fn next_after(&self, page: &[DeadLetter]) -> Option<i64> {
+        (page.len() as i64 == self.limit)
+            .then(|| page.last().map(|d| d.id))
+            .flatten()
+    }
 }
 
 async fn list(
@@ -147,9 +155,7 @@ async fn list(
     let page =
         admin::list_dead_letters(&state.pool, query.kind.as_deref(), query.after, query.limit)
             .await?;
-    let next_after = (page.len() as i64 == query.limit)
-        .then(|| page.last().map(|d| d.id))
-        .flatten();
+    let next_after = query.next_after(&page);
     Ok(Json(
         json!({"dead_letters": page, "next_after": next_after}),
     ))
@@ -161,7 +167,12 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     match admin::message(&state.pool, id).await? {
-        Some(message) if matches!(message.state, "dead_lettered" | "discarded") => {
+        Some(message)
+            if matches!(
+                message.state,
+                MessageState::DeadLettered | MessageState::Discarded
+            ) =>
+        {
             Ok(Json(json!(message)))
         }
         Some(message) => Err(ApiError {
@@ -178,7 +189,7 @@ async fn groups(State(state): State<AdminState>) -> Result<Json<Value>, ApiError
 }
 
 async fn stats(State(state): State<AdminState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!(admin::stats(&state.pool).await?)))
+    Ok(Json(json!(stats::stats(&state.pool).await?)))
 }
 
 async fn retry_one(
@@ -206,14 +217,7 @@ async fn one(
     let id = parse_id(id)?;
     admin::apply_one(&state.pool, action, id, &actor.0).await?;
     info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
-    Ok(Json(json!({"id": id, past_tense(action): 1})))
-}
-
-fn past_tense(action: Action) -> &'static str {
-    match action {
-        Action::Retry => "requeued",
-        Action::Discard => "discarded",
-    }
+    Ok(Json(json!({"id": id, action.past_tense(): 1})))
 }
 
 /// The filter of a bulk request: exactly one of `ids`, `kind`, `group` or `"all": true`.
@@ -289,5 +293,5 @@ async fn bulk(
     let selection = request.selection()?;
     let changed = admin::apply(&state.pool, action, &selection, &actor.0).await?;
     info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
-    Ok(Json(json!({past_tense(action): changed.len()})))
+    Ok(Json(json!({action.past_tense(): changed.len()})))
 }

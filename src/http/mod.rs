@@ -18,7 +18,7 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
-use crate::health::Health;
+use crate::background::health::Health;
 
 /// What the admin routes need.
 #[derive(Clone)]
@@ -78,6 +78,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// A plain-text response, for the probes and the page's errors.
 fn plain(status: StatusCode, body: String) -> Response {
     (
         status,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
@@ -14,10 +14,12 @@ use minijinja::{Environment, context};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use super::AdminState;
 use super::api::ListQuery;
 use super::auth::Actor;
-use crate::store::admin::{self, Action, ActionError, Selection};
+use super::{AdminState, plain};
+use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
+use crate::store::stats;
+use crate::text::cut_with_ellipsis;
 
 /// Errors longer than this are folded behind "more".
 const FOLD_AT: usize = 140;
@@ -48,15 +50,6 @@ fn csrf_refused() -> Response {
     )
 }
 
-fn plain(status: StatusCode, text: String) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        text,
-    )
-        .into_response()
-}
-
 /// "3 min ago", for a person scanning a table; the absolute time is beside it.
 fn ago(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let seconds = (now - then).num_seconds().max(0);
@@ -69,10 +62,7 @@ fn ago(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
 }
 
 fn short(text: &str) -> String {
-    match text.char_indices().nth(FOLD_AT) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
+    cut_with_ellipsis(text, FOLD_AT).into_owned()
 }
 
 fn duration_text(seconds: f64) -> String {
@@ -102,6 +92,31 @@ struct Row {
     dead_short: String,
 }
 
+impl Row {
+    fn new(d: DeadLetter, now: DateTime<Utc>) -> Self {
+        let last_error = d.last_error.unwrap_or_default();
+        Row {
+            id: d.id,
+            kind: d.kind,
+            error_class: d.error_class,
+            recipients: d.recipients.join(", "),
+            attempts: d.attempts,
+            short_error: short(&last_error),
+            error_folded: last_error.chars().count() > FOLD_AT,
+            last_error,
+            created_at: d.created_at.to_rfc3339(),
+            created_ago: ago(d.created_at, now),
+            created_short: d.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            dead_lettered_at: d.dead_lettered_at.to_rfc3339(),
+            dead_ago: ago(d.dead_lettered_at, now),
+            dead_short: d
+                .dead_lettered_at
+                .format("%Y-%m-%d %H:%M:%S UTC")
+                .to_string(),
+        }
+    }
+}
+
 async fn page(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
@@ -127,14 +142,12 @@ async fn render(
     notice: Option<&String>,
 ) -> anyhow::Result<String> {
     let now = Utc::now();
-    let stats = admin::stats(&state.pool).await?;
+    let stats = stats::stats(&state.pool).await?;
     let groups = admin::groups(&state.pool).await?;
     let page =
         admin::list_dead_letters(&state.pool, list.kind.as_deref(), list.after, list.limit).await?;
     let audit = admin::audit_log(&state.pool, 20).await?;
-    let next_after = (page.len() as i64 == list.limit)
-        .then(|| page.last().map(|d| d.id))
-        .flatten();
+    let next_after = list.next_after(&page);
     let mut kinds: Vec<String> = state.kinds.clone();
     for kind in stats.kinds.keys().chain(list.kind.iter()) {
         if !kinds.contains(kind) {
@@ -142,31 +155,7 @@ async fn render(
         }
     }
     kinds.sort();
-    let rows: Vec<Row> = page
-        .into_iter()
-        .map(|d| {
-            let last_error = d.last_error.unwrap_or_default();
-            Row {
-                id: d.id,
-                kind: d.kind,
-                error_class: d.error_class,
-                recipients: d.recipients.join(", "),
-                attempts: d.attempts,
-                short_error: short(&last_error),
-                error_folded: last_error.chars().count() > FOLD_AT,
-                last_error,
-                created_at: d.created_at.to_rfc3339(),
-                created_ago: ago(d.created_at, now),
-                created_short: d.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-                dead_lettered_at: d.dead_lettered_at.to_rfc3339(),
-                dead_ago: ago(d.dead_lettered_at, now),
-                dead_short: d
-                    .dead_lettered_at
-                    .format("%Y-%m-%d %H:%M:%S UTC")
-                    .to_string(),
-            }
-        })
-        .collect();
+    let rows: Vec<Row> = page.into_iter().map(|d| Row::new(d, now)).collect();
     let groups: Vec<_> = groups
         .into_iter()
         .map(|g| {

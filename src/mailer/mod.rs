@@ -2,14 +2,18 @@
 //! all when no SMTP server is configured. Classifies every failure; never touches the
 //! database.
 
+mod connection;
+mod corked;
 mod pool;
+mod target;
 
 use std::time::Duration;
 
 use lettre::Message;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::message::{Delivery, FailureClass};
+use crate::message::{Delivery, Permanence};
+use crate::text::redact_url;
 
 /// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
 /// deferral is retried, and an unreachable server may be an outage that is nobody's fault.
@@ -33,15 +37,16 @@ pub enum SendError {
 }
 
 impl SendError {
-    pub fn class(&self) -> FailureClass {
+    pub fn permanence(&self) -> Permanence {
         match self {
-            SendError::Rejected { .. } => FailureClass::Permanent,
-            SendError::Deferred { .. } | SendError::Unreachable(_) => FailureClass::Transient,
+            SendError::Rejected { .. } => Permanence::Permanent,
+            SendError::Deferred { .. } | SendError::Unreachable(_) => Permanence::Transient,
         }
     }
 
-    /// A short, stable name for grouping dead letters: `smtp_550`, `unreachable`, ...
-    pub fn code(&self) -> String {
+    /// A short, stable name for grouping dead letters, stored as `error_class`:
+    /// `smtp_550`, `unreachable`, ...
+    pub fn error_class(&self) -> String {
         match self {
             SendError::Rejected { code, .. } | SendError::Deferred { code, .. } => code
                 .as_deref()
@@ -97,7 +102,7 @@ pub struct SmtpSettings {
 impl std::fmt::Debug for SmtpSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SmtpSettings")
-            .field("url", &crate::config::redact_url(self.url.expose_secret()))
+            .field("url", &redact_url(self.url.expose_secret()))
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("ca_certificates", &self.ca_certificates.is_some())
@@ -108,7 +113,7 @@ impl std::fmt::Debug for SmtpSettings {
 impl SmtpSettings {
     /// Checks the URL without connecting; the error never repeats the URL.
     pub fn validate(&self) -> Result<(), String> {
-        pool::Target::parse(self.url.expose_secret(), self.ca_certificates.as_deref()).map(drop)
+        target::Target::parse(self.url.expose_secret(), self.ca_certificates.as_deref()).map(drop)
     }
 }
 
@@ -161,7 +166,7 @@ pub struct SmtpMailer {
 
 impl SmtpMailer {
     fn new(settings: SmtpSettings) -> Result<Self, String> {
-        let target = pool::Target::parse(
+        let target = target::Target::parse(
             settings.url.expose_secret(),
             settings.ca_certificates.as_deref(),
         )?;

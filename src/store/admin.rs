@@ -1,17 +1,28 @@
-//! SQL for operators: the dead-letter view, retry and discard, statistics, the audit
-//! trail, and retention.
-
-use std::collections::BTreeMap;
+//! SQL for operators: the dead-letter view, retry and discard, and the audit trail.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{FromRow, PgPool, Postgres, Transaction};
 
 use super::NOTIFY_CHANNEL;
 
+/// The addresses of a payload's `to`, `cc` and `bcc` (each a string or an array of
+/// strings), in that order, as a `recipients` text array; anything else is left out.
+macro_rules! recipients_column {
+    () => {
+        "ARRAY(SELECT r.address #>> '{}' \
+               FROM unnest(ARRAY[payload->'to', payload->'cc', payload->'bcc']) \
+                    WITH ORDINALITY AS f(field, i), \
+                    jsonb_array_elements(CASE jsonb_typeof(f.field) WHEN 'array' THEN f.field \
+                                         ELSE jsonb_build_array(f.field) END) \
+                    WITH ORDINALITY AS r(address, j) \
+               WHERE jsonb_typeof(r.address) = 'string' ORDER BY f.i, r.j) AS recipients"
+    };
+}
+
 /// A dead letter as listed: no payload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct DeadLetter {
     pub id: i64,
     pub kind: String,
@@ -23,12 +34,56 @@ pub struct DeadLetter {
     pub dead_lettered_at: DateTime<Utc>,
 }
 
+/// Where a message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageState {
+    Pending,
+    Dispatched,
+    DeadLettered,
+    Discarded,
+}
+
+impl MessageState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageState::Pending => "pending",
+            MessageState::Dispatched => "dispatched",
+            MessageState::DeadLettered => "dead_lettered",
+            MessageState::Discarded => "discarded",
+        }
+    }
+}
+
+impl std::fmt::Display for MessageState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TryFrom<String> for MessageState {
+    type Error = String;
+
+    fn try_from(state: String) -> Result<Self, String> {
+        [
+            MessageState::Pending,
+            MessageState::Dispatched,
+            MessageState::DeadLettered,
+            MessageState::Discarded,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == state)
+        .ok_or_else(|| format!("unknown message state {state:?}"))
+    }
+}
+
 /// One message with everything about it, payload included.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct MessageDetail {
     pub id: i64,
     pub kind: String,
-    pub state: &'static str,
+    #[sqlx(try_from = "String")]
+    pub state: MessageState,
     pub recipients: Vec<String>,
     pub payload: Value,
     pub attempts: i32,
@@ -46,16 +101,19 @@ pub struct MessageDetail {
 }
 
 /// Dead letters of one kind that failed the same way.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct Group {
     pub kind: String,
     pub error_class: String,
     pub count: i64,
+    #[sqlx(flatten)]
     pub newest: GroupExample,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The newest dead letter of a [`Group`].
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct GroupExample {
+    #[sqlx(rename = "newest_id")]
     pub id: i64,
     pub last_error: Option<String>,
     pub dead_lettered_at: DateTime<Utc>,
@@ -99,6 +157,14 @@ impl Action {
             Action::Discard => "discard",
         }
     }
+
+    /// What the action did to a message, as the CLI and the API say it.
+    pub fn past_tense(self) -> &'static str {
+        match self {
+            Action::Retry => "requeued",
+            Action::Discard => "discarded",
+        }
+    }
 }
 
 /// Why an action on one message did not apply.
@@ -107,33 +173,13 @@ pub enum ActionError {
     #[error("no message {0}")]
     NotFound(i64),
     #[error("message {id} is {state}, not dead-lettered")]
-    NotDeadLettered { id: i64, state: &'static str },
+    NotDeadLettered { id: i64, state: MessageState },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct KindStats {
-    pub pending: i64,
-    pub due: i64,
-    pub in_flight: i64,
-    pub dead_letters: i64,
-    pub sent_last_hour: i64,
-}
-
-/// The state of the outbox at a glance.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Stats {
-    pub pending: i64,
-    pub due: i64,
-    pub in_flight: i64,
-    pub dead_letters: i64,
-    pub oldest_pending_age_seconds: f64,
-    pub sent_last_hour: i64,
-    pub kinds: BTreeMap<String, KindStats>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One operator action, as `outbox_admin_audit` keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct AuditEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -143,24 +189,6 @@ pub struct AuditEntry {
     pub rows: i32,
 }
 
-fn recipients(row: &sqlx::postgres::PgRow) -> Result<Vec<String>, sqlx::Error> {
-    let mut out = Vec::new();
-    for field in ["to_", "cc", "bcc"] {
-        match row.try_get::<Option<Value>, _>(field)? {
-            Some(Value::String(s)) => out.push(s),
-            Some(Value::Array(items)) => {
-                out.extend(
-                    items
-                        .into_iter()
-                        .filter_map(|v| v.as_str().map(str::to_owned)),
-                );
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
 /// Dead letters, newest first; `after` is the last id of the previous page.
 pub async fn list_dead_letters(
     pool: &PgPool,
@@ -168,90 +196,44 @@ pub async fn list_dead_letters(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    let rows = sqlx::query(
-        "SELECT id, kind, payload->'to' AS to_, payload->'cc' AS cc, payload->'bcc' AS bcc, \
-                attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
+    sqlx::query_as(concat!(
+        "SELECT id, kind, ",
+        recipients_column!(),
+        ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
                 created_at, dead_lettered_at \
          FROM outbox_messages \
          WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
            AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
-         ORDER BY id DESC LIMIT $3",
-    )
+         ORDER BY id DESC LIMIT $3"
+    ))
     .bind(kind)
     .bind(after)
     .bind(limit)
     .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(DeadLetter {
-                id: row.try_get("id")?,
-                kind: row.try_get("kind")?,
-                recipients: recipients(row)?,
-                attempts: row.try_get("attempts")?,
-                last_error: row.try_get("last_error")?,
-                error_class: row.try_get("error_class")?,
-                created_at: row.try_get("created_at")?,
-                dead_lettered_at: row.try_get("dead_lettered_at")?,
-            })
-        })
-        .collect()
+    .await
 }
 
 /// One message in any state, with its payload.
 pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
-    let Some(row) = sqlx::query(
-        "SELECT id, kind, payload, payload->'to' AS to_, payload->'cc' AS cc, payload->'bcc' AS bcc, \
-                attempts, last_error, error_class, created_at, not_before, next_attempt_at, \
-                dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent \
-         FROM outbox_messages WHERE id = $1",
-    )
+    sqlx::query_as(concat!(
+        "SELECT id, kind, payload, ",
+        recipients_column!(),
+        ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
+                WHEN dead_lettered_at IS NULL THEN 'pending' \
+                WHEN discarded_at IS NULL THEN 'dead_lettered' \
+                ELSE 'discarded' END AS state, \
+           attempts, last_error, error_class, created_at, not_before, next_attempt_at, \
+           dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent \
+         FROM outbox_messages WHERE id = $1"
+    ))
     .bind(id)
     .fetch_optional(pool)
-    .await?
-    else {
-        return Ok(None);
-    };
-    let dispatched_at: Option<DateTime<Utc>> = row.try_get("dispatched_at")?;
-    let dead_lettered_at: Option<DateTime<Utc>> = row.try_get("dead_lettered_at")?;
-    let discarded_at: Option<DateTime<Utc>> = row.try_get("discarded_at")?;
-    Ok(Some(MessageDetail {
-        id: row.try_get("id")?,
-        kind: row.try_get("kind")?,
-        state: state(dispatched_at, dead_lettered_at, discarded_at),
-        recipients: recipients(&row)?,
-        payload: row.try_get("payload")?,
-        attempts: row.try_get("attempts")?,
-        last_error: row.try_get("last_error")?,
-        error_class: row.try_get("error_class")?,
-        created_at: row.try_get("created_at")?,
-        not_before: row.try_get("not_before")?,
-        next_attempt_at: row.try_get("next_attempt_at")?,
-        dispatched_at,
-        dead_lettered_at,
-        discarded_at,
-        discarded_by: row.try_get("discarded_by")?,
-        locked_by: row.try_get("locked_by")?,
-        traceparent: row.try_get("traceparent")?,
-    }))
-}
-
-fn state(
-    dispatched_at: Option<DateTime<Utc>>,
-    dead_lettered_at: Option<DateTime<Utc>>,
-    discarded_at: Option<DateTime<Utc>>,
-) -> &'static str {
-    match (dispatched_at, dead_lettered_at, discarded_at) {
-        (Some(_), _, _) => "dispatched",
-        (None, Some(_), Some(_)) => "discarded",
-        (None, Some(_), None) => "dead_lettered",
-        (None, None, _) => "pending",
-    }
+    .await
 }
 
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
 pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
-    let rows = sqlx::query(
+    sqlx::query_as(
         "WITH g AS ( \
              SELECT kind, coalesce(error_class, 'unknown') AS error_class, count(*) AS count, \
                     max(id) AS newest_id \
@@ -263,21 +245,7 @@ pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
          ORDER BY g.count DESC, g.kind, g.error_class",
     )
     .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(Group {
-                kind: row.try_get("kind")?,
-                error_class: row.try_get("error_class")?,
-                count: row.try_get("count")?,
-                newest: GroupExample {
-                    id: row.try_get("newest_id")?,
-                    last_error: row.try_get("last_error")?,
-                    dead_lettered_at: row.try_get("dead_lettered_at")?,
-                },
-            })
-        })
-        .collect()
+    .await
 }
 
 /// Retries or discards the selected dead letters in one transaction with its audit entry,
@@ -383,127 +351,10 @@ async fn audit(
 
 /// The most recent admin actions.
 pub async fn audit_log(pool: &PgPool, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    let rows = sqlx::query(
+    sqlx::query_as(
         "SELECT id, at, actor, action, target, rows FROM outbox_admin_audit ORDER BY id DESC LIMIT $1",
     )
     .bind(limit)
     .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(AuditEntry {
-                id: row.try_get("id")?,
-                at: row.try_get("at")?,
-                actor: row.try_get("actor")?,
-                action: row.try_get("action")?,
-                target: row.try_get("target")?,
-                rows: row.try_get("rows")?,
-            })
-        })
-        .collect()
-}
-
-/// Counts per kind, each from a partial index: pending rows, dead letters, and the last
-/// hour of sent rows, never the whole history.
-pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
-    let mut stats = Stats::default();
-    let pending = sqlx::query(
-        "SELECT kind, count(*) AS pending, \
-                count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
-                count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
-                coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before)) \
-                    FILTER (WHERE greatest(created_at, not_before) <= now())), 0)::float8 AS oldest \
-         FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
-         GROUP BY kind",
-    )
-    .fetch_all(pool)
-    .await?;
-    for row in &pending {
-        let entry = stats.kinds.entry(row.try_get("kind")?).or_default();
-        entry.pending = row.try_get("pending")?;
-        entry.due = row.try_get("due")?;
-        entry.in_flight = row.try_get("in_flight")?;
-        let oldest: f64 = row.try_get("oldest")?;
-        stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
-    }
-    let dead = sqlx::query(
-        "SELECT kind, count(*) AS n FROM outbox_messages \
-         WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL GROUP BY kind",
-    )
-    .fetch_all(pool)
-    .await?;
-    for row in &dead {
-        stats
-            .kinds
-            .entry(row.try_get("kind")?)
-            .or_default()
-            .dead_letters = row.try_get("n")?;
-    }
-    let sent = sqlx::query(
-        "SELECT kind, count(*) AS n FROM outbox_messages \
-         WHERE dispatched_at > now() - interval '1 hour' GROUP BY kind",
-    )
-    .fetch_all(pool)
-    .await?;
-    for row in &sent {
-        stats
-            .kinds
-            .entry(row.try_get("kind")?)
-            .or_default()
-            .sent_last_hour = row.try_get("n")?;
-    }
-    for kind in stats.kinds.values() {
-        stats.pending += kind.pending;
-        stats.due += kind.due;
-        stats.in_flight += kind.in_flight;
-        stats.dead_letters += kind.dead_letters;
-        stats.sent_last_hour += kind.sent_last_hour;
-    }
-    Ok(stats)
-}
-
-/// Which rows retention removes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prunable {
-    Dispatched,
-    Discarded,
-}
-
-impl Prunable {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Prunable::Dispatched => "dispatched",
-            Prunable::Discarded => "discarded",
-        }
-    }
-}
-
-/// Deletes up to `limit` rows dispatched (or discarded) before `cutoff`, oldest first. Rows
-/// another transaction holds are skipped, so the pruner never waits on the dispatcher.
-pub async fn prune(
-    pool: &PgPool,
-    which: Prunable,
-    cutoff: DateTime<Utc>,
-    limit: i64,
-) -> Result<u64, sqlx::Error> {
-    let sql = match which {
-        Prunable::Dispatched => {
-            "WITH doomed AS ( \
-                 SELECT id FROM outbox_messages WHERE dispatched_at < $1 \
-                 ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
-        }
-        Prunable::Discarded => {
-            "WITH doomed AS ( \
-                 SELECT id FROM outbox_messages WHERE discarded_at < $1 \
-                 ORDER BY discarded_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
-        }
-    };
-    Ok(sqlx::query(sql)
-        .bind(cutoff)
-        .bind(limit)
-        .execute(pool)
-        .await?
-        .rows_affected())
+    .await
 }

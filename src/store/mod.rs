@@ -10,13 +10,19 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sqlx::{PgExecutor, Row};
+use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
-use crate::message::{Claim, ClaimedMessage, InvalidMessage, NewMessage, Outcome, truncate_error};
-use crate::telemetry::metrics::Sample;
+use crate::message::{
+    ClaimedBatch, ClaimedMessage, InvalidMessage, NewMessage, Outcome, truncate_error,
+};
+use crate::trace_context::current_traceparent;
 
 pub mod admin;
+pub mod prune;
+pub mod stats;
+
+pub use prune::Prunable;
 
 /// The schema, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -79,7 +85,7 @@ where
     .bind(&message.kind)
     .bind(&message.payload)
     .bind(message.not_before)
-    .bind(crate::telemetry::current_traceparent())
+    .bind(current_traceparent())
     .fetch_one(executor)
     .await?;
     Ok(id)
@@ -189,9 +195,9 @@ pub struct ClaimRequest<'a> {
 /// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
 /// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
 /// claimed row leaves the due range, and comes back by itself if its claimer dies.
-pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
+pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
     let token = Uuid::new_v4();
-    let rows = sqlx::query(
+    let rows: Vec<ClaimedRow> = sqlx::query_as(
         "WITH due AS ( \
              SELECT id, locked_until AS previous_lease FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
@@ -220,26 +226,24 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<Claim, s
     .fetch_all(pool)
     .await?;
 
-    let mut claimed_at = request.due_by.unwrap_or_else(Utc::now);
-    let mut messages = Vec::with_capacity(rows.len());
-    for row in rows {
-        claimed_at = row.try_get("claimed_at")?;
-        messages.push(ClaimedMessage {
-            id: row.try_get("id")?,
-            kind: row.try_get("kind")?,
-            payload: row.try_get("payload")?,
-            attempts: row.try_get("attempts")?,
-            traceparent: row.try_get("traceparent")?,
-            reclaimed: row.try_get("reclaimed")?,
-            due_at: row.try_get("due_at")?,
-        });
-    }
+    let claimed_at = rows
+        .first()
+        .map_or_else(|| request.due_by.unwrap_or_else(Utc::now), |r| r.claimed_at);
+    let mut messages: Vec<ClaimedMessage> = rows.into_iter().map(|r| r.message).collect();
     messages.sort_unstable_by_key(|m| (m.due_at, m.id));
-    Ok(Claim {
+    Ok(ClaimedBatch {
         token,
         claimed_at,
         messages: messages.into(),
     })
+}
+
+/// A claimed row, with the database's clock at the claim.
+#[derive(FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    message: ClaimedMessage,
+    claimed_at: DateTime<Utc>,
 }
 
 /// Records a claim's outcomes in one round trip, only for rows this claim still holds.
@@ -257,19 +261,19 @@ pub async fn record_outcomes(
     let mut actions = Vec::with_capacity(outcomes.len());
     let mut errors = Vec::with_capacity(outcomes.len());
     let mut delays = Vec::with_capacity(outcomes.len());
-    let mut codes = Vec::with_capacity(outcomes.len());
+    let mut error_classes = Vec::with_capacity(outcomes.len());
     for (id, outcome) in outcomes {
         ids.push(*id);
         actions.push(outcome.action());
         errors.push(outcome.error().map(truncate_error));
         delays.push(outcome.delay().as_secs_f64());
-        codes.push(outcome.error_code());
+        error_classes.push(outcome.error_class());
     }
     sqlx::query_scalar(
         "UPDATE outbox_messages AS m \
          SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \
-             error_class = coalesce(o.code, m.error_class), \
+             error_class = coalesce(o.error_class, m.error_class), \
              dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
              dead_lettered_at = CASE WHEN o.action = 'dead' THEN now() END, \
              next_attempt_at = CASE WHEN o.action IN ('retry', 'release') \
@@ -277,7 +281,7 @@ pub async fn record_outcomes(
                                     ELSE m.next_attempt_at END, \
              locked_until = NULL, locked_by = NULL, claim_token = NULL \
          FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[]) \
-              AS o(id, action, error, delay_secs, code) \
+              AS o(id, action, error, delay_secs, error_class) \
          WHERE m.id = o.id AND m.claim_token = $1 \
          RETURNING m.id",
     )
@@ -286,7 +290,7 @@ pub async fn record_outcomes(
     .bind(&actions)
     .bind(&errors)
     .bind(&delays)
-    .bind(&codes)
+    .bind(&error_classes)
     .fetch_all(pool)
     .await
 }
@@ -298,10 +302,19 @@ pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
+/// The gauges' values, sampled from the table.
+#[derive(Debug, Clone, Copy, PartialEq, FromRow)]
+pub struct Sample {
+    pub pending: i64,
+    pub dead_letters: i64,
+    pub oldest_pending_age: f64,
+    pub oldest_ready_age: f64,
+}
+
 /// Reads the gauges' values. Each subquery walks a partial index on pending or
 /// dead-lettered rows, never the dispatched history.
 pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
-    let row = sqlx::query(
+    sqlx::query_as(
         "SELECT \
            (SELECT count(*) FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
@@ -317,11 +330,5 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
                AND next_attempt_at <= now()) AS oldest_ready_age",
     )
     .fetch_one(pool)
-    .await?;
-    Ok(Sample {
-        pending: row.try_get("pending")?,
-        dead_letters: row.try_get("dead_letters")?,
-        oldest_pending_age: row.try_get("oldest_pending_age")?,
-        oldest_ready_age: row.try_get("oldest_ready_age")?,
-    })
+    .await
 }

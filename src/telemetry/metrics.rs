@@ -11,7 +11,8 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::message::{Delivery, FailureClass, Outcome, ReleaseReason};
+use crate::message::{Delivery, Outcome, Permanence, ReleaseReason};
+use crate::store::{Prunable, Sample};
 
 pub const OLDEST_PENDING_AGE: &str = "outbox_oldest_pending_age_seconds";
 pub const OLDEST_READY_AGE: &str = "outbox_oldest_ready_age_seconds";
@@ -33,12 +34,192 @@ pub const READY: &str = "outbox_ready";
 pub const BUILD_INFO: &str = "outbox_build_info";
 pub const PRUNED: &str = "outbox_messages_pruned_total";
 
+/// A metric's Prometheus type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One metric: its name, type, unit and help text, all defined here and nowhere else.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricDef {
+    pub name: &'static str,
+    pub metric_type: MetricType,
+    /// `Some` for metrics measured in seconds.
+    pub unit: Option<Unit>,
+    pub help: &'static str,
+}
+
+const fn def(
+    name: &'static str,
+    metric_type: MetricType,
+    unit: Option<Unit>,
+    help: &'static str,
+) -> MetricDef {
+    MetricDef {
+        name,
+        metric_type,
+        unit,
+        help,
+    }
+}
+
+const SECONDS: Option<Unit> = Some(Unit::Seconds);
+
+/// Every metric outboxd exports; described to the recorder from this list, and the tests
+/// check every entry on a live `/metrics`.
+pub const ALL: &[MetricDef] = {
+    use MetricType::{Counter, Gauge, Histogram};
+    &[
+        def(
+            OLDEST_PENDING_AGE,
+            Gauge,
+            SECONDS,
+            "How long the oldest pending message has been due (now minus the later of created_at and not_before); 0 when nothing is pending.",
+        ),
+        def(
+            OLDEST_READY_AGE,
+            Gauge,
+            SECONDS,
+            "How long the oldest message that is due now, and neither backing off nor leased, has waited to be claimed.",
+        ),
+        def(
+            PENDING,
+            Gauge,
+            None,
+            "Messages neither dispatched nor dead-lettered, due or not.",
+        ),
+        def(DEAD_LETTERS, Gauge, None, "Dead-lettered messages."),
+        def(
+            LAST_SAMPLE,
+            Gauge,
+            SECONDS,
+            "Unix time of the last successful sample of the database gauges.",
+        ),
+        def(
+            SENT,
+            Counter,
+            None,
+            "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and marked dispatched because no SMTP server is configured (delivery=\"log\").",
+        ),
+        def(
+            SEND_FAILURES,
+            Counter,
+            None,
+            "Failed delivery attempts, by class: transient (retried) or permanent (dead-lettered).",
+        ),
+        def(
+            DEAD_LETTERED,
+            Counter,
+            None,
+            "Messages dead-lettered, by the class of their last failure.",
+        ),
+        def(
+            RELEASED,
+            Counter,
+            None,
+            "Claimed messages given back unsent, by reason.",
+        ),
+        def(
+            RECLAIMED,
+            Counter,
+            None,
+            "Messages claimed after another claimer's lease ran out (a crashed or stalled replica).",
+        ),
+        def(
+            LEASE_LOST,
+            Counter,
+            None,
+            "Outcomes not recorded because the lease had been taken over.",
+        ),
+        def(
+            DELIVERY_LATENCY,
+            Histogram,
+            SECONDS,
+            "From when a message fell due to when the SMTP server accepted it.",
+        ),
+        def(
+            SMTP_SEND_DURATION,
+            Histogram,
+            SECONDS,
+            "Duration of one SMTP send, connection included.",
+        ),
+        def(
+            DATABASE_ERRORS,
+            Counter,
+            None,
+            "Failed database operations.",
+        ),
+        def(
+            CIRCUIT_OPEN,
+            Gauge,
+            None,
+            "1 while the SMTP circuit breaker is open (server unreachable, claiming paused).",
+        ),
+        def(
+            LAST_CYCLE,
+            Gauge,
+            SECONDS,
+            "Unix time of the dispatch loop's last completed cycle: its heartbeat.",
+        ),
+        def(
+            READY,
+            Gauge,
+            None,
+            "1 while this replica is ready: database reachable, schema migrated, not shutting down.",
+        ),
+        def(
+            BUILD_INFO,
+            Gauge,
+            None,
+            "Always 1; labels carry the version and whether SMTP delivery is enabled.",
+        ),
+        def(
+            PRUNED,
+            Counter,
+            None,
+            "Dispatched and discarded rows deleted by retention, by state.",
+        ),
+    ]
+};
+
 /// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
 pub const OTHER_KIND: &str = "other";
 
-/// Database operations counted in `outbox_database_errors_total{operation}`.
-pub const DATABASE_OPERATIONS: &[&str] =
-    &["claim", "record", "listen", "sample", "readiness", "prune"];
+/// A database operation: the `operation` label of `outbox_database_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatabaseOperation {
+    Claim,
+    Record,
+    Listen,
+    Sample,
+    Readiness,
+    Prune,
+}
+
+impl DatabaseOperation {
+    pub const ALL: [DatabaseOperation; 6] = [
+        DatabaseOperation::Claim,
+        DatabaseOperation::Record,
+        DatabaseOperation::Listen,
+        DatabaseOperation::Sample,
+        DatabaseOperation::Readiness,
+        DatabaseOperation::Prune,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatabaseOperation::Claim => "claim",
+            DatabaseOperation::Record => "record",
+            DatabaseOperation::Listen => "listen",
+            DatabaseOperation::Sample => "sample",
+            DatabaseOperation::Readiness => "readiness",
+            DatabaseOperation::Prune => "prune",
+        }
+    }
+}
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -68,75 +249,17 @@ pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
 }
 
 fn describe() {
-    describe_gauge!(
-        OLDEST_PENDING_AGE,
-        Unit::Seconds,
-        "How long the oldest pending message has been due (now minus the later of created_at and not_before); 0 when nothing is pending."
-    );
-    describe_gauge!(
-        OLDEST_READY_AGE,
-        Unit::Seconds,
-        "How long the oldest message that is due now, and neither backing off nor leased, has waited to be claimed."
-    );
-    describe_gauge!(
-        PENDING,
-        "Messages neither dispatched nor dead-lettered, due or not."
-    );
-    describe_gauge!(DEAD_LETTERS, "Dead-lettered messages.");
-    describe_gauge!(
-        LAST_SAMPLE,
-        Unit::Seconds,
-        "Unix time of the last successful sample of the database gauges."
-    );
-    describe_counter!(
-        SENT,
-        "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and marked dispatched because no SMTP server is configured (delivery=\"log\")."
-    );
-    describe_counter!(
-        SEND_FAILURES,
-        "Failed delivery attempts, by class: transient (retried) or permanent (dead-lettered)."
-    );
-    describe_counter!(
-        DEAD_LETTERED,
-        "Messages dead-lettered, by the class of their last failure."
-    );
-    describe_counter!(RELEASED, "Claimed messages given back unsent, by reason.");
-    describe_counter!(
-        RECLAIMED,
-        "Messages claimed after another claimer's lease ran out (a crashed or stalled replica)."
-    );
-    describe_counter!(
-        LEASE_LOST,
-        "Outcomes not recorded because the lease had been taken over."
-    );
-    describe_histogram!(
-        DELIVERY_LATENCY,
-        Unit::Seconds,
-        "From when a message fell due to when the SMTP server accepted it."
-    );
-    describe_histogram!(
-        SMTP_SEND_DURATION,
-        Unit::Seconds,
-        "Duration of one SMTP send, connection included."
-    );
-    describe_counter!(DATABASE_ERRORS, "Failed database operations.");
-    describe_gauge!(
-        CIRCUIT_OPEN,
-        "1 while the SMTP circuit breaker is open (server unreachable, claiming paused)."
-    );
-    describe_gauge!(
-        LAST_CYCLE,
-        Unit::Seconds,
-        "Unix time of the dispatch loop's last completed cycle: its heartbeat."
-    );
-    describe_gauge!(
-        READY,
-        "1 while this replica is ready: database reachable, schema migrated, not shutting down."
-    );
-    describe_gauge!(
-        BUILD_INFO,
-        "Always 1; labels carry the version and whether SMTP delivery is enabled."
-    );
+    for metric in ALL {
+        let (name, help) = (metric.name, metric.help);
+        match (metric.metric_type, metric.unit) {
+            (MetricType::Counter, Some(unit)) => describe_counter!(name, unit, help),
+            (MetricType::Counter, None) => describe_counter!(name, help),
+            (MetricType::Gauge, Some(unit)) => describe_gauge!(name, unit, help),
+            (MetricType::Gauge, None) => describe_gauge!(name, help),
+            (MetricType::Histogram, Some(unit)) => describe_histogram!(name, unit, help),
+            (MetricType::Histogram, None) => describe_histogram!(name, help),
+        }
+    }
 }
 
 /// What the dispatcher reports as it goes; also the heartbeat the liveness probe reads.
@@ -164,21 +287,21 @@ impl Metrics {
         for kind in metrics.kinds.iter().map(String::as_str).chain([OTHER_KIND]) {
             drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned()));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
-            for class in [FailureClass::Transient, FailureClass::Permanent] {
-                counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => class.as_str())
+            for permanence in Permanence::ALL {
+                counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => permanence.as_str())
                     .increment(0);
-                counter!(DEAD_LETTERED, "kind" => kind.to_owned(), "class" => class.as_str())
+                counter!(DEAD_LETTERED, "kind" => kind.to_owned(), "class" => permanence.as_str())
                     .increment(0);
             }
         }
-        for reason in ReleaseReason::NAMES {
-            counter!(RELEASED, "reason" => *reason).increment(0);
+        for reason in ReleaseReason::ALL {
+            counter!(RELEASED, "reason" => reason.as_str()).increment(0);
         }
-        for operation in DATABASE_OPERATIONS {
-            counter!(DATABASE_ERRORS, "operation" => *operation).increment(0);
+        for operation in DatabaseOperation::ALL {
+            counter!(DATABASE_ERRORS, "operation" => operation.as_str()).increment(0);
         }
-        for state in ["dispatched", "discarded"] {
-            counter!(PRUNED, "state" => state).increment(0);
+        for state in Prunable::ALL {
+            counter!(PRUNED, "state" => state.as_str()).increment(0);
         }
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
@@ -215,17 +338,18 @@ impl Metrics {
                 counter!(SENT, "kind" => kind, "delivery" => via.as_str()).increment(1);
             }
             Outcome::Retry { .. } => {
-                counter!(SEND_FAILURES, "kind" => kind, "class" => FailureClass::Transient.as_str())
+                counter!(SEND_FAILURES, "kind" => kind, "class" => Permanence::Transient.as_str())
                     .increment(1);
             }
-            Outcome::DeadLetter { class, .. } => {
-                counter!(SEND_FAILURES, "kind" => kind.clone(), "class" => class.as_str())
+            Outcome::DeadLetter { permanence, .. } => {
+                counter!(SEND_FAILURES, "kind" => kind.clone(), "class" => permanence.as_str())
                     .increment(1);
-                counter!(DEAD_LETTERED, "kind" => kind, "class" => class.as_str()).increment(1);
+                counter!(DEAD_LETTERED, "kind" => kind, "class" => permanence.as_str())
+                    .increment(1);
             }
-            Outcome::Release { reason } => {
-                if matches!(reason, ReleaseReason::SmtpUnavailable(_)) {
-                    counter!(SEND_FAILURES, "kind" => kind, "class" => FailureClass::Transient.as_str())
+            Outcome::Release { reason, .. } => {
+                if *reason == ReleaseReason::SmtpUnavailable {
+                    counter!(SEND_FAILURES, "kind" => kind, "class" => Permanence::Transient.as_str())
                         .increment(1);
                 }
                 counter!(RELEASED, "reason" => reason.as_str()).increment(1);
@@ -245,12 +369,12 @@ impl Metrics {
         counter!(LEASE_LOST).increment(1);
     }
 
-    pub fn database_error(&self, operation: &'static str) {
-        counter!(DATABASE_ERRORS, "operation" => operation).increment(1);
+    pub fn database_error(&self, operation: DatabaseOperation) {
+        counter!(DATABASE_ERRORS, "operation" => operation.as_str()).increment(1);
     }
 
-    pub fn pruned(&self, state: &'static str, rows: u64) {
-        counter!(PRUNED, "state" => state).increment(rows);
+    pub fn pruned(&self, state: Prunable, rows: u64) {
+        counter!(PRUNED, "state" => state.as_str()).increment(rows);
     }
 
     pub fn circuit_open(&self, open: bool) {
@@ -276,15 +400,7 @@ impl Metrics {
     }
 }
 
-/// Gauges sampled from the database.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sample {
-    pub pending: i64,
-    pub dead_letters: i64,
-    pub oldest_pending_age: f64,
-    pub oldest_ready_age: f64,
-}
-
+/// Sets the database gauges from a sample.
 pub fn record_sample(sample: &Sample) {
     gauge!(PENDING).set(sample.pending as f64);
     gauge!(DEAD_LETTERS).set(sample.dead_letters as f64);

@@ -1,21 +1,21 @@
-//! Observability: logs, OpenTelemetry traces, Prometheus metrics and the gauge sampler.
+//! Observability: logs, OpenTelemetry trace export, and Prometheus metrics. The
+//! `traceparent` helpers live in [`crate::trace_context`], below the store that uses them.
 
 pub mod metrics;
-pub mod sampler;
 
-use std::collections::HashMap;
-
-use opentelemetry::propagation::TextMapPropagator as _;
-use opentelemetry::trace::{SpanContext, TraceContextExt as _, TracerProvider as _};
+use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use crate::config::LogFormat;
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// Flushes exported spans when dropped; keep it alive until the process ends.
 #[must_use = "spans are flushed when the guard is dropped"]
@@ -94,23 +94,4 @@ fn tracer_provider() -> anyhow::Result<Option<SdkTracerProvider>> {
             .with_resource(resource.build())
             .build(),
     ))
-}
-
-/// The current span's context as a W3C `traceparent`, when there is a sampled trace.
-pub fn current_traceparent() -> Option<String> {
-    let context = tracing::Span::current().context();
-    if !context.span().span_context().is_valid() {
-        return None;
-    }
-    let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&context, &mut carrier);
-    carrier.remove("traceparent")
-}
-
-/// The span context a `traceparent` names, if it is well-formed.
-pub fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
-    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
-    let context = TraceContextPropagator::new().extract(&carrier);
-    let span_context = context.span().span_context().clone();
-    span_context.is_valid().then_some(span_context)
 }

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use outboxd::app::App;
-use outboxd::dispatcher::{BatchReport, Step};
+use outboxd::dispatch::{BatchReport, Step};
 use serde_json::{Value, json};
 
 use crate::helpers::{
@@ -775,7 +775,7 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
     .unwrap();
     let app = app(&db, None, &[]).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let pruned = outboxd::retention::prune_once(
+    let pruned = outboxd::background::retention::prune_once(
         &db.pool,
         Duration::from_secs(7 * 86400),
         &app.metrics,
@@ -785,7 +785,7 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
     .unwrap();
     assert_eq!(
         pruned,
-        outboxd::retention::Pruned {
+        outboxd::background::retention::Pruned {
             dispatched: 2500,
             discarded: 1
         }
@@ -828,7 +828,13 @@ async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
     let metrics = app.metrics.clone();
     let pruning = tokio::spawn(async move {
         let stop = tokio_util::sync::CancellationToken::new();
-        outboxd::retention::prune_once(&pool, Duration::from_secs(7 * 86400), &metrics, &stop).await
+        outboxd::background::retention::prune_once(
+            &pool,
+            Duration::from_secs(7 * 86400),
+            &metrics,
+            &stop,
+        )
+        .await
     });
     let step = app.dispatcher.drain().await.unwrap();
     assert!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestDb, app, free_port, http_full};
+use crate::helpers::{TestDb, app, eventually, free_port, http_full, poll_until};
 
 const TOKEN: &str = "browser-admin-token-0123456789";
 
@@ -36,17 +36,13 @@ impl Browser {
             session: String::new(),
             _profile: profile,
         };
-        for _ in 0..100 {
-            if browser
+        eventually(Duration::from_secs(10), "chromedriver ready", || async {
+            browser
                 .call("GET", "/status", None)
                 .await
-                .map(|v| v["value"]["ready"] == true)
-                .unwrap_or(false)
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .is_some_and(|v| v["value"]["ready"] == true)
+        })
+        .await;
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -172,14 +168,11 @@ async fn in_a_real_browser_the_page_lists_a_dead_letter_and_retry_moves_it_back_
     .unwrap();
 
     browser.click(&format!("#retry-{id}")).await;
-    let mut after = String::new();
-    for _ in 0..100 {
-        after = browser.source().await;
-        if after.contains("Retried message") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let after = poll_until(Duration::from_secs(10), "the page after Retry", || async {
+        let source = browser.source().await;
+        source.contains("Retried message").then_some(source)
+    })
+    .await;
     assert!(after.contains(&format!("Retried message {id}.")), "{after}");
     assert!(
         !after.contains(&format!("id=\"dead-letter-{id}\"")),

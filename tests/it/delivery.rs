@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use outboxd::dispatcher::{BatchReport, Step};
+use outboxd::dispatch::{BatchReport, Step};
 use serde_json::json;
 
 use crate::helpers::{SmtpServer, TestCa, TestDb, app, eventually};

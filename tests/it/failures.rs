@@ -1,11 +1,14 @@
 use std::time::Duration;
 
-use outboxd::dispatcher::{BatchReport, DispatchError, Step};
+use outboxd::dispatch::{BatchReport, DispatchError, Step};
 use outboxd::message::{Delivery, Outcome};
 use outboxd::store::{self, ClaimRequest};
+use outboxd::telemetry::metrics::DatabaseOperation;
 use serde_json::json;
 
-use crate::helpers::{BlackHole, SmtpServer, TestDb, app, free_port, verification};
+use crate::helpers::{
+    BlackHole, SmtpServer, TestDb, app, eventually, free_port, poll_until, verification,
+};
 
 #[tokio::test]
 async fn a_transient_failure_is_retried_then_delivered() {
@@ -282,16 +285,13 @@ async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
 
     // The server comes back: the breaker's probe closes the circuit and delivery resumes.
     let smtp = SmtpServer::start_on(port);
-    let mut delivered = BatchReport::default();
-    for _ in 0..200 {
+    let delivered = poll_until(Duration::from_secs(30), "delivery to resume", || async {
         match app.dispatcher.dispatch_once().await.unwrap() {
-            Step::Batch(report) if report.sent > 0 => {
-                delivered = report;
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            Step::Batch(report) if report.sent > 0 => Some(report),
+            _ => None,
         }
-    }
+    })
+    .await;
     assert_eq!(delivered.sent, 2);
     assert_eq!(smtp.messages().len(), 2);
 }
@@ -396,8 +396,12 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
             .is_empty()
     );
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let fresh = store::claim(&db.pool, &request("fresh")).await.unwrap();
+    // Once the 200 ms lease has run out on the database's clock, the row is claimable again.
+    let fresh = poll_until(Duration::from_secs(10), "the lease to run out", || async {
+        let claimed = store::claim(&db.pool, &request("fresh")).await.unwrap();
+        (!claimed.messages.is_empty()).then_some(claimed)
+    })
+    .await;
     assert_eq!(fresh.messages.len(), 1);
     assert!(fresh.messages[0].reclaimed);
 
@@ -411,7 +415,7 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         [id]
     );
     let late = Outcome::Retry {
-        code: "smtp_451".into(),
+        error_class: "smtp_451".into(),
         error: "stale".into(),
         delay: Duration::ZERO,
     };
@@ -482,20 +486,26 @@ async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sen
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    // The server holds its reply to DATA for two seconds: time to cut the database off.
+    // The server holds its reply to DATA until released: the database is cut meanwhile.
     let id = db
-        .enqueue("account_verification", verification("slow2@example.com"))
+        .enqueue("account_verification", verification("hold@example.com"))
         .await;
     let dispatcher = app.dispatcher.clone();
     let sending = tokio::spawn(async move { dispatcher.dispatch_once().await });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    eventually(
+        Duration::from_secs(30),
+        "the server holding the message",
+        || async { smtp.held() == 1 },
+    )
+    .await;
     db.cut_other_connections().await;
+    smtp.release();
     let failed = sending.await.unwrap();
     assert!(
         matches!(
             failed,
             Err(DispatchError::Database {
-                operation: "record",
+                operation: DatabaseOperation::Record,
                 ..
             })
         ),

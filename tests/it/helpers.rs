@@ -293,19 +293,26 @@ impl SmtpServer {
 
     /// Waits until at least `n` messages arrived, or panics after `within`.
     pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
-        let deadline = Instant::now() + within;
-        loop {
-            let messages = self.messages();
-            if messages.len() >= n {
-                return messages;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "expected {n} messages, got {} within {within:?}",
-                messages.len()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        poll_until(
+            within,
+            &format!("{n} messages at the SMTP server"),
+            || async {
+                let messages = self.messages();
+                (messages.len() >= n).then_some(messages)
+            },
+        )
+        .await
+    }
+
+    /// Messages whose DATA reply the server is holding (recipients `hold...`).
+    pub fn held(&self) -> usize {
+        std::fs::read_to_string(self.spool.path().join("held.jsonl"))
+            .map_or(0, |text| text.lines().count())
+    }
+
+    /// Lets the server answer the messages it holds, and any later `hold...` at once.
+    pub fn release(&self) {
+        std::fs::write(self.spool.path().join("release"), b"").expect("release file");
     }
 
     fn kill(&mut self) {
@@ -392,10 +399,42 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    poll_until(within, what, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await;
+}
+
+/// Polls `check` until it returns a value, and returns it; panics after `within`.
+pub async fn poll_until<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = Instant::now() + within;
-    while !check().await {
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`poll_until`] for a synchronous check, outside an async test.
+pub fn poll_until_blocking<T>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -549,21 +588,14 @@ impl Outboxd {
 
     /// Waits for the process to exit; returns its exit status and stderr.
     pub fn wait(mut self, within: Duration) -> (std::process::ExitStatus, String) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = self.child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-                }
-                return (status, stderr);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "outboxd did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let status = poll_until_blocking(within, "outboxd to exit", || {
+            self.child.try_wait().expect("wait")
+        });
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
         }
+        (status, stderr)
     }
 }
 

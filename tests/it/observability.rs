@@ -5,9 +5,18 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use outboxd::telemetry::metrics::{self, MetricType};
+
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, verification,
+    Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, poll_until, verification,
 };
+
+/// The value of one series (`name{labels}` exactly as exposed) in a `/metrics` body.
+fn metric_value(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
 
 fn manifest(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -157,15 +166,10 @@ async fn prometheus_sees_what_the_database_holds_and_every_dashboard_query_retur
         (r#"outbox_build_info{smtp_enabled="true"}"#, 1.0),
     ];
     for (expr, want) in expected {
-        let mut got = None;
-        for _ in 0..300 {
-            got = prometheus.value(expr).await;
-            if got == Some(want) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(got, Some(want), "{expr}");
+        eventually(Duration::from_secs(30), expr, || async {
+            prometheus.value(expr).await == Some(want)
+        })
+        .await;
     }
     assert!(
         prometheus
@@ -201,21 +205,14 @@ async fn prometheus_sees_what_the_database_holds_and_every_dashboard_query_retur
         }
     }
     // A rate needs two scrapes after the scenario: give Prometheus a few seconds.
-    let mut empty = queries.clone();
-    for _ in 0..100 {
-        let mut still_empty = BTreeMap::new();
-        for (expr, title) in empty {
-            if prometheus.query(&expr).await.is_empty() {
-                still_empty.insert(expr, title);
-            }
-        }
-        empty = still_empty;
-        if empty.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    for (expr, title) in queries {
+        eventually(
+            Duration::from_secs(20),
+            &format!("data for panel {title:?}: {expr}"),
+            || async { !prometheus.query(&expr).await.is_empty() },
+        )
+        .await;
     }
-    assert!(empty.is_empty(), "panels without data: {empty:#?}");
 }
 
 #[tokio::test]
@@ -237,12 +234,15 @@ async fn livez_fails_when_the_dispatch_loop_makes_no_progress_and_recovers_when_
     let http = app.http_addr().to_string();
     let stop = tokio_util::sync::CancellationToken::new();
     let _background = app.spawn_background(stop.clone());
+    app.metrics.cycle_completed();
     assert_eq!(http_get(&http, "/livez").await.0, 200);
 
     // Nobody runs the loop: past its bound (3 polls + lease + timeout) it is not live.
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    let (status, body) = http_get(&http, "/livez").await;
-    assert_eq!(status, 503, "{body}");
+    let body = poll_until(Duration::from_secs(10), "/livez to fail", || async {
+        let (status, body) = http_get(&http, "/livez").await;
+        (status == 503).then_some(body)
+    })
+    .await;
     assert!(
         body.contains("dispatch loop has made no progress"),
         "{body}"
@@ -312,44 +312,47 @@ async fn metrics_follow_prometheus_conventions() {
     let db = TestDb::new().await;
     let outboxd = Outboxd::start(&db.url, &[], &[]).await;
     // The database gauges appear with the sampler's first sample, not before.
-    let mut body = String::new();
-    for _ in 0..100 {
-        let (status, text) = http_get(&outboxd.http, "/metrics").await;
+    let body = poll_until(Duration::from_secs(10), "the first sample", || async {
+        let (status, body) = http_get(&outboxd.http, "/metrics").await;
         assert_eq!(status, 200);
-        body = text;
-        if body.contains("\noutbox_last_sample_timestamp_seconds ") {
-            break;
+        body.contains("\noutbox_last_sample_timestamp_seconds ")
+            .then_some(body)
+    })
+    .await;
+    let readme = std::fs::read_to_string(manifest("README.md")).unwrap();
+    for metric in metrics::ALL {
+        let name = metric.name;
+        let (type_name, suffix_ok) = match metric.metric_type {
+            MetricType::Counter => ("counter", name.ends_with("_total")),
+            MetricType::Gauge => ("gauge", !name.ends_with("_total")),
+            MetricType::Histogram => ("histogram", !name.ends_with("_total")),
+        };
+        assert!(
+            suffix_ok,
+            "{name}: counters, and only counters, end in _total"
+        );
+        if metric.unit.is_some() {
+            assert!(
+                name.ends_with("_seconds"),
+                "{name}: seconds are a base unit"
+            );
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for name in [
-        "outbox_oldest_pending_age_seconds",
-        "outbox_pending_messages",
-        "outbox_dead_letter_messages",
-        "outbox_messages_sent_total",
-        "outbox_send_failures_total",
-        "outbox_delivery_latency_seconds",
-        "outbox_smtp_send_duration_seconds",
-        "outbox_messages_dead_lettered_total",
-        "outbox_database_errors_total",
-        "outbox_messages_reclaimed_total",
-        "outbox_smtp_circuit_open",
-        "outbox_last_cycle_timestamp_seconds",
-        "outbox_build_info",
-        "outbox_ready",
-        "outbox_last_sample_timestamp_seconds",
-        "outbox_oldest_ready_age_seconds",
-    ] {
-        if !name.ends_with("duration_seconds") && !name.ends_with("latency_seconds") {
+        // Histograms appear with their first observation.
+        if metric.metric_type != MetricType::Histogram {
             assert!(
                 body.lines().any(|l| l.starts_with(name)),
                 "{name} missing:\n{body}"
             );
+            assert!(
+                body.contains(&format!("# TYPE {name} {type_name}\n")),
+                "{name} is not a {type_name}:\n{body}"
+            );
         }
         assert!(
-            body.contains(&format!("# HELP {name} ")),
+            body.contains(&format!("# HELP {name} {}", metric.help)),
             "{name} has no HELP:\n{body}"
         );
+        assert!(readme.contains(name), "README.md does not document {name}");
     }
     assert!(
         body.contains(r#"outbox_build_info{version="0.1.0",smtp_enabled="false"} 1"#),
@@ -551,8 +554,19 @@ async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
     let (_, body) = http_get(&outboxd.http, "/readyz?verbose").await;
     assert!(body.contains("[-]database failed"), "{body}");
     assert!(body.contains("[+]shutdown ok"), "{body}");
-    // Long enough for the loop to fail a few cycles: liveness must not follow the database.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The loop fails a few cycles on the database: liveness must not follow it.
+    eventually(
+        Duration::from_secs(30),
+        "claims failing on the database",
+        || async {
+            metric_value(
+                &http_get(&outboxd.http, "/metrics").await.1,
+                r#"outbox_database_errors_total{operation="claim"}"#,
+            )
+            .is_some_and(|failures| failures >= 2.0)
+        },
+    )
+    .await;
     assert_eq!(http_get(&outboxd.http, "/livez").await.0, 200);
     let (_, metrics) = http_get(&outboxd.http, "/metrics").await;
     assert!(metrics.contains("outbox_ready 0"), "{metrics}");

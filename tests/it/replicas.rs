@@ -2,10 +2,10 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use outboxd::dispatcher::Step;
+use outboxd::dispatch::Step;
 use serde_json::json;
 
-use crate::helpers::{BlackHole, SmtpServer, TestDb, app, eventually, outboxd};
+use crate::helpers::{BlackHole, SmtpServer, TestDb, app, eventually, outboxd, poll_until};
 
 fn verification(i: usize) -> serde_json::Value {
     json!({"to": format!("user{i}@example.com"), "name": "Ada", "verify_url": "https://app.example/v"})
@@ -99,16 +99,17 @@ async fn a_killed_dispatchers_rows_are_delivered_by_another_after_its_lease() {
         "{step:?}"
     );
 
-    let mut reclaimed = 0;
-    for _ in 0..200 {
-        match rescuer.dispatcher.dispatch_once().await.unwrap() {
-            Step::Batch(r) if r.sent == 1 => {
-                reclaimed = r.reclaimed;
-                break;
+    let reclaimed = poll_until(
+        Duration::from_secs(30),
+        "the rescuer to send the row",
+        || async {
+            match rescuer.dispatcher.dispatch_once().await.unwrap() {
+                Step::Batch(r) if r.sent == 1 => Some(r.reclaimed),
+                _ => None,
             }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+        },
+    )
+    .await;
     assert_eq!(reclaimed, 1);
     let row = db.row(id).await;
     assert!(

@@ -6,6 +6,8 @@ Recipients whose local part starts with:
   deferlong...-> the same, with a reply of four long lines
   flakyN...   -> 451 at RCPT for the first N attempts at that address, then accepted
   slowN...    -> accepted after sleeping N seconds before the DATA reply
+  hold...     -> the DATA reply is held until the file SPOOL/release exists (at most 60 s);
+                 each held message is first noted in SPOOL/held.jsonl
 anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
 decoded by Python's email package, so the tests check what a receiver would see.
 
@@ -53,6 +55,16 @@ class Handler:
             responses.insert(-1, "250-PIPELINING")
         return responses
 
+    async def hold(self, rcpt):
+        with self.lock:
+            with open(os.path.join(self.spool, "held.jsonl"), "a") as f:
+                f.write(json.dumps({"rcpt": rcpt}) + "\n")
+        release = os.path.join(self.spool, "release")
+        for _ in range(3000):
+            if os.path.exists(release):
+                return
+            await asyncio.sleep(0.02)
+
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
         # Pipelined: RCPT and DATA were already read into the buffer with MAIL.
         envelope.pipelined = b"\n" in bytes(server._reader._buffer)
@@ -83,9 +95,12 @@ class Handler:
 
     async def handle_DATA(self, server, session, envelope):
         for rcpt in envelope.rcpt_tos:
-            slow = re.match(r"slow(\d+)", rcpt.split("@", 1)[0].lower())
+            local = rcpt.split("@", 1)[0].lower()
+            slow = re.match(r"slow(\d+)", local)
             if slow:
                 await asyncio.sleep(int(slow.group(1)))
+            if local.startswith("hold"):
+                await self.hold(rcpt)
         raw = envelope.original_content or envelope.content
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         text = msg.get_body(preferencelist=("plain",))

@@ -9,8 +9,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::store::admin::{Prunable, prune};
-use crate::telemetry::metrics::Metrics;
+use crate::store::prune::{Prunable, prune};
+use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 /// Rows deleted per statement: small enough that each delete is a few milliseconds.
 const BATCH: i64 = 1000;
@@ -19,6 +19,13 @@ const BATCH: i64 = 1000;
 const INTERVAL: Duration = Duration::from_secs(600);
 /// A pause between batches, leaving the database to the dispatcher.
 const PAUSE: Duration = Duration::from_millis(20);
+
+/// How long dispatched and discarded rows are kept; `Keep` never deletes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    Keep,
+    For(Duration),
+}
 
 /// Rows deleted by one pass.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +44,10 @@ pub async fn prune_once(
     let cutoff =
         chrono::Utc::now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
     let mut pruned = Pruned::default();
-    for which in [Prunable::Dispatched, Prunable::Discarded] {
+    for which in Prunable::ALL {
         loop {
             let deleted = prune(pool, which, cutoff, BATCH).await?;
-            metrics.pruned(which.as_str(), deleted);
+            metrics.pruned(which, deleted);
             match which {
                 Prunable::Dispatched => pruned.dispatched += deleted,
                 Prunable::Discarded => pruned.discarded += deleted,
@@ -72,7 +79,7 @@ pub async fn run(
             }
             Ok(_) => {}
             Err(e) => {
-                metrics.database_error("prune");
+                metrics.database_error(DatabaseOperation::Prune);
                 warn!(error = %e, "could not prune expired rows");
             }
         }

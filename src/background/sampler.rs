@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::health::Health;
+use super::health::Health;
 use crate::store;
-use crate::telemetry::metrics::{Metrics, record_sample};
+use crate::telemetry::metrics::{DatabaseOperation, Metrics, record_sample};
 
 /// Samples now and then every `interval` until `stop`. A failed sample leaves the gauges
 /// alone and says so through `outbox_last_sample_timestamp_seconds`, which stops advancing,
@@ -27,11 +27,11 @@ pub async fn run(
                 debug!(?sample, "sampled the outbox");
             }
             Ok(Err(e)) => {
-                metrics.database_error("sample");
+                metrics.database_error(DatabaseOperation::Sample);
                 warn!(error = %e, "could not sample the outbox gauges");
             }
             Err(_elapsed) => {
-                metrics.database_error("sample");
+                metrics.database_error(DatabaseOperation::Sample);
                 warn!("sampling the outbox gauges timed out");
             }
         }

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{self, SchemaError};
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 /// How long a readiness check may take before it counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -81,7 +81,7 @@ impl Health {
                 ),
             };
         if database.is_err() {
-            self.metrics.database_error("readiness");
+            self.metrics.database_error(DatabaseOperation::Readiness);
         }
         let shutdown = if self.stopping.is_cancelled() {
             Err("shutting down".to_owned())

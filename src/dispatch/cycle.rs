@@ -1,0 +1,190 @@
+//! The loop and its public single steps: [`Dispatcher::run`] waits and drains until
+//! shutdown; [`Dispatcher::drain`] claims batches while they come back full;
+//! [`Dispatcher::dispatch_once`] claims, sends and records one batch, for tests to drive.
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tracing::{debug, error, info};
+
+use super::batch::{AttemptedBatch, BatchReport, LeasedBatch, NextBatch};
+use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
+use super::{DispatchError, Dispatcher, Step};
+use crate::store::{self, ClaimRequest};
+use crate::telemetry::metrics::DatabaseOperation;
+
+impl Dispatcher {
+    /// Claims one batch of due rows, sends it and records every outcome.
+    pub async fn dispatch_once(&self) -> Result<Step, DispatchError> {
+        Ok(match self.claim_next(None).await? {
+            NextBatch::Halt(step) => step,
+            NextBatch::Empty => Step::Batch(BatchReport::default()),
+            NextBatch::Leased(leased) => {
+                let attempted = self.send_batch(leased).await;
+                Step::Batch(self.record_batch(attempted).await?)
+            }
+        })
+    }
+
+    /// Dispatches batches until one comes back short, as the original design did. Rows
+    /// that fall due during the drain (new ones, or retries with no delay) wait for the
+    /// next cycle, so a failing message is not retried in a tight loop.
+    pub async fn drain(&self) -> Result<Step, DispatchError> {
+        let mut total = BatchReport::default();
+        let mut due_by = None;
+        let mut previous: Option<AttemptedBatch> = None;
+        let mut next = self.claim_next(None).await?;
+        while let NextBatch::Leased(leased) = next {
+            due_by = due_by.or(Some(leased.claimed.claimed_at));
+            let full = leased.claimed.messages.len() >= self.settings.batch_size as usize;
+            let (attempted, recorded, following) = self
+                .send_while_recording_and_claiming(leased, previous.take(), full.then_some(due_by))
+                .await;
+            // On a database error this batch was sent too: keep its outcomes for the next
+            // attempt. A batch claimed meanwhile comes back when its lease ends.
+            let following = match (recorded, following) {
+                (Ok(report), Ok(following)) => {
+                    total.add(&report.unwrap_or_default());
+                    following
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    self.hold(attempted);
+                    return Err(e);
+                }
+            };
+            let Some(following) = following else {
+                total.add(&self.record_batch(attempted).await?);
+                return Ok(Step::Batch(total));
+            };
+            previous = Some(attempted);
+            next = following;
+        }
+        if let Some(previous) = previous {
+            total.add(&self.record_batch(previous).await?);
+        }
+        Ok(match next {
+            NextBatch::Halt(step) if total.claimed == 0 => step,
+            _ => Step::Batch(total),
+        })
+    }
+
+    /// Three things at once, so that no connection waits on the database: this batch is
+    /// sent, the previous one's outcomes are recorded (a few milliseconds, well inside its
+    /// lease), and, when `claim_due_by` is set (after a full batch), the next one is claimed.
+    async fn send_while_recording_and_claiming(
+        &self,
+        leased: LeasedBatch,
+        previous: Option<AttemptedBatch>,
+        claim_due_by: Option<Option<DateTime<Utc>>>,
+    ) -> (
+        AttemptedBatch,
+        Result<Option<BatchReport>, DispatchError>,
+        Result<Option<NextBatch>, DispatchError>,
+    ) {
+        tokio::join!(
+            self.send_batch(leased),
+            async {
+                match previous {
+                    Some(previous) => self.record_batch(previous).await.map(Some),
+                    None => Ok(None),
+                }
+            },
+            async {
+                match claim_due_by {
+                    Some(due_by) => self.claim_next(due_by).await.map(Some),
+                    None => Ok(None),
+                }
+            },
+        )
+    }
+
+    /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
+    /// circuit breaker's next probe, or a database back-off. Never returns an error:
+    /// database and SMTP outages are waited out.
+    pub async fn run(&self) {
+        let mut wakeups = Wakeups::new(self.pool.clone(), self.metrics.clone());
+        let mut database_failures = 0_u32;
+        info!(
+            worker_id = %self.settings.worker_id,
+            poll_interval = %humantime::format_duration(self.settings.poll_interval),
+            batch_size = self.settings.batch_size,
+            concurrency = self.settings.concurrency,
+            "dispatcher started"
+        );
+        while !self.shutdown.stop.is_cancelled() {
+            wakeups.listen().await;
+            let (wait, notified) = match self.drain().await {
+                Ok(Step::Stopped) => break,
+                Ok(Step::CircuitOpen { retry_in }) => (retry_in, false),
+                Ok(Step::Batch(report)) => {
+                    database_failures = 0;
+                    if report.claimed > 0 {
+                        debug!(?report, "drained");
+                    }
+                    (self.settings.poll_interval, true)
+                }
+                Err(e) => {
+                    let DispatchError::Database { operation, .. } = &e;
+                    self.metrics.database_error(*operation);
+                    database_failures = database_failures.saturating_add(1);
+                    let retry_in = OUTAGE_BACKOFF.delay_after(database_failures);
+                    error!(
+                        error = %e,
+                        retry_in = %humantime::format_duration(retry_in),
+                        "dispatch cycle failed; retrying"
+                    );
+                    (retry_in, false)
+                }
+            };
+            // Every wait ends within a poll interval, so the heartbeat the liveness probe
+            // reads keeps beating through SMTP and database outages.
+            self.metrics.cycle_completed();
+            let wait = wait.min(self.settings.poll_interval);
+            if wakeups.wait(wait, notified, &self.shutdown.stop).await == Woken::Stopped {
+                break;
+            }
+        }
+        if let Err(e) = self.record_held().await {
+            error!(
+                error = %e,
+                messages = self.held_outcomes(),
+                "could not record the outcomes of sent messages; they will be sent again when their lease ends"
+            );
+        }
+        info!("dispatcher stopped");
+    }
+
+    /// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes
+    /// held after a database failure are recorded first.
+    async fn claim_next(&self, due_by: Option<DateTime<Utc>>) -> Result<NextBatch, DispatchError> {
+        if self.shutdown.stop.is_cancelled() {
+            return Ok(NextBatch::Halt(Step::Stopped));
+        }
+        self.record_held().await?;
+        if let Some(retry_in) = self
+            .breaker
+            .closed_or_wait(&self.mailer, &self.metrics)
+            .await
+        {
+            return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
+        }
+        let claimed = store::claim(
+            &self.pool,
+            &ClaimRequest {
+                limit: i64::from(self.settings.batch_size),
+                lease: self.settings.lease,
+                worker_id: &self.settings.worker_id,
+                due_by,
+            },
+        )
+        .await
+        .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+        Ok(if claimed.messages.is_empty() {
+            NextBatch::Empty
+        } else {
+            NextBatch::Leased(LeasedBatch {
+                claimed,
+                lease_start: Instant::now(),
+            })
+        })
+    }
+}

@@ -1,0 +1,132 @@
+//! The dispatcher: it owns the order of operations between the store and the mailer.
+//!
+//! One cycle, stage by stage, one file each:
+//! - [`cycle`]: the loop ([`Dispatcher::run`]) and its public single steps
+//!   ([`Dispatcher::dispatch_once`], [`Dispatcher::drain`]);
+//! - [`batch`]: what a batch is at each stage: leased, attempted, what comes next;
+//! - [`send`]: the per-connection send tasks, the start deadline, and the decision from an
+//!   attempt to an outcome;
+//! - [`record`]: the one place outcomes are written, logged and counted, and held across a
+//!   database failure;
+//! - [`breaker`]: the SMTP circuit breaker;
+//! - [`wake`]: what ends a wait: LISTEN/NOTIFY, the poll interval, back-off.
+
+mod batch;
+mod breaker;
+mod cycle;
+mod record;
+mod send;
+mod wake;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::mailer::Mailer;
+use crate::message::RetryPolicy;
+use crate::render::Renderer;
+use crate::telemetry::metrics::{DatabaseOperation, Metrics};
+
+use batch::AttemptedBatch;
+pub use batch::BatchReport;
+use breaker::CircuitBreaker;
+use send::MessageSender;
+
+/// How the dispatcher behaves; validated by the configuration before it is built.
+#[derive(Debug, Clone)]
+pub struct DispatchSettings {
+    /// Rows claimed per batch; a drain continues while batches come back full.
+    pub batch_size: u32,
+    pub retry: RetryPolicy,
+    /// How long a claim is this dispatcher's; after it, another may take the rows.
+    pub lease: Duration,
+    /// Sends in flight at once.
+    pub concurrency: usize,
+    /// The fallback wake-up when no notification arrives.
+    pub poll_interval: Duration,
+    /// The longest one send may take; no send starts later than this before the lease ends.
+    pub send_timeout: Duration,
+    /// Written to `locked_by`, so an operator can tell which replica holds a row.
+    pub worker_id: String,
+}
+
+/// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on
+/// sends still in flight (their rows are released, not lost).
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    pub stop: CancellationToken,
+    pub abort: CancellationToken,
+}
+
+/// What one step of the dispatcher did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Batch(BatchReport),
+    /// The SMTP server is unreachable; nothing was claimed. Try again after `retry_in`.
+    CircuitOpen {
+        retry_in: Duration,
+    },
+    /// Shutting down; nothing was claimed.
+    Stopped,
+}
+
+/// A dispatcher failure that is not any single message's: the database.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error("database error while trying to {} rows: {source}", operation.as_str())]
+    Database {
+        operation: DatabaseOperation,
+        source: sqlx::Error,
+    },
+}
+
+impl DispatchError {
+    fn database(operation: DatabaseOperation) -> impl FnOnce(sqlx::Error) -> Self {
+        move |source| DispatchError::Database { operation, source }
+    }
+}
+
+/// Claims, renders, sends and records, over and over.
+pub struct Dispatcher {
+    pool: PgPool,
+    sender: Arc<MessageSender>,
+    mailer: Arc<Mailer>,
+    settings: DispatchSettings,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    breaker: CircuitBreaker,
+    /// Attempted batches whose outcomes the database did not take (it was down or the
+    /// connection dropped). They are recorded before anything else is claimed, so a
+    /// database blip does not make their messages go out again when their lease ends.
+    unrecorded: Mutex<Vec<AttemptedBatch>>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        pool: PgPool,
+        renderer: Arc<Renderer>,
+        mailer: Arc<Mailer>,
+        settings: DispatchSettings,
+        shutdown: Shutdown,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let sender = Arc::new(MessageSender {
+            renderer,
+            mailer: Arc::clone(&mailer),
+            metrics: Arc::clone(&metrics),
+            stop: shutdown.stop.clone(),
+        });
+        Self {
+            pool,
+            sender,
+            mailer,
+            settings,
+            shutdown,
+            metrics,
+            breaker: CircuitBreaker::default(),
+            unrecorded: Mutex::new(Vec::new()),
+        }
+    }
+}

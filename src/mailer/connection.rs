@@ -1,0 +1,186 @@
+//! One SMTP session, on a socket of our own with Nagle's algorithm off.
+//!
+//! lettre (0.11.23) writes a message's body and its terminating `\r\n.\r\n` as two writes on
+//! a socket without `TCP_NODELAY`, so every message waits for the server's delayed ACK:
+//! about 40 ms, which capped a connection at ~23 messages a second (fixed upstream in lettre
+//! PR #1159, not yet released). So outboxd opens the TCP connection itself, sets
+//! `TCP_NODELAY`, and hands it to lettre's SMTP client, which still speaks the protocol,
+//! STARTTLS and AUTH. Implicit TLS (`smtps://`) is connected by lettre and keeps the stall.
+//!
+//! Where the server offers PIPELINING (RFC 2920), MAIL, RCPT and DATA go out in one write
+//! and their replies are read together: two round trips per message instead of four, which
+//! is most of a message's time on a fast link and all of it on a slow one. Writes are also
+//! held until the client waits for a reply ([`Corked`]), so a message's body and its final
+//! dot leave in one packet.
+
+use std::io;
+use std::time::Duration;
+
+use lettre::address::Envelope;
+use lettre::transport::smtp::authentication::Mechanism;
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
+use tokio::net::TcpStream;
+
+use super::SendError;
+use super::corked::Corked;
+use super::target::{Security, Target};
+
+/// An open SMTP session, and whether its server takes pipelined commands.
+pub(super) struct Connection {
+    pub(super) smtp: AsyncSmtpConnection,
+    pipelining: bool,
+    /// The same socket, non-blocking, for [`Connection::closed_by_server`]; `None` where
+    /// lettre opened the socket itself (`smtps://`).
+    watch: Option<std::net::TcpStream>,
+}
+
+impl Connection {
+    /// One message. Pipelined when the server allows it and the message needs no ESMTP
+    /// parameters (SMTPUTF8, 8BITMIME), which lettre's own `send` negotiates.
+    pub(super) async fn send(
+        &mut self,
+        envelope: &Envelope,
+        body: &[u8],
+    ) -> Result<(), lettre::transport::smtp::Error> {
+        let plain = envelope
+            .from()
+            .into_iter()
+            .chain(envelope.to())
+            .all(|a| AsRef::<str>::as_ref(a).is_ascii())
+            && body.is_ascii();
+        if !(self.pipelining && plain) {
+            return self.smtp.send(envelope, body).await.map(drop);
+        }
+        let mut group = Mail::new(envelope.from().cloned(), Vec::new()).to_string();
+        for to in envelope.to() {
+            group.push_str(&Rcpt::new(to.clone(), Vec::new()).to_string());
+        }
+        group.push_str(&Data.to_string());
+        let smtp = &mut self.smtp;
+        let result = async {
+            // The reply to MAIL, then one per RCPT, then DATA's 354.
+            smtp.command(&group).await?;
+            for _ in envelope.to() {
+                smtp.read_response().await?;
+            }
+            smtp.read_response().await?;
+            smtp.message(body).await
+        }
+        .await;
+        if result.is_err() {
+            // Replies to the rest of the group may still be on the wire: like lettre after
+            // any failed transaction, leave the session rather than guess where it stands.
+            smtp.abort().await;
+        }
+        result.map(drop)
+    }
+
+    pub(super) fn has_broken(&self) -> bool {
+        self.smtp.has_broken()
+    }
+
+    /// Whether the server closed the connection (or said something, which on an idle SMTP
+    /// connection is a goodbye such as `421`) while it sat in the pool. Servers drop idle
+    /// clients and restart; a send on such a connection would fail and cost an attempt.
+    pub(super) fn closed_by_server(&self) -> bool {
+        self.watch.as_ref().is_some_and(|socket| {
+            !matches!(socket.peek(&mut [0; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        })
+    }
+
+    /// A new connection: TCP with `TCP_NODELAY`, EHLO, STARTTLS and AUTH as configured, all
+    /// within the timeout.
+    pub(super) async fn connect(target: &Target, timeout: Duration) -> Result<Self, SendError> {
+        match tokio::time::timeout(timeout, Self::open(target, timeout)).await {
+            Ok(result) => result,
+            Err(_) => Err(SendError::Unreachable(format!(
+                "no connection within {}",
+                humantime::format_duration(timeout)
+            ))),
+        }
+    }
+
+    async fn open(target: &Target, timeout: Duration) -> Result<Self, SendError> {
+        let (mut smtp, watch) = if target.security == Security::Wrapper {
+            let tls = target.tls().map_err(lettre_error)?;
+            let smtp = AsyncSmtpConnection::connect_tokio1(
+                (target.host.as_str(), target.port),
+                Some(timeout),
+                &target.hello,
+                Some(tls),
+                None,
+            )
+            .await
+            .map_err(lettre_error)?;
+            (smtp, None)
+        } else {
+            let (smtp, watch) = open_own_socket(target).await?;
+            (smtp, Some(watch))
+        };
+        // lettre keeps only the EHLO keywords it uses itself, so ask again for PIPELINING,
+        // once per connection, before AUTH (after it, some servers would forget the login).
+        let pipelining = smtp
+            .command(Ehlo::new(target.hello.clone()))
+            .await
+            .map_err(lettre_error)?
+            .message()
+            .any(|line| {
+                line.split_ascii_whitespace()
+                    .next()
+                    .is_some_and(|keyword| keyword.eq_ignore_ascii_case("PIPELINING"))
+            });
+        if let Some(credentials) = &target.credentials {
+            smtp.auth(&[Mechanism::Plain, Mechanism::Login], credentials)
+                .await
+                .map_err(lettre_error)?;
+        }
+        Ok(Connection {
+            smtp,
+            pipelining,
+            watch,
+        })
+    }
+}
+
+fn lettre_error(error: lettre::transport::smtp::Error) -> SendError {
+    SendError::from_lettre(&error)
+}
+
+/// TCP with `TCP_NODELAY` and held writes, the greeting, and STARTTLS as configured; also
+/// returns a second handle on the socket, to see while the connection is idle whether the
+/// server has closed it.
+async fn open_own_socket(
+    target: &Target,
+) -> Result<(AsyncSmtpConnection, std::net::TcpStream), SendError> {
+    let socket_error =
+        |what: &'static str| move |e: io::Error| SendError::Unreachable(format!("{what}: {e}"));
+    let tcp = TcpStream::connect((target.host.as_str(), target.port))
+        .await
+        .map_err(socket_error("cannot connect"))?;
+    tcp.set_nodelay(true)
+        .map_err(socket_error("cannot set TCP_NODELAY"))?;
+    let std = tcp
+        .into_std()
+        .map_err(socket_error("cannot watch the socket"))?;
+    let watch = std
+        .try_clone()
+        .map_err(socket_error("cannot watch the socket"))?;
+    let tcp = TcpStream::from_std(std).map_err(socket_error("cannot watch the socket"))?;
+    let mut smtp =
+        AsyncSmtpConnection::connect_with_transport(Box::new(Corked::new(tcp)), &target.hello)
+            .await
+            .map_err(lettre_error)?;
+    let starttls = match target.security {
+        Security::Required => true,
+        Security::Opportunistic => smtp.can_starttls(),
+        Security::None | Security::Wrapper => false,
+    };
+    if starttls {
+        let tls = target.tls().map_err(lettre_error)?;
+        smtp.starttls(tls, &target.hello)
+            .await
+            .map_err(|e| SendError::Unreachable(format!("STARTTLS failed: {e}")))?;
+    }
+    Ok((smtp, watch))
+}

@@ -1,0 +1,160 @@
+//! Where the SMTP server is and how to reach it, parsed from `OUTBOXD_SMTP_URL` in
+//! lettre's URL form, with the TLS roots to trust.
+
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
+
+/// How the connection is secured, as lettre's URL form says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    /// `smtp://host`: plain text.
+    None,
+    /// `smtp://host?tls=opportunistic`: STARTTLS when offered.
+    Opportunistic,
+    /// `smtp://host?tls=required`: STARTTLS or fail.
+    Required,
+    /// `smtps://host`: TLS from the first byte.
+    Wrapper,
+}
+
+/// Where and how to connect, parsed from an `OUTBOXD_SMTP_URL`.
+#[derive(Clone)]
+pub struct Target {
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) security: Security,
+    pub(super) hello: ClientId,
+    pub(super) credentials: Option<Credentials>,
+    /// PEM certificates trusted, besides the usual roots, for the server's certificate.
+    extra_roots: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field("credentials", &self.credentials.as_ref().map(|_| "***"))
+            .field("extra_roots", &self.extra_roots.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    /// Parses lettre's URL form: `smtp://[user[:password]@]host[:port][/ehlo-name][?tls=required|opportunistic]`
+    /// or `smtps://...`, with PEM certificates to trust for TLS besides the usual roots.
+    /// Errors never repeat the URL, which may hold a password.
+    pub fn parse(raw: &str, extra_roots: Option<&[u8]>) -> Result<Self, String> {
+        let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or("no host")?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let (security, default_port) = security(&url)?;
+        let credentials = credentials(&url)?;
+        let name = url.path().trim_matches('/');
+        let hello = if name.is_empty() {
+            ClientId::default()
+        } else {
+            ClientId::Domain(name.to_owned())
+        };
+        if extra_roots.is_some() && security == Security::None {
+            return Err("a CA file was given for a server reached without TLS: add ?tls=required, or use smtps://".to_owned());
+        }
+        if let Some(pem) = extra_roots
+            && !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----")
+        {
+            return Err("the CA file holds no PEM certificate".to_owned());
+        }
+        let target = Self {
+            port: url.port().unwrap_or(default_port),
+            host,
+            security,
+            hello,
+            credentials,
+            extra_roots: extra_roots.map(<[u8]>::to_vec),
+        };
+        if security != Security::None {
+            target.tls().map_err(|e| e.to_string())?;
+        }
+        Ok(target)
+    }
+
+    pub(super) fn tls(&self) -> Result<TlsParameters, lettre::transport::smtp::Error> {
+        let mut builder = TlsParameters::builder(self.host.clone());
+        if let Some(pem) = &self.extra_roots {
+            builder = builder.add_root_certificate(Certificate::from_pem(pem)?);
+        }
+        builder.build()
+    }
+}
+
+/// How to secure the connection, and the port that goes with it by default.
+fn security(url: &url::Url) -> Result<(Security, u16), String> {
+    let tls = url
+        .query_pairs()
+        .find(|(k, _)| k == "tls")
+        .map(|(_, v)| v.into_owned());
+    Ok(match (url.scheme(), tls.as_deref()) {
+        ("smtp", None) => (Security::None, 25),
+        ("smtp", Some("opportunistic")) => (Security::Opportunistic, 587),
+        ("smtp", Some("required")) => (Security::Required, 587),
+        ("smtps", None) => (Security::Wrapper, 465),
+        (scheme, tls) => {
+            return Err(format!(
+                "unsupported scheme {scheme:?} or tls parameter {tls:?}: use smtp://, smtp://...?tls=required, smtp://...?tls=opportunistic or smtps://"
+            ));
+        }
+    })
+}
+
+fn credentials(url: &url::Url) -> Result<Option<Credentials>, String> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| "user name or password is not UTF-8 once decoded".to_owned())
+    };
+    Ok(match url.password() {
+        Some(password) => Some(Credentials::new(decode(url.username())?, decode(password)?)),
+        None if !url.username().is_empty() => {
+            return Err("a user name without a password".to_owned());
+        }
+        None => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_follow_lettres_form() {
+        let t = Target::parse("smtp://127.0.0.1:2525", None).unwrap();
+        assert_eq!((t.port, t.security), (2525, Security::None));
+        let t = Target::parse("smtp://user:p%40ss@mail.example?tls=required", None).unwrap();
+        assert_eq!((t.port, t.security), (587, Security::Required));
+        assert!(t.credentials.is_some());
+        let t = Target::parse("smtps://mail.example", None).unwrap();
+        assert_eq!((t.port, t.security), (465, Security::Wrapper));
+        for bad in [
+            "http://mail.example",
+            "smtp://",
+            "smtp://h?tls=sometimes",
+            "not a url",
+            "smtp://user@h",
+        ] {
+            assert!(Target::parse(bad, None).is_err(), "{bad}");
+        }
+        assert!(
+            !Target::parse("smtp://u:secret@h?tls=bogus", None)
+                .unwrap_err()
+                .contains("secret")
+        );
+    }
+}

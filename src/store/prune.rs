@@ -1,0 +1,53 @@
+//! Retention's SQL: deletes expired rows in small batches that skip locked rows.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+/// Which rows retention removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prunable {
+    Dispatched,
+    Discarded,
+}
+
+impl Prunable {
+    pub const ALL: [Prunable; 2] = [Prunable::Dispatched, Prunable::Discarded];
+
+    /// The `state` label of `outbox_messages_pruned_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Prunable::Dispatched => "dispatched",
+            Prunable::Discarded => "discarded",
+        }
+    }
+}
+
+/// Deletes up to `limit` rows dispatched (or discarded) before `cutoff`, oldest first. Rows
+/// another transaction holds are skipped, so the pruner never waits on the dispatcher.
+pub async fn prune(
+    pool: &PgPool,
+    which: Prunable,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let sql = match which {
+        Prunable::Dispatched => {
+            "WITH doomed AS ( \
+                 SELECT id FROM outbox_messages WHERE dispatched_at < $1 \
+                 ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
+        }
+        Prunable::Discarded => {
+            "WITH doomed AS ( \
+                 SELECT id FROM outbox_messages WHERE discarded_at < $1 \
+                 ORDER BY discarded_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
+        }
+    };
+    Ok(sqlx::query(sql)
+        .bind(cutoff)
+        .bind(limit)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}

@@ -1,0 +1,87 @@
+//! The state of the outbox at a glance, for `outboxd stats`, the API and the admin page.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sqlx::{PgPool, Row};
+
+/// One kind's share of [`Stats`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct KindStats {
+    pub pending: i64,
+    pub due: i64,
+    pub in_flight: i64,
+    pub dead_letters: i64,
+    pub sent_last_hour: i64,
+}
+
+/// The state of the outbox at a glance.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    pub pending: i64,
+    pub due: i64,
+    pub in_flight: i64,
+    pub dead_letters: i64,
+    pub oldest_pending_age_seconds: f64,
+    pub sent_last_hour: i64,
+    pub kinds: BTreeMap<String, KindStats>,
+}
+
+/// Counts per kind, each from a partial index: pending rows, dead letters, and the last
+/// hour of sent rows, never the whole history.
+pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
+    let mut stats = Stats::default();
+    let pending = sqlx::query(
+        "SELECT kind, count(*) AS pending, \
+                count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
+                count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
+                coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before)) \
+                    FILTER (WHERE greatest(created_at, not_before) <= now())), 0)::float8 AS oldest \
+         FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+         GROUP BY kind",
+    )
+    .fetch_all(pool)
+    .await?;
+    for row in &pending {
+        let entry = stats.kinds.entry(row.try_get("kind")?).or_default();
+        entry.pending = row.try_get("pending")?;
+        entry.due = row.try_get("due")?;
+        entry.in_flight = row.try_get("in_flight")?;
+        let oldest: f64 = row.try_get("oldest")?;
+        stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
+    }
+    let dead = sqlx::query(
+        "SELECT kind, count(*) AS n FROM outbox_messages \
+         WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL GROUP BY kind",
+    )
+    .fetch_all(pool)
+    .await?;
+    for row in &dead {
+        stats
+            .kinds
+            .entry(row.try_get("kind")?)
+            .or_default()
+            .dead_letters = row.try_get("n")?;
+    }
+    let sent = sqlx::query(
+        "SELECT kind, count(*) AS n FROM outbox_messages \
+         WHERE dispatched_at > now() - interval '1 hour' GROUP BY kind",
+    )
+    .fetch_all(pool)
+    .await?;
+    for row in &sent {
+        stats
+            .kinds
+            .entry(row.try_get("kind")?)
+            .or_default()
+            .sent_last_hour = row.try_get("n")?;
+    }
+    for kind in stats.kinds.values() {
+        stats.pending += kind.pending;
+        stats.due += kind.due;
+        stats.in_flight += kind.in_flight;
+        stats.dead_letters += kind.dead_letters;
+        stats.sent_last_hour += kind.sent_last_hour;
+    }
+    Ok(stats)
+}
