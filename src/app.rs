@@ -50,21 +50,12 @@ impl App {
             config.templates.as_deref(),
             config.from.clone(),
             config.message_id_domain.clone(),
-        )?;
+        )?
+        .with_max_recipients(config.max_recipients);
         let mailer = Mailer::new(config.smtp.clone())
             .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {} (OUTBOXD_LISTEN)", config.listen))?;
+        let (listener, admin_listener) = bind_listeners(&config).await?;
         let http_addr = listener.local_addr()?;
-        let admin_listener = match config.admin_listen {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {addr} (OUTBOXD_ADMIN_LISTEN)"))?,
-            ),
-            None => None,
-        };
         let admin_addr = match &admin_listener {
             Some(listener) => Some(listener.local_addr()?),
             None => config.admin_token.as_ref().map(|_| http_addr),
@@ -190,6 +181,24 @@ impl App {
         self.pool.close().await;
         Ok(())
     }
+}
+
+/// The metrics and probes address, and the admin one when it is separate.
+async fn bind_listeners(
+    config: &RunConfig,
+) -> anyhow::Result<(tokio::net::TcpListener, Option<tokio::net::TcpListener>)> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (OUTBOXD_LISTEN)", config.listen))?;
+    let admin_listener = match config.admin_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (OUTBOXD_ADMIN_LISTEN)"))?,
+        ),
+        None => None,
+    };
+    Ok((listener, admin_listener))
 }
 
 fn serve(

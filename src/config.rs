@@ -17,6 +17,7 @@ use crate::background::retention::Retention;
 use crate::dispatch::DispatchSettings;
 use crate::mailer::SmtpSettings;
 use crate::message::RetryPolicy;
+use crate::render::DEFAULT_MAX_RECIPIENTS;
 use crate::text::redact_url;
 
 /// The database a fresh machine with a local PostgreSQL can use as it is.
@@ -91,6 +92,12 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_SMTP_CONCURRENCY", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub smtp_concurrency: u32,
+
+    /// The most addresses one message may have in to, cc and bcc together; a message with
+    /// more is dead-lettered (too_many_recipients) without being rendered.
+    #[arg(long, env = "OUTBOXD_MAX_RECIPIENTS", default_value_t = DEFAULT_MAX_RECIPIENTS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_recipients: u32,
 
     /// Bound on connecting to the SMTP server and on each whole SMTP transaction.
     #[arg(long, env = "OUTBOXD_SMTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
@@ -193,6 +200,8 @@ pub struct RunConfig {
     pub from: Mailbox,
     pub message_id_domain: String,
     pub templates: Option<PathBuf>,
+    /// The most addresses in to, cc and bcc together.
+    pub max_recipients: usize,
     pub listen: SocketAddr,
     pub sample_interval: Duration,
     pub shutdown_timeout: Duration,
@@ -248,6 +257,7 @@ impl RunArgs {
             from,
             message_id_domain,
             templates: self.templates.clone(),
+            max_recipients: self.max_recipients as usize,
             listen: self.listen,
             sample_interval: self.sample_interval,
             admin_token,

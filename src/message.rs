@@ -72,7 +72,9 @@ pub fn validate_kind(kind: &str) -> Result<(), InvalidMessage> {
 pub struct ClaimedMessage {
     pub id: i64,
     pub kind: String,
-    pub payload: Value,
+    /// Read from the row's text, so that a payload outboxd cannot read fails this row alone.
+    #[sqlx(try_from = "String")]
+    pub payload: ClaimedPayload,
     /// Failed attempts before this one.
     pub attempts: i32,
     /// The producer's W3C trace context, if it recorded one.
@@ -81,6 +83,41 @@ pub struct ClaimedMessage {
     pub reclaimed: bool,
     /// When the message fell due: the later of `created_at` and `not_before`.
     pub due_at: DateTime<Utc>,
+}
+
+/// A claimed row's payload: the JSON object, or why outboxd cannot read what PostgreSQL
+/// accepted. A payload may nest at most 128 levels deep (serde_json's limit) and its
+/// numbers must fit a 64-bit float; PostgreSQL's `jsonb` allows more of both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedPayload(Result<Value, String>);
+
+impl ClaimedPayload {
+    /// The payload, or why it cannot be used.
+    pub fn value(&self) -> Result<&Value, &str> {
+        self.0.as_ref().map_err(String::as_str)
+    }
+}
+
+impl From<String> for ClaimedPayload {
+    fn from(text: String) -> Self {
+        Self(
+            serde_json::from_str(&text)
+                .map_err(|e| format!("payload cannot be read: {e}"))
+                .and_then(|value: Value| {
+                    if value.is_object() {
+                        Ok(value)
+                    } else {
+                        Err("payload is not a JSON object".to_owned())
+                    }
+                }),
+        )
+    }
+}
+
+impl From<Value> for ClaimedPayload {
+    fn from(value: Value) -> Self {
+        Self(Ok(value))
+    }
 }
 
 /// The rows one claim took, the claim's token, and the database's clock at claim time.

@@ -237,10 +237,11 @@ impl MessageSender {
             span.add_link(producer);
         }
         let attempt = async {
-            let email = match self
-                .renderer
-                .render(message.id, &message.kind, &message.payload)
-            {
+            let rendered = match message.payload.value() {
+                Ok(payload) => self.renderer.render(message.id, &message.kind, payload),
+                Err(reason) => Err(RenderError::Payload(reason.to_owned())),
+            };
+            let email = match rendered {
                 Ok(email) => email,
                 Err(e) => return AttemptResult::RenderFailed(e),
             };

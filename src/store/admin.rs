@@ -77,6 +77,17 @@ impl TryFrom<String> for MessageState {
     }
 }
 
+/// A payload as an operator sees it: its JSON, or, where that cannot be read, its text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct StoredPayload(pub Value);
+
+impl From<String> for StoredPayload {
+    fn from(text: String) -> Self {
+        Self(serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+}
+
 /// One message with everything about it, payload included.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct MessageDetail {
@@ -85,7 +96,10 @@ pub struct MessageDetail {
     #[sqlx(try_from = "String")]
     pub state: MessageState,
     pub recipients: Vec<String>,
-    pub payload: Value,
+    /// The payload, or its text where outboxd cannot read it as JSON (see
+    /// [`crate::message::ClaimedPayload`]), so that such a row can still be shown.
+    #[sqlx(try_from = "String")]
+    pub payload: StoredPayload,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub error_class: Option<String>,
@@ -216,7 +230,7 @@ pub async fn list_dead_letters(
 /// One message in any state, with its payload.
 pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
     sqlx::query_as(concat!(
-        "SELECT id, kind, payload, ",
+        "SELECT id, kind, payload::text AS payload, ",
         recipients_column!(),
         ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
                 WHEN dead_lettered_at IS NULL THEN 'pending' \

@@ -213,7 +213,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedB
              claim_token = $5 \
          FROM due \
          WHERE m.id = due.id \
-         RETURNING m.id, m.kind, m.payload, m.attempts, m.traceparent, \
+         RETURNING m.id, m.kind, m.payload::text AS payload, m.attempts, m.traceparent, \
                    due.previous_lease IS NOT NULL AS reclaimed, \
                    greatest(m.created_at, m.not_before) AS due_at, \
                    now() AS claimed_at",

@@ -51,6 +51,8 @@ async fn bad_options_are_refused_with_a_clear_error() {
             "--poll-interval / OUTBOXD_POLL_INTERVAL must be more than 0s",
         ),
         (&["--max-attempts", "0"], "--max-attempts"),
+        (&["--max-recipients", "0"], "--max-recipients"),
+        (&["--max-recipients", "1000000"], "--max-recipients"),
         (&["--smtp-concurrency", "0"], "--smtp-concurrency"),
         (
             &["--smtp-url", "smtp://127.0.0.1:2525"],

@@ -8,5 +8,6 @@ mod cli;
 mod delivery;
 mod failures;
 mod helpers;
+mod hostile;
 mod observability;
 mod replicas;
