@@ -13,21 +13,30 @@ use tracing::{info, warn};
 
 use crate::background::health::Health;
 use crate::background::retention::{self, Retention};
-use crate::background::{recorder_upkeep, sampler};
+use crate::background::{recorder_upkeep, sampler, supervise};
 use crate::config::{DatabaseConfig, RunConfig};
 use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
 use crate::message::NewMessage;
 use crate::render::Renderer;
-use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::{http, store};
 
 /// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
 const POOL_SIZE: u32 = 4;
+/// Connections for everything else: readiness, the sampler, retention and the admin
+/// surface. A pool of their own, so that no HTTP request can take the dispatcher's.
+const SURFACE_POOL_SIZE: u32 = 3;
+/// Open connections on the metrics and probes listener, and on a separate admin listener.
+const MAX_HTTP_CONNECTIONS: usize = 256;
+const MAX_ADMIN_CONNECTIONS: usize = 64;
 
 /// A dispatcher ready to run, with what it was built from.
 pub struct App {
+    /// The dispatcher's connections.
     pub pool: PgPool,
+    /// Everything else's: see [`SURFACE_POOL_SIZE`].
+    surface_pool: PgPool,
     pub dispatcher: Arc<Dispatcher>,
     pub mailer: Arc<Mailer>,
     pub metrics: Arc<Metrics>,
@@ -51,7 +60,7 @@ impl App {
             config.from.clone(),
             config.message_id_domain.clone(),
         )?
-        .with_max_recipients(config.max_recipients);
+        .with_limits(config.limits);
         let mailer = Mailer::new(config.smtp.clone())
             .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
         let (listener, admin_listener) = bind_listeners(&config).await?;
@@ -63,6 +72,9 @@ impl App {
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
         let pool = connect_checked(&config.database).await?;
+        let surface_pool = store::connect(config.database.options(), SURFACE_POOL_SIZE)
+            .await
+            .map_err(|e| store::connect_error(e, config.database.options()))?;
         let shutdown = Shutdown::default();
         let metrics = Arc::new(Metrics::new(renderer.kinds(), mailer.is_enabled()));
         let mailer = Arc::new(mailer);
@@ -75,13 +87,14 @@ impl App {
             Arc::clone(&metrics),
         ));
         let health = Arc::new(Health::new(
-            pool.clone(),
+            surface_pool.clone(),
             Arc::clone(&metrics),
             shutdown.stop.clone(),
             config.liveness_bound(),
         ));
         Ok(Self {
             pool,
+            surface_pool,
             dispatcher,
             mailer,
             metrics,
@@ -115,37 +128,82 @@ impl App {
         &mut self,
         stop: CancellationToken,
     ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = self.spawn_http(&stop);
+        tasks.extend(self.spawn_supervised(&stop));
+        tasks
+    }
+
+    /// The HTTP servers: metrics and probes, and the admin surface with them or apart.
+    fn spawn_http(&mut self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
-        let admin = self
-            .config
-            .admin_token
-            .as_ref()
-            .map(|token| http::admin_router(self.pool.clone(), token, self.kinds.clone()));
+        let admin =
+            self.config.admin_token.as_ref().map(|token| {
+                http::admin_router(self.surface_pool.clone(), token, self.kinds.clone())
+            });
         let mut main = http::router(self.prometheus.clone(), Arc::clone(&self.health));
         match (admin, self.admin_listener.take()) {
-            (Some(admin), Some(listener)) => tasks.push(serve(listener, admin, stop.clone())),
+            (Some(admin), Some(listener)) => tasks.push(http::server::spawn(
+                listener,
+                admin,
+                MAX_ADMIN_CONNECTIONS,
+                stop.clone(),
+            )),
             (Some(admin), None) => main = main.merge(admin),
             (None, _) => {}
         }
         if let Some(listener) = self.listener.take() {
-            tasks.push(serve(listener, main, stop.clone()));
+            tasks.push(http::server::spawn(
+                listener,
+                main,
+                MAX_HTTP_CONNECTIONS,
+                stop.clone(),
+            ));
         }
+        tasks
+    }
+
+    /// Retention, the sampler and the recorder's upkeep, each started again if it fails.
+    fn spawn_supervised(&self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
         if let Retention::For(retention) = self.config.retention {
-            tasks.push(tokio::spawn(retention::run(
-                self.pool.clone(),
-                retention,
+            let (pool, metrics, stop) = (
+                self.surface_pool.clone(),
                 Arc::clone(&self.metrics),
                 stop.clone(),
+            );
+            tasks.push(tokio::spawn(supervise(
+                BackgroundTask::Retention,
+                Arc::clone(&self.metrics),
+                stop.clone(),
+                move || retention::run(pool.clone(), retention, Arc::clone(&metrics), stop.clone()),
             )));
         }
-        let sample = tokio::spawn(sampler::run(
+        let (health, metrics, interval, sampler_stop) = (
             Arc::clone(&self.health),
             Arc::clone(&self.metrics),
             self.config.sample_interval,
             stop.clone(),
-        ));
-        let upkeep = tokio::spawn(recorder_upkeep(self.prometheus.clone(), stop));
-        tasks.extend([sample, upkeep]);
+        );
+        tasks.push(tokio::spawn(supervise(
+            BackgroundTask::Sampler,
+            Arc::clone(&self.metrics),
+            stop.clone(),
+            move || {
+                sampler::run(
+                    Arc::clone(&health),
+                    Arc::clone(&metrics),
+                    interval,
+                    sampler_stop.clone(),
+                )
+            },
+        )));
+        let (prometheus, upkeep_stop) = (self.prometheus.clone(), stop.clone());
+        tasks.push(tokio::spawn(supervise(
+            BackgroundTask::RecorderUpkeep,
+            Arc::clone(&self.metrics),
+            stop.clone(),
+            move || recorder_upkeep(prometheus.clone(), upkeep_stop.clone()),
+        )));
         tasks
     }
 
@@ -179,6 +237,7 @@ impl App {
         }
         self.mailer.shutdown().await;
         self.pool.close().await;
+        self.surface_pool.close().await;
         Ok(())
     }
 }
@@ -199,21 +258,6 @@ async fn bind_listeners(
         None => None,
     };
     Ok((listener, admin_listener))
-}
-
-fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            warn!(error = %e, "HTTP server failed");
-        }
-    })
 }
 
 /// Connects and fails with one clear line when the server or the schema is not there.

@@ -17,7 +17,7 @@ use crate::background::retention::Retention;
 use crate::dispatch::DispatchSettings;
 use crate::mailer::SmtpSettings;
 use crate::message::RetryPolicy;
-use crate::render::DEFAULT_MAX_RECIPIENTS;
+use crate::render::RenderLimits;
 use crate::text::redact_url;
 
 /// The database a fresh machine with a local PostgreSQL can use as it is.
@@ -49,7 +49,7 @@ pub struct RunArgs {
     pub database: DatabaseArgs,
 
     /// How often to look for due messages when no notification arrives (e.g. 15s, 1m).
-    #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration_up_to::<HOUR>)]
     pub poll_interval: Duration,
 
     /// Messages claimed per batch; a drain goes on while batches come back full.
@@ -63,15 +63,15 @@ pub struct RunArgs {
     pub max_attempts: u32,
 
     /// First retry delay after a transient failure; doubles each time, with jitter. 0s retries at the next poll.
-    #[arg(long, env = "OUTBOXD_RETRY_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_RETRY_BACKOFF", default_value = "30s", value_parser = parse_duration_up_to::<WEEK>)]
     pub retry_backoff: Duration,
 
     /// The longest delay between two attempts.
-    #[arg(long, env = "OUTBOXD_RETRY_BACKOFF_MAX", default_value = "1h", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_RETRY_BACKOFF_MAX", default_value = "1h", value_parser = parse_duration_up_to::<MONTH>)]
     pub retry_backoff_max: Duration,
 
     /// How long a claimed batch is this process's; a crashed replica's rows come back after it.
-    #[arg(long, env = "OUTBOXD_LEASE", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_LEASE", default_value = "60s", value_parser = parse_duration_up_to::<DAY>)]
     pub lease: Duration,
 
     /// SMTP server, in lettre's URL form: smtp://user:pass@host:587?tls=required, smtps://host.
@@ -84,6 +84,11 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_SMTP_CA_FILE")]
     pub smtp_ca_file: Option<PathBuf>,
 
+    /// Send SMTP credentials over a connection without TLS to a server that is not on this
+    /// machine (refused otherwise): only for a relay on a network you trust.
+    #[arg(long, env = "OUTBOXD_SMTP_ALLOW_PLAINTEXT_AUTH")]
+    pub smtp_allow_plaintext_auth: bool,
+
     /// Sender address, e.g. "Acme <no-reply@acme.example>". Required with --smtp-url.
     #[arg(long, env = "OUTBOXD_FROM")]
     pub from: Option<String>,
@@ -95,12 +100,18 @@ pub struct RunArgs {
 
     /// The most addresses one message may have in to, cc and bcc together; a message with
     /// more is dead-lettered (too_many_recipients) without being rendered.
-    #[arg(long, env = "OUTBOXD_MAX_RECIPIENTS", default_value_t = DEFAULT_MAX_RECIPIENTS as u32,
+    #[arg(long, env = "OUTBOXD_MAX_RECIPIENTS", default_value = "1000",
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_recipients: u32,
 
+    /// The largest payload and the largest email, in bytes (e.g. 4MiB, 500kB); a message
+    /// past it is dead-lettered (payload, too_large). Peak memory grows with twice
+    /// --batch-size times this.
+    #[arg(long, env = "OUTBOXD_MAX_MESSAGE_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
+    pub max_message_bytes: usize,
+
     /// Bound on connecting to the SMTP server and on each whole SMTP transaction.
-    #[arg(long, env = "OUTBOXD_SMTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_SMTP_TIMEOUT", default_value = "10s", value_parser = parse_duration_up_to::<TEN_MINUTES>)]
     pub smtp_timeout: Duration,
 
     /// Directory of templates, one subdirectory per kind (subject.txt, body.txt, body.html);
@@ -113,7 +124,7 @@ pub struct RunArgs {
     pub message_id_domain: Option<String>,
 
     /// How often the database gauges (pending, dead letters, oldest pending age) are sampled.
-    #[arg(long, env = "OUTBOXD_SAMPLE_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_SAMPLE_INTERVAL", default_value = "15s", value_parser = parse_duration_up_to::<HOUR>)]
     pub sample_interval: Duration,
 
     /// HTTP address for metrics and probes.
@@ -136,7 +147,7 @@ pub struct RunArgs {
     pub retention: Retention,
 
     /// On SIGTERM or Ctrl-C, how long sends in flight may take before their rows are released.
-    #[arg(long, env = "OUTBOXD_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "OUTBOXD_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration_up_to::<HOUR>)]
     pub shutdown_timeout: Duration,
 
     /// Name written to locked_by on claimed rows. Default: host name and process id.
@@ -178,6 +189,16 @@ impl DatabaseConfig {
 
 impl DatabaseArgs {
     pub fn validate(&self) -> anyhow::Result<DatabaseConfig> {
+        let scheme = self
+            .database_url
+            .split_once("://")
+            .map(|(scheme, _)| scheme);
+        if !matches!(scheme, Some("postgres" | "postgresql")) {
+            bail!(
+                "invalid --database-url / DATABASE_URL {}: outboxd needs PostgreSQL, a postgres:// or postgresql:// URL",
+                redact_url(&self.database_url)
+            );
+        }
         let options = PgConnectOptions::from_str(&self.database_url).map_err(|e| {
             anyhow::anyhow!(
                 "invalid --database-url / DATABASE_URL {}: {e}",
@@ -200,8 +221,7 @@ pub struct RunConfig {
     pub from: Mailbox,
     pub message_id_domain: String,
     pub templates: Option<PathBuf>,
-    /// The most addresses in to, cc and bcc together.
-    pub max_recipients: usize,
+    pub limits: RenderLimits,
     pub listen: SocketAddr,
     pub sample_interval: Duration,
     pub shutdown_timeout: Duration,
@@ -257,7 +277,10 @@ impl RunArgs {
             from,
             message_id_domain,
             templates: self.templates.clone(),
-            max_recipients: self.max_recipients as usize,
+            limits: RenderLimits {
+                max_recipients: self.max_recipients as usize,
+                max_message_bytes: self.max_message_bytes,
+            },
             listen: self.listen,
             sample_interval: self.sample_interval,
             admin_token,
@@ -321,6 +344,7 @@ impl RunArgs {
             timeout: self.smtp_timeout,
             pool_size: self.smtp_concurrency,
             ca_certificates,
+            allow_plaintext_auth: self.smtp_allow_plaintext_auth,
         };
         settings.validate().map_err(|e| {
             anyhow::anyhow!(
@@ -393,11 +417,60 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms, 2m or 1h"))
 }
 
+/// A size in bytes: `4MiB`, `500kB`, `1048576`; from 1 KiB to 100 MiB.
+pub fn parse_bytes(value: &str) -> Result<usize, String> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let unit_bytes: usize = match unit.trim() {
+        "" | "B" => 1,
+        "kB" | "KB" => 1000,
+        "KiB" => 1024,
+        "MB" => 1_000_000,
+        "MiB" => 1024 * 1024,
+        other => return Err(format!("unknown unit {other:?}: use B, kB, KiB, MB or MiB")),
+    };
+    let bytes = number
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit_bytes))
+        .ok_or_else(|| format!("{value:?} is not a size such as 4MiB or 500kB"))?;
+    if !(1024..=100 * 1024 * 1024).contains(&bytes) {
+        return Err(format!("{value} is out of range: from 1KiB to 100MiB"));
+    }
+    Ok(bytes)
+}
+
+/// Upper bounds of durations, in seconds: far beyond any sensible setting, and far inside
+/// what timers, clocks and PostgreSQL intervals can represent.
+const TEN_MINUTES: u64 = 600;
+const HOUR: u64 = 3600;
+const DAY: u64 = 24 * HOUR;
+const WEEK: u64 = 7 * DAY;
+const MONTH: u64 = 30 * DAY;
+const TEN_YEARS: u64 = 3650 * DAY;
+
+/// [`parse_duration`], refusing anything longer than `MAX_SECONDS`.
+pub fn parse_duration_up_to<const MAX_SECONDS: u64>(value: &str) -> Result<Duration, String> {
+    let duration = parse_duration(value)?;
+    let max = Duration::from_secs(MAX_SECONDS);
+    if duration > max {
+        return Err(format!(
+            "{} is too long: at most {}",
+            value.trim(),
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(duration)
+}
+
 /// `0` keeps rows forever; anything else is a duration such as `7d` or `12h`.
 pub fn parse_retention(value: &str) -> Result<Retention, String> {
     match value.trim() {
         "0" | "0s" => Ok(Retention::Keep),
-        other => parse_duration(other).map(Retention::For),
+        other => parse_duration_up_to::<TEN_YEARS>(other).map(Retention::For),
     }
 }
 
@@ -421,6 +494,34 @@ mod tests {
             Ok(Retention::For(Duration::from_secs(7 * 86400)))
         );
         assert!(parse_retention("a week").is_err());
+    }
+
+    #[test]
+    fn absurd_durations_are_refused_with_the_bound() {
+        let refused = parse_duration_up_to::<HOUR>("18446744073709551615s").unwrap_err();
+        assert!(refused.contains("at most 1h"), "{refused}");
+        assert!(parse_retention("300000y").unwrap_err().contains("too long"));
+        assert_eq!(
+            parse_duration_up_to::<HOUR>("1h"),
+            Ok(Duration::from_secs(3600))
+        );
+    }
+
+    #[test]
+    fn sizes_take_units_and_stay_in_range() {
+        assert_eq!(parse_bytes("4MiB"), Ok(4 * 1024 * 1024));
+        assert_eq!(parse_bytes("500kB"), Ok(500_000));
+        assert_eq!(parse_bytes("2048"), Ok(2048));
+        for bad in [
+            "",
+            "MiB",
+            "4 GiB",
+            "1",
+            "1000MiB",
+            "99999999999999999999999",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

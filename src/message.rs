@@ -85,38 +85,33 @@ pub struct ClaimedMessage {
     pub due_at: DateTime<Utc>,
 }
 
-/// A claimed row's payload: the JSON object, or why outboxd cannot read what PostgreSQL
-/// accepted. A payload may nest at most 128 levels deep (serde_json's limit) and its
-/// numbers must fit a 64-bit float; PostgreSQL's `jsonb` allows more of both.
+/// A claimed row's payload, as the text PostgreSQL sent; read by the send task that renders
+/// it, so that a payload outboxd cannot use fails its own row only. A payload may nest at
+/// most 128 levels deep (serde_json's limit), its numbers must fit a 64-bit float
+/// (PostgreSQL's `jsonb` allows more of both), and its text is bounded by the message size.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClaimedPayload(Result<Value, String>);
+pub struct ClaimedPayload(String);
 
 impl ClaimedPayload {
-    /// The payload, or why it cannot be used.
-    pub fn value(&self) -> Result<&Value, &str> {
-        self.0.as_ref().map_err(String::as_str)
+    /// The payload as a JSON object, or why it cannot be used.
+    pub fn read(&self, max_bytes: usize) -> Result<Value, String> {
+        if self.0.len() > max_bytes {
+            return Err(format!(
+                "payload is {} bytes: more than the limit of {max_bytes} (OUTBOXD_MAX_MESSAGE_BYTES)",
+                self.0.len()
+            ));
+        }
+        match serde_json::from_str(&self.0) {
+            Ok(value @ Value::Object(_)) => Ok(value),
+            Ok(_) => Err("payload is not a JSON object".to_owned()),
+            Err(e) => Err(format!("payload cannot be read: {e}")),
+        }
     }
 }
 
 impl From<String> for ClaimedPayload {
     fn from(text: String) -> Self {
-        Self(
-            serde_json::from_str(&text)
-                .map_err(|e| format!("payload cannot be read: {e}"))
-                .and_then(|value: Value| {
-                    if value.is_object() {
-                        Ok(value)
-                    } else {
-                        Err("payload is not a JSON object".to_owned())
-                    }
-                }),
-        )
-    }
-}
-
-impl From<Value> for ClaimedPayload {
-    fn from(value: Value) -> Self {
-        Self(Ok(value))
+        Self(text)
     }
 }
 

@@ -35,6 +35,36 @@ pub fn redact_url(raw: &str) -> String {
     }
 }
 
+/// `text` with the local part of every email address in it replaced by `***`, for logs:
+/// errors often quote the recipient (`550 5.1.1 <ada@example.com>: unknown user`), and
+/// logs must not carry personal data. The domain stays: it tells which provider refused.
+pub fn mask_addresses(text: &str) -> Cow<'_, str> {
+    let is_local = |c: char| c.is_alphanumeric() || "!#$%&'*+-/=?^_`{|}~.\"".contains(c);
+    let is_domain = |c: char| c.is_alphanumeric() || c == '.' || c == '-';
+    let mut masked = String::new();
+    let mut copied = 0;
+    for (at, _) in text.match_indices('@') {
+        let local_start = text[..at]
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| is_local(*c))
+            .last()
+            .map_or(at, |(i, _)| i);
+        let has_domain = text[at + 1..].chars().next().is_some_and(is_domain);
+        if local_start == at || !has_domain || local_start < copied {
+            continue;
+        }
+        masked.push_str(&text[copied..local_start]);
+        masked.push_str("***");
+        copied = at;
+    }
+    if copied == 0 {
+        return Cow::Borrowed(text);
+    }
+    masked.push_str(&text[copied..]);
+    Cow::Owned(masked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,6 +80,20 @@ mod tests {
     fn an_ellipsis_marks_only_text_that_was_cut() {
         assert_eq!(cut_with_ellipsis("abcdef", 3), "abc…");
         assert_eq!(cut_with_ellipsis("abc", 3), "abc");
+    }
+
+    #[test]
+    fn addresses_in_errors_keep_only_their_domain() {
+        assert_eq!(
+            mask_addresses("550 5.1.1 <ada.lovelace+x@example.com>: unknown; also bob@b.example"),
+            "550 5.1.1 <***@example.com>: unknown; also ***@b.example"
+        );
+        assert_eq!(
+            mask_addresses("a@x.example,b@y.example"),
+            "***@x.example,***@y.example"
+        );
+        assert_eq!(mask_addresses("no address here"), "no address here");
+        assert_eq!(mask_addresses("@ alone, and x@"), "@ alone, and x@");
     }
 
     #[test]

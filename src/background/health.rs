@@ -1,7 +1,7 @@
 //! Liveness and readiness, as the probes and the `outbox_ready` gauge report them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -11,6 +11,9 @@ use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 /// How long a readiness check may take before it counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the database's answer to readiness is reused.
+pub const DATABASE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// One readiness check's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +28,8 @@ pub struct Health {
     metrics: Arc<Metrics>,
     stopping: CancellationToken,
     liveness_bound: Duration,
+    /// The last answer of the database checks, and when it came.
+    last_database_check: tokio::sync::Mutex<Option<(Instant, Vec<Check>)>>,
 }
 
 impl Health {
@@ -39,6 +44,7 @@ impl Health {
             metrics,
             stopping,
             liveness_bound,
+            last_database_check: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -61,34 +67,65 @@ impl Health {
         }
     }
 
-    /// Database reachable, schema migrated, not shutting down. Also sets `outbox_ready`.
+    /// Database reachable, schema migrated, table writable, not shutting down. Also sets
+    /// `outbox_ready`. The database is asked at most once per [`DATABASE_CHECK_EVERY`],
+    /// however often this is called: an unauthenticated `/readyz` flood must not take
+    /// the database's time. Shutdown is always current.
     pub async fn readiness(&self) -> Vec<Check> {
-        // One query answers both: whether the database is there, and the schema migrated.
-        let (database, schema) =
-            match tokio::time::timeout(CHECK_TIMEOUT, store::check_schema(&self.pool)).await {
-                Ok(Ok(())) => (Ok(()), Ok(())),
+        let mut checks = self.database_checks().await;
+        checks.push(Check {
+            name: "shutdown",
+            result: if self.stopping.is_cancelled() {
+                Err("shutting down".to_owned())
+            } else {
+                Ok(())
+            },
+        });
+        self.metrics.ready(checks.iter().all(|c| c.result.is_ok()));
+        checks
+    }
+
+    async fn database_checks(&self) -> Vec<Check> {
+        let mut last = self.last_database_check.lock().await;
+        if let Some((at, checks)) = last.as_ref()
+            && at.elapsed() < DATABASE_CHECK_EVERY
+        {
+            return checks.clone();
+        }
+        let checks = self.ask_database().await;
+        *last = Some((Instant::now(), checks.clone()));
+        checks
+    }
+
+    async fn ask_database(&self) -> Vec<Check> {
+        let unchecked = || Err("not checked: database unreachable".to_owned());
+        let (database, schema, writable) =
+            match tokio::time::timeout(CHECK_TIMEOUT, store::check_ready(&self.pool)).await {
+                Ok(Ok(())) => (Ok(()), Ok(()), Ok(())),
                 Ok(Err(SchemaError::Database(e))) => (
                     Err(format!("database unreachable: {e}")),
-                    Err("not checked: database unreachable".to_owned()),
+                    unchecked(),
+                    unchecked(),
                 ),
-                Ok(Err(e)) => (Ok(()), Err(e.to_string())),
+                Ok(Err(SchemaError::NotWritable(reason))) => (Ok(()), Ok(()), Err(reason)),
+                Ok(Err(e)) => (
+                    Ok(()),
+                    Err(e.to_string()),
+                    Err("not checked: schema".to_owned()),
+                ),
                 Err(_) => (
                     Err(format!(
                         "database did not answer within {}s",
                         CHECK_TIMEOUT.as_secs()
                     )),
-                    Err("not checked: database unreachable".to_owned()),
+                    unchecked(),
+                    unchecked(),
                 ),
             };
         if database.is_err() {
             self.metrics.database_error(DatabaseOperation::Readiness);
         }
-        let shutdown = if self.stopping.is_cancelled() {
-            Err("shutting down".to_owned())
-        } else {
-            Ok(())
-        };
-        let checks = vec![
+        vec![
             Check {
                 name: "database",
                 result: database,
@@ -98,11 +135,9 @@ impl Health {
                 result: schema,
             },
             Check {
-                name: "shutdown",
-                result: shutdown,
+                name: "writable",
+                result: writable,
             },
-        ];
-        self.metrics.ready(checks.iter().all(|c| c.result.is_ok()));
-        checks
+        ]
     }
 }

@@ -6,10 +6,18 @@ pub mod health;
 pub mod retention;
 pub mod sampler;
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::error;
+
+use crate::telemetry::metrics::{BackgroundTask, Metrics};
+
+/// The pause before a failed background task is started again.
+const RESTART_PAUSE: Duration = Duration::from_secs(1);
 
 /// How often the recorder drains its histograms' buckets.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -22,5 +30,59 @@ pub async fn recorder_upkeep(prometheus: PrometheusHandle, stop: CancellationTok
             () = stop.cancelled() => return,
             () = tokio::time::sleep(UPKEEP_INTERVAL) => prometheus.run_upkeep(),
         }
+    }
+}
+
+/// Runs a background task until it ends by itself (at `stop`); when it fails instead (a
+/// panic), logs it at ERROR, counts it in `outbox_background_task_restarts_total`, and
+/// starts it again, so that no task dies silently.
+pub async fn supervise<F, Fut>(
+    task: BackgroundTask,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    mut start: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        match tokio::spawn(start()).await {
+            Ok(()) => return,
+            Err(e) => {
+                metrics.background_task_restarted(task);
+                error!(task = task.as_str(), error = %e, "a background task failed; starting it again");
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RESTART_PAUSE) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_task_that_panics_is_started_again_until_it_ends() {
+        let runs = Arc::new(AtomicU32::new(0));
+        let metrics = Arc::new(Metrics::new([], false));
+        let counted = Arc::clone(&runs);
+        supervise(
+            BackgroundTask::Retention,
+            metrics,
+            CancellationToken::new(),
+            move || {
+                let run = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    assert!(run > 0, "the first run fails");
+                }
+            },
+        )
+        .await;
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
     }
 }

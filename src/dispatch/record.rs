@@ -12,6 +12,7 @@ use crate::lock::lock;
 use crate::message::{ClaimedMessage, Delivery, Outcome};
 use crate::store;
 use crate::telemetry::metrics::DatabaseOperation;
+use crate::text::mask_addresses;
 
 impl Dispatcher {
     /// Records an attempted batch's outcomes, and opens the circuit if the batch met an
@@ -166,7 +167,7 @@ fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: Option<Dura
             outbox.kind = %kind,
             attempts,
             retry_in = %humantime::format_duration(*delay),
-            error = %error,
+            error = %mask_addresses(error),
             "send failed; will retry"
         ),
         Outcome::DeadLetter {
@@ -176,7 +177,7 @@ fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: Option<Dura
             outbox.kind = %kind,
             attempts,
             class = permanence.as_str(),
-            error = %error,
+            error = %mask_addresses(error),
             "dead-lettered"
         ),
         Outcome::Release { reason, .. } => {

@@ -237,16 +237,12 @@ impl MessageSender {
             span.add_link(producer);
         }
         let attempt = async {
-            let rendered = match message.payload.value() {
-                Ok(payload) => self.renderer.render(message.id, &message.kind, payload),
-                Err(reason) => Err(RenderError::Payload(reason.to_owned())),
-            };
-            let email = match rendered {
+            let email = match self.renderer.render_claimed(message) {
                 Ok(email) => email,
                 Err(e) => return AttemptResult::RenderFailed(e),
             };
             let started = Instant::now();
-            let sent = self.mailer.send(email).await;
+            let sent = self.mailer.send(&email.envelope, &email.bytes).await;
             if self.mailer.is_enabled() {
                 self.metrics.smtp_send(started.elapsed());
             }

@@ -92,6 +92,17 @@ impl From<ActionError> for ApiError {
     }
 }
 
+/// Refuses text no kind or error class can contain (NUL and other control characters),
+/// which PostgreSQL would otherwise refuse as a database error.
+pub fn check_text(name: &str, value: &str) -> Result<(), String> {
+    if value.len() > 200 || value.chars().any(char::is_control) {
+        return Err(format!(
+            "{name} must be up to 200 characters without control characters"
+        ));
+    }
+    Ok(())
+}
+
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse::<i64>()
         .ok()
@@ -117,6 +128,9 @@ impl ListQuery {
             ));
         }
         let kind = query.get("kind").filter(|k| !k.is_empty()).cloned();
+        if let Some(kind) = &kind {
+            check_text("kind", kind)?;
+        }
         let limit = match query.get("limit") {
             None => DEFAULT_PAGE,
             Some(raw) => raw
@@ -255,6 +269,18 @@ impl BulkRequest {
             (Some(ids), ..) => Ok(Selection::Ids(ids)),
             (_, Some(kind), ..) if kind.is_empty() => {
                 Err(ApiError::bad_request("kind must not be empty"))
+            }
+            (_, Some(kind), ..) if check_text("kind", &kind).is_err() => Err(
+                ApiError::bad_request(check_text("kind", &kind).unwrap_err()),
+            ),
+            (_, _, Some(group), _)
+                if check_text("kind", &group.kind)
+                    .and(check_text("error_class", &group.error_class))
+                    .is_err() =>
+            {
+                Err(ApiError::bad_request(
+                    "group kind and error_class must be up to 200 characters without control characters",
+                ))
             }
             (_, Some(kind), ..) => Ok(Selection::Kind(kind)),
             (_, _, Some(group), _) => Ok(Selection::Group {

@@ -16,20 +16,28 @@ use subtle::ConstantTimeEq as _;
 #[derive(Debug, Clone)]
 pub struct Actor(pub String);
 
+/// How long a CSRF token stays good: it is issued for the current window and accepted in
+/// the next, so a page may sit open for at least this long before a button is pressed.
+const CSRF_WINDOW_SECONDS: u64 = 3600;
+
 pub struct AdminAuth {
     token_digest: digest::Digest,
-    csrf: String,
+    /// Derived from the token, so every replica behind a load balancer agrees on the CSRF
+    /// tokens it signs.
+    csrf_key: hmac::Key,
 }
 
 impl AdminAuth {
     pub fn new(token: &SecretString) -> Self {
         let token = token.expose_secret().as_bytes();
-        let key = hmac::Key::new(hmac::HMAC_SHA256, token);
-        // Derived from the token, so every replica behind a load balancer agrees on it.
-        let csrf = hex(hmac::sign(&key, b"outboxd admin csrf").as_ref());
+        let root = hmac::Key::new(hmac::HMAC_SHA256, token);
+        let csrf_key = hmac::Key::new(
+            hmac::HMAC_SHA256,
+            hmac::sign(&root, b"outboxd admin csrf").as_ref(),
+        );
         Self {
             token_digest: digest::digest(&digest::SHA256, token),
-            csrf,
+            csrf_key,
         }
     }
 
@@ -38,12 +46,26 @@ impl AdminAuth {
         presented.as_ref().ct_eq(self.token_digest.as_ref()).into()
     }
 
-    pub fn csrf_token(&self) -> &str {
-        &self.csrf
+    /// The CSRF token for this actor's forms now: bound to the actor (the Basic user name)
+    /// and to the hour, so it is neither shared by everyone nor good forever.
+    pub fn csrf_token(&self, actor: &Actor) -> String {
+        self.csrf_for(actor, csrf_window(std::time::SystemTime::now()))
     }
 
-    pub fn csrf_matches(&self, presented: &str) -> bool {
-        presented.as_bytes().ct_eq(self.csrf.as_bytes()).into()
+    /// Whether a form's token is this actor's, from this window or the one before.
+    pub fn csrf_matches(&self, actor: &Actor, presented: &str) -> bool {
+        let window = csrf_window(std::time::SystemTime::now());
+        [window, window.saturating_sub(1)].into_iter().any(|w| {
+            presented
+                .as_bytes()
+                .ct_eq(self.csrf_for(actor, w).as_bytes())
+                .into()
+        })
+    }
+
+    fn csrf_for(&self, actor: &Actor, window: u64) -> String {
+        let message = format!("{}\0{window}", actor.0);
+        hex(hmac::sign(&self.csrf_key, message.as_bytes()).as_ref())
     }
 
     fn bearer(&self, headers: &HeaderMap) -> bool {
@@ -68,6 +90,11 @@ impl AdminAuth {
         let (user, password) = decoded.split_once(':')?;
         self.matches(password).then(|| actor_name(user, "admin"))
     }
+}
+
+fn csrf_window(now: std::time::SystemTime) -> u64 {
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / CSRF_WINDOW_SECONDS)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod page;
+pub mod server;
 
 use std::sync::Arc;
 
@@ -12,13 +13,16 @@ use sqlx::PgPool;
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
 use crate::background::health::Health;
+
+/// The largest admin request body: a bulk request of 10 000 ids fits.
+const MAX_ADMIN_BODY_BYTES: usize = 256 * 1024;
 
 /// What the admin routes need.
 #[derive(Clone)]
@@ -50,6 +54,33 @@ pub fn admin_router(pool: PgPool, token: &SecretString, kinds: Vec<String>) -> R
         ))
         .with_state(state);
     api.merge(page)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
+        .layer(axum::middleware::map_response(defensive_headers))
+}
+
+/// On every admin response: nothing cached (recipients, CSRF tokens), no type sniffing, no
+/// referrer to other sites, no framing (the page's buttons act in one click). Not
+/// `no-referrer`: with it browsers post forms with `Origin: null`, which the page refuses.
+/// The page sets a stricter content policy of its own, with its style nonce.
+async fn defensive_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+        );
+    }
+    response
 }
 
 #[derive(Clone)]

@@ -4,17 +4,18 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
+use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use minijinja::value::Serde;
 use minijinja::{Environment, context};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use super::api::ListQuery;
+use super::api::{ListQuery, check_text};
 use super::auth::Actor;
 use super::{AdminState, plain};
 use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
@@ -126,13 +127,33 @@ async fn page(
         Ok(list) => list,
         Err(e) => return plain(StatusCode::BAD_REQUEST, e),
     };
-    match render(&state, &actor, &list, query.get("notice")).await {
-        Ok(html) => Html(html).into_response(),
-        Err(e) => plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("outboxd admin: {e}\n"),
-        ),
+    let nonce = style_nonce();
+    match render(&state, &actor, &list, query.get("notice"), &nonce).await {
+        Ok(html) => {
+            let policy = format!(
+                "default-src 'none'; style-src 'nonce-{nonce}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+            );
+            let mut response = Html(html).into_response();
+            if let Ok(policy) = header::HeaderValue::from_str(&policy) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_SECURITY_POLICY, policy);
+            }
+            response
+        }
+        Err(e) => database_unavailable(&e),
     }
+}
+
+/// A fresh nonce for the page's one `<style>` block: the page runs no script, and no style
+/// an attacker could inject would carry it.
+fn style_nonce() -> String {
+    let mut bytes = [0_u8; 16];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+        // Without randomness the nonce is merely predictable: styles only, still no script.
+        bytes = *b"outboxd-no-rand!";
+    }
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
 }
 
 async fn render(
@@ -140,6 +161,7 @@ async fn render(
     actor: &Actor,
     list: &ListQuery,
     notice: Option<&String>,
+    nonce: &str,
 ) -> anyhow::Result<String> {
     let now = Utc::now();
     let stats = stats::stats(&state.pool).await?;
@@ -185,7 +207,8 @@ async fn render(
         after => list.after,
         next_after,
         audit,
-        csrf => state.auth.csrf_token(),
+        csrf => state.auth.csrf_token(actor),
+        nonce => nonce,
     })?;
     Ok(html)
 }
@@ -226,10 +249,11 @@ async fn one(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
     Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
     Form(form): Form<OneForm>,
 ) -> Response {
-    if !state.auth.csrf_matches(&form.csrf) {
-        return csrf_refused();
+    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
+        return refused;
     }
     let (Ok(id), Some(action)) = (id.parse::<i64>(), parse_action(&action)) else {
         return plain(StatusCode::NOT_FOUND, "no such action\n".into());
@@ -247,20 +271,22 @@ async fn one(
         Err(e @ (ActionError::NotFound(_) | ActionError::NotDeadLettered { .. })) => {
             back(&form.kind, &format!("Could not {}: {e}.", action.as_str()))
         }
-        Err(ActionError::Database(e)) => plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("outboxd admin: {e}\n"),
-        ),
+        Err(ActionError::Database(e)) => database_unavailable(&e),
     }
 }
 
 async fn bulk(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
+    headers: HeaderMap,
     Form(form): Form<BulkForm>,
 ) -> Response {
-    if !state.auth.csrf_matches(&form.csrf) {
-        return csrf_refused();
+    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
+        return refused;
+    }
+    if let Err(e) = check_text("kind", &form.kind).and(check_text("error_class", &form.error_class))
+    {
+        return plain(StatusCode::BAD_REQUEST, format!("{e}\n"));
     }
     let Some(action) = parse_action(&form.action) else {
         return plain(
@@ -285,9 +311,52 @@ async fn bulk(
                 &format!("{done} {} messages ({selection}).", changed.len()),
             )
         }
-        Err(e) => plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("outboxd admin: {e}\n"),
-        ),
+        Err(e) => database_unavailable(&e),
+    }
+}
+
+/// The database error goes to the log; the operator gets a sentence.
+fn database_unavailable(error: &dyn std::fmt::Display) -> Response {
+    tracing::error!(error = %error, "admin page database error");
+    plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "outboxd admin: the database did not answer; try again\n".to_owned(),
+    )
+}
+
+/// A POST from another site is refused: by its `Origin` (or, without one, its `Referer`)
+/// naming another host than the one it was sent to, or by a CSRF token that is not this
+/// actor's.
+fn refuse_forged(
+    state: &AdminState,
+    actor: &Actor,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Option<Response> {
+    if !same_origin(headers) {
+        return Some(plain(
+            StatusCode::FORBIDDEN,
+            "outboxd admin: cross-origin form posts are refused\n".to_owned(),
+        ));
+    }
+    (!state.auth.csrf_matches(actor, csrf)).then(csrf_refused)
+}
+
+fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(host) = text(header::HOST) else {
+        return false;
+    };
+    let source = text(header::ORIGIN).or_else(|| text(header::REFERER));
+    match source {
+        None => true,
+        Some(source) => url::Url::parse(source).is_ok_and(|url| {
+            let authority = match (url.host_str(), url.port()) {
+                (Some(h), Some(p)) => format!("{h}:{p}"),
+                (Some(h), None) => h.to_owned(),
+                (None, _) => return false,
+            };
+            authority.eq_ignore_ascii_case(host)
+        }),
     }
 }

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 
 use super::SendError;
 use super::corked::Corked;
-use super::target::{Security, Target};
+use super::target::{PLAINTEXT_AUTH_REFUSED, Security, Target};
 
 /// An open SMTP session, and whether its server takes pipelined commands.
 pub(super) struct Connection {
@@ -131,6 +131,11 @@ impl Connection {
                     .is_some_and(|keyword| keyword.eq_ignore_ascii_case("PIPELINING"))
             });
         if let Some(credentials) = &target.credentials {
+            if !smtp.is_encrypted() && !target.plaintext_auth_allowed {
+                return Err(SendError::Unreachable(format!(
+                    "the server offers no STARTTLS: {PLAINTEXT_AUTH_REFUSED}"
+                )));
+            }
             smtp.auth(&[Mechanism::Plain, Mechanism::Login], credentials)
                 .await
                 .map_err(lettre_error)?;

@@ -9,7 +9,7 @@ mod target;
 
 use std::time::Duration;
 
-use lettre::Message;
+use lettre::address::Envelope;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::message::{Delivery, Permanence};
@@ -97,6 +97,9 @@ pub struct SmtpSettings {
     pub pool_size: u32,
     /// PEM certificates to trust for the server's TLS certificate (a private CA).
     pub ca_certificates: Option<Vec<u8>>,
+    /// Send credentials over a connection without TLS to a server that is not on this
+    /// machine (refused otherwise).
+    pub allow_plaintext_auth: bool,
 }
 
 impl std::fmt::Debug for SmtpSettings {
@@ -106,6 +109,7 @@ impl std::fmt::Debug for SmtpSettings {
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("ca_certificates", &self.ca_certificates.is_some())
+            .field("allow_plaintext_auth", &self.allow_plaintext_auth)
             .finish()
     }
 }
@@ -113,7 +117,7 @@ impl std::fmt::Debug for SmtpSettings {
 impl SmtpSettings {
     /// Checks the URL without connecting; the error never repeats the URL.
     pub fn validate(&self) -> Result<(), String> {
-        target::Target::parse(self.url.expose_secret(), self.ca_certificates.as_deref()).map(drop)
+        target::Target::parse(self).map(drop)
     }
 }
 
@@ -132,9 +136,14 @@ impl Mailer {
         }
     }
 
-    pub async fn send(&self, message: Message) -> Result<Delivery, SendError> {
+    /// Sends an email's bytes to the envelope's recipients.
+    pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Delivery, SendError> {
         match self {
-            Mailer::Smtp(smtp) => smtp.send(message).await.map(|()| Delivery::Smtp),
+            Mailer::Smtp(smtp) => smtp
+                .pool
+                .send(envelope, email)
+                .await
+                .map(|()| Delivery::Smtp),
             Mailer::Disabled => Ok(Delivery::LoggedOnly),
         }
     }
@@ -166,19 +175,10 @@ pub struct SmtpMailer {
 
 impl SmtpMailer {
     fn new(settings: SmtpSettings) -> Result<Self, String> {
-        let target = target::Target::parse(
-            settings.url.expose_secret(),
-            settings.ca_certificates.as_deref(),
-        )?;
+        let target = target::Target::parse(&settings)?;
         Ok(Self {
             pool: pool::Pool::new(target, settings.pool_size, settings.timeout),
         })
-    }
-
-    async fn send(&self, message: Message) -> Result<(), SendError> {
-        self.pool
-            .send(message.envelope(), &message.formatted())
-            .await
     }
 
     async fn probe(&self) -> Result<(), SendError> {

@@ -4,6 +4,9 @@
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, TlsParameters};
 use lettre::transport::smtp::extension::ClientId;
+use secrecy::ExposeSecret as _;
+
+use super::SmtpSettings;
 
 /// How the connection is secured, as lettre's URL form says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +29,9 @@ pub struct Target {
     pub(super) security: Security,
     pub(super) hello: ClientId,
     pub(super) credentials: Option<Credentials>,
+    /// AUTH may be sent over a connection without TLS (`?tls=opportunistic` to a server
+    /// that offers no STARTTLS): see [`PLAINTEXT_AUTH_REFUSED`].
+    pub(super) plaintext_auth_allowed: bool,
     /// PEM certificates trusted, besides the usual roots, for the server's certificate.
     extra_roots: Option<Vec<u8>>,
 }
@@ -46,7 +52,9 @@ impl Target {
     /// Parses lettre's URL form: `smtp://[user[:password]@]host[:port][/ehlo-name][?tls=required|opportunistic]`
     /// or `smtps://...`, with PEM certificates to trust for TLS besides the usual roots.
     /// Errors never repeat the URL, which may hold a password.
-    pub fn parse(raw: &str, extra_roots: Option<&[u8]>) -> Result<Self, String> {
+    pub fn parse(settings: &SmtpSettings) -> Result<Self, String> {
+        let extra_roots = settings.ca_certificates.as_deref();
+        let raw = settings.url.expose_secret();
         let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
         let host = url
             .host_str()
@@ -71,6 +79,12 @@ impl Target {
         {
             return Err("the CA file holds no PEM certificate".to_owned());
         }
+        // Credentials cross the network in plain text only to a relay on this machine, or
+        // when the operator says the network is trusted.
+        let plaintext_auth_allowed = settings.allow_plaintext_auth || is_loopback(&host);
+        if credentials.is_some() && security == Security::None && !plaintext_auth_allowed {
+            return Err(PLAINTEXT_AUTH_REFUSED.to_owned());
+        }
         let target = Self {
             port: url.port().unwrap_or(default_port),
             host,
@@ -78,6 +92,7 @@ impl Target {
             hello,
             credentials,
             extra_roots: extra_roots.map(<[u8]>::to_vec),
+            plaintext_auth_allowed,
         };
         if security != Security::None {
             target.tls().map_err(|e| e.to_string())?;
@@ -92,6 +107,16 @@ impl Target {
         }
         builder.build()
     }
+}
+
+/// Why credentials are not sent over a connection without TLS.
+pub(super) const PLAINTEXT_AUTH_REFUSED: &str = "the SMTP credentials would cross the network in plain text: use ?tls=required or smtps://, or set OUTBOXD_SMTP_ALLOW_PLAINTEXT_AUTH=true for a relay on a network you trust";
+
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// How to secure the connection, and the port that goes with it by default.
@@ -131,16 +156,39 @@ fn credentials(url: &url::Url) -> Result<Option<Credentials>, String> {
 
 #[cfg(test)]
 mod tests {
+    use secrecy::SecretString;
+
     use super::*;
+
+    fn parse(url: &str) -> Result<Target, String> {
+        Target::parse(&SmtpSettings {
+            url: SecretString::from(url.to_owned()),
+            timeout: std::time::Duration::from_secs(1),
+            pool_size: 1,
+            ca_certificates: None,
+            allow_plaintext_auth: false,
+        })
+    }
+
+    #[test]
+    fn credentials_go_in_plain_text_only_to_this_machine() {
+        assert_eq!(
+            parse("smtp://u:p@mail.example").unwrap_err(),
+            PLAINTEXT_AUTH_REFUSED
+        );
+        assert!(parse("smtp://u:p@127.0.0.1:2525").is_ok());
+        assert!(parse("smtp://u:p@localhost").is_ok());
+        assert!(parse("smtp://u:p@mail.example?tls=required").is_ok());
+    }
 
     #[test]
     fn urls_follow_lettres_form() {
-        let t = Target::parse("smtp://127.0.0.1:2525", None).unwrap();
+        let t = parse("smtp://127.0.0.1:2525").unwrap();
         assert_eq!((t.port, t.security), (2525, Security::None));
-        let t = Target::parse("smtp://user:p%40ss@mail.example?tls=required", None).unwrap();
+        let t = parse("smtp://user:p%40ss@mail.example?tls=required").unwrap();
         assert_eq!((t.port, t.security), (587, Security::Required));
         assert!(t.credentials.is_some());
-        let t = Target::parse("smtps://mail.example", None).unwrap();
+        let t = parse("smtps://mail.example").unwrap();
         assert_eq!((t.port, t.security), (465, Security::Wrapper));
         for bad in [
             "http://mail.example",
@@ -149,10 +197,10 @@ mod tests {
             "not a url",
             "smtp://user@h",
         ] {
-            assert!(Target::parse(bad, None).is_err(), "{bad}");
+            assert!(parse(bad).is_err(), "{bad}");
         }
         assert!(
-            !Target::parse("smtp://u:secret@h?tls=bogus", None)
+            !parse("smtp://u:secret@h?tls=bogus")
                 .unwrap_err()
                 .contains("secret")
         );

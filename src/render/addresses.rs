@@ -91,15 +91,22 @@ fn recipients(payload: &Value, field: &'static str) -> Result<Vec<Mailbox>, Rend
             ));
         }
     };
+    // The error names the item, never the address: errors are logged.
+    let many = values.len() > 1;
     values
         .into_iter()
-        .map(|value| {
-            if value.contains(['\r', '\n']) {
+        .enumerate()
+        .map(|(i, value)| {
+            if super::has_control(value) {
                 return Err(RenderError::HeaderInjection(field));
             }
-            value
-                .parse::<Mailbox>()
-                .map_err(|e| invalid(format!("{value:?}: {e}")))
+            value.parse::<Mailbox>().map_err(|e| {
+                invalid(if many {
+                    format!("item {i}: {e}")
+                } else {
+                    e.to_string()
+                })
+            })
         })
         .collect()
 }

@@ -9,13 +9,14 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use lettre::Message;
+use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart, SinglePart};
 use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 
-use crate::message::validate_kind;
+use crate::message::{ClaimedMessage, validate_kind};
 
 mod addresses;
 
@@ -87,7 +88,7 @@ pub enum RenderError {
     Template(String),
     #[error("invalid address in {field}: {reason}")]
     Address { field: &'static str, reason: String },
-    #[error("refused header injection: {0} contains a line break")]
+    #[error("refused header injection: {0} contains a line break or another control character")]
     HeaderInjection(&'static str),
     #[error("cannot build the email: {0}")]
     Build(String),
@@ -98,6 +99,8 @@ pub enum RenderError {
         "{count} recipients in to, cc and bcc: more than the limit of {max} (OUTBOXD_MAX_RECIPIENTS)"
     )]
     TooManyRecipients { count: usize, max: usize },
+    #[error("the email is {bytes} bytes: more than the limit of {max} (OUTBOXD_MAX_MESSAGE_BYTES)")]
+    TooLarge { bytes: usize, max: usize },
 }
 
 impl RenderError {
@@ -110,6 +113,7 @@ impl RenderError {
             RenderError::HeaderInjection(_) => "header_injection",
             RenderError::Payload(_) => "payload",
             RenderError::TooManyRecipients { .. } => "too_many_recipients",
+            RenderError::TooLarge { .. } => "too_large",
         }
     }
 }
@@ -138,12 +142,41 @@ pub struct Renderer {
     kinds: BTreeSet<String>,
     from: Mailbox,
     message_id_domain: String,
-    /// The most addresses one message may have in `to`, `cc` and `bcc` together.
-    max_recipients: usize,
+    limits: RenderLimits,
 }
 
-/// The default of `OUTBOXD_MAX_RECIPIENTS`.
-pub const DEFAULT_MAX_RECIPIENTS: usize = 1000;
+/// What one message may be: bounds on the work and memory any single row can cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderLimits {
+    /// The most addresses in `to`, `cc` and `bcc` together (`OUTBOXD_MAX_RECIPIENTS`).
+    pub max_recipients: usize,
+    /// The largest payload text, and the largest email (`OUTBOXD_MAX_MESSAGE_BYTES`).
+    pub max_message_bytes: usize,
+}
+
+impl Default for RenderLimits {
+    fn default() -> Self {
+        Self {
+            max_recipients: 1000,
+            max_message_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// A subject longer than this is a template's bug; a header line may not pass 998 octets.
+const MAX_SUBJECT_CHARS: usize = 500;
+
+/// Control characters have no place in a header (a tab may stand in unstructured text).
+fn has_control(text: &str) -> bool {
+    text.chars().any(|c| c.is_control() && c != '\t')
+}
+
+/// An email ready for SMTP: who it goes to, and its bytes.
+#[derive(Debug, Clone)]
+pub struct RenderedEmail {
+    pub envelope: Envelope,
+    pub bytes: Vec<u8>,
+}
 
 impl std::fmt::Debug for Renderer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -192,15 +225,36 @@ impl Renderer {
             kinds,
             from,
             message_id_domain,
-            max_recipients: DEFAULT_MAX_RECIPIENTS,
+            limits: RenderLimits::default(),
         })
     }
 
-    /// Refuses messages with more than `max` addresses in `to`, `cc` and `bcc` together.
+    /// Refuses messages past these limits.
     #[must_use]
-    pub fn with_max_recipients(mut self, max: usize) -> Self {
-        self.max_recipients = max;
+    pub fn with_limits(mut self, limits: RenderLimits) -> Self {
+        self.limits = limits;
         self
+    }
+
+    /// Reads a claimed row's payload, renders it, and formats the email, each within the
+    /// limits.
+    pub fn render_claimed(&self, message: &ClaimedMessage) -> Result<RenderedEmail, RenderError> {
+        let payload = message
+            .payload
+            .read(self.limits.max_message_bytes)
+            .map_err(RenderError::Payload)?;
+        let email = self.render(message.id, &message.kind, &payload)?;
+        let bytes = email.formatted();
+        if bytes.len() > self.limits.max_message_bytes {
+            return Err(RenderError::TooLarge {
+                bytes: bytes.len(),
+                max: self.limits.max_message_bytes,
+            });
+        }
+        Ok(RenderedEmail {
+            envelope: email.envelope().clone(),
+            bytes,
+        })
     }
 
     /// The kinds this renderer knows, sorted.
@@ -223,11 +277,17 @@ impl Renderer {
         let context = minijinja::Value::from(Serde(payload));
         let subject = self.render_template(&format!("{kind}/subject.txt"), &context)?;
         let subject = subject.trim();
-        if subject.contains(['\r', '\n']) {
+        if has_control(subject) {
             return Err(RenderError::HeaderInjection("subject"));
         }
         if subject.is_empty() {
             return Err(RenderError::Template("the subject is empty".to_owned()));
+        }
+        let length = subject.chars().count();
+        if length > MAX_SUBJECT_CHARS {
+            return Err(RenderError::Template(format!(
+                "the subject is {length} characters: at most {MAX_SUBJECT_CHARS}"
+            )));
         }
         let text = self.render_template(&format!("{kind}/body.txt"), &context)?;
         let html_name = format!("{kind}/body.html");
@@ -241,7 +301,7 @@ impl Renderer {
             .subject(subject)
             .message_id(Some(self.message_id(id)))
             .header(XOutboxId(id));
-        builder = addresses::add(builder, payload, &self.from, self.max_recipients)?;
+        builder = addresses::add(builder, payload, &self.from, self.limits.max_recipients)?;
         let built = match html {
             Some(html) => builder.multipart(MultiPart::alternative_plain_html(text, html)),
             None => builder.singlepart(
@@ -334,6 +394,7 @@ fn read_template_dir(dir: &Path) -> Result<Vec<(String, String)>, TemplateLoadEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::ClaimedPayload;
     use serde_json::json;
 
     fn renderer() -> Renderer {
@@ -454,9 +515,59 @@ mod tests {
         let to: Vec<String> = (0..11).map(|i| format!("u{i}@example.com")).collect();
         let payload = json!({"to": to, "name": "Ada", "verify_url": "https://v"});
         let refused = renderer()
-            .with_max_recipients(10)
+            .with_limits(RenderLimits {
+                max_recipients: 10,
+                ..RenderLimits::default()
+            })
             .render(1, "account_verification", &payload)
             .unwrap_err();
         assert_eq!(refused.error_class(), "too_many_recipients");
+    }
+
+    #[test]
+    fn an_email_past_the_size_limit_is_refused_after_rendering() {
+        let message = ClaimedMessage {
+            id: 7,
+            kind: "account_verification".into(),
+            payload: ClaimedPayload::from(
+                r#"{"to": "ada@example.com", "name": "Ada", "verify_url": "https://v"}"#.to_owned(),
+            ),
+            attempts: 0,
+            traceparent: None,
+            reclaimed: false,
+            due_at: chrono::Utc::now(),
+        };
+        let small = RenderLimits {
+            max_message_bytes: 1024,
+            ..RenderLimits::default()
+        };
+        let refused = renderer()
+            .with_limits(small)
+            .render_claimed(&message)
+            .unwrap_err();
+        assert_eq!(refused.error_class(), "too_large");
+        let email = renderer().render_claimed(&message).unwrap();
+        assert!(email.bytes.len() > 1024);
+        assert_eq!(email.envelope.to().len(), 1);
+    }
+
+    #[test]
+    fn control_characters_are_refused_in_subjects_and_addresses() {
+        let subject = json!({"to": "ada@example.com", "inviter_name": "Ada\u{b}Bold",
+                             "workspace_name": "Engines", "accept_url": "https://a"});
+        let refused = renderer()
+            .render(1, "workspace_invite", &subject)
+            .unwrap_err();
+        assert_eq!(refused, RenderError::HeaderInjection("subject"));
+        let address =
+            json!({"to": "Ada\u{0} <ada@example.com>", "name": "Ada", "verify_url": "https://v"});
+        let refused = renderer()
+            .render(1, "account_verification", &address)
+            .unwrap_err();
+        assert_eq!(refused, RenderError::HeaderInjection("to"));
+        let long = json!({"to": "ada@example.com", "inviter_name": "a ".repeat(300),
+                          "workspace_name": "Engines", "accept_url": "https://a"});
+        let refused = renderer().render(1, "workspace_invite", &long).unwrap_err();
+        assert!(refused.to_string().contains("at most 500"), "{refused}");
     }
 }

@@ -52,9 +52,18 @@ pub enum SchemaError {
     )]
     Outdated { applied: i64, expected: i64 },
     #[error(
+        "the outbox schema is at version {applied}, newer than this outboxd knows ({expected}): run a newer outboxd"
+    )]
+    Newer { applied: i64, expected: i64 },
+    #[error(
         "a migration failed part-way (version {0}): fix it by hand, then run `outboxd migrate`"
     )]
     Dirty(i64),
+    #[error("the migrations are recorded but the table outbox_messages is missing")]
+    TableMissing,
+    /// The schema is right, but outboxd could not record an outcome.
+    #[error("outboxd cannot write: {0}")]
+    NotWritable(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -147,36 +156,81 @@ pub fn connect_error(error: sqlx::Error, options: &PgConnectOptions) -> anyhow::
     )
 }
 
-/// Fails unless every migration this build embeds has been applied.
+/// Fails unless every migration this build embeds, and no other, has been applied. Start-up
+/// and the CLI check this; readiness also checks that outboxd can write
+/// ([`check_ready`]).
 pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaError> {
-    // One query: readiness runs it on every sample, and it doubles as the database check.
-    let rows: Vec<(i64, bool)> =
-        match sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(pool)
-            .await
-        {
-            Ok(rows) => rows,
-            // undefined_table: never migrated.
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => {
-                return Err(SchemaError::Missing);
-            }
-            Err(e) => return Err(e.into()),
+    schema_state(pool).await?.schema()
+}
+
+/// [`check_schema`], and that outboxd can write the table: not a read-only database or
+/// standby, and a role that may update it. One query: readiness runs it often.
+pub async fn check_ready(pool: &PgPool) -> Result<(), SchemaError> {
+    let state = schema_state(pool).await?;
+    state.schema()?;
+    match state.not_writable {
+        Some(reason) => Err(SchemaError::NotWritable(reason)),
+        None => Ok(()),
+    }
+}
+
+/// What the database says of the schema and of outboxd's right to write.
+#[derive(FromRow)]
+struct SchemaState {
+    applied: Vec<i64>,
+    failed: Vec<i64>,
+    table_exists: bool,
+    not_writable: Option<String>,
+}
+
+async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
+    let state = sqlx::query_as(
+        "SELECT ARRAY(SELECT version FROM _sqlx_migrations WHERE success ORDER BY version) AS applied, \
+                ARRAY(SELECT version FROM _sqlx_migrations WHERE NOT success ORDER BY version) AS failed, \
+                to_regclass('outbox_messages') IS NOT NULL AS table_exists, \
+                CASE WHEN pg_is_in_recovery() THEN 'the server is a read-only standby' \
+                     WHEN current_setting('transaction_read_only') = 'on' \
+                       THEN 'the database is read-only (default_transaction_read_only)' \
+                     WHEN to_regclass('outbox_messages') IS NULL THEN NULL \
+                     WHEN NOT (has_table_privilege(to_regclass('outbox_messages'), 'SELECT') \
+                               AND has_table_privilege(to_regclass('outbox_messages'), 'UPDATE')) \
+                       THEN 'the role ' || current_user || ' may not SELECT and UPDATE outbox_messages' \
+                END AS not_writable",
+    )
+    .fetch_one(pool)
+    .await;
+    match state {
+        Ok(state) => Ok(state),
+        // undefined_table: never migrated.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => {
+            Err(SchemaError::Missing)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl SchemaState {
+    fn schema(&self) -> Result<(), SchemaError> {
+        if let Some(version) = self.failed.first() {
+            return Err(SchemaError::Dirty(*version));
+        }
+        let (Some(&applied), Some(expected)) = (
+            self.applied.last(),
+            MIGRATOR.iter().map(|m| m.version).max(),
+        ) else {
+            return Err(SchemaError::Missing);
         };
-    if let Some((version, _)) = rows.iter().find(|(_, success)| !success) {
-        return Err(SchemaError::Dirty(*version));
+        if applied > expected {
+            return Err(SchemaError::Newer { applied, expected });
+        }
+        if !MIGRATOR.iter().all(|m| self.applied.contains(&m.version)) {
+            return Err(SchemaError::Outdated { applied, expected });
+        }
+        if !self.table_exists {
+            return Err(SchemaError::TableMissing);
+        }
+        Ok(())
     }
-    if rows.is_empty() {
-        return Err(SchemaError::Missing);
-    }
-    let applied = rows.iter().map(|(v, _)| *v).max().unwrap_or_default();
-    let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
-    if !MIGRATOR
-        .iter()
-        .all(|m| rows.iter().any(|(v, _)| *v == m.version))
-    {
-        return Err(SchemaError::Outdated { applied, expected });
-    }
-    Ok(())
 }
 
 /// A request for a batch of due rows.

@@ -33,6 +33,7 @@ pub const LAST_CYCLE: &str = "outbox_last_cycle_timestamp_seconds";
 pub const READY: &str = "outbox_ready";
 pub const BUILD_INFO: &str = "outbox_build_info";
 pub const PRUNED: &str = "outbox_messages_pruned_total";
+pub const BACKGROUND_RESTARTS: &str = "outbox_background_task_restarts_total";
 
 /// A metric's Prometheus type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +222,30 @@ impl DatabaseOperation {
     }
 }
 
+/// A task beside the dispatcher: the `task` label of `outbox_background_task_restarts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackgroundTask {
+    Sampler,
+    Retention,
+    RecorderUpkeep,
+}
+
+impl BackgroundTask {
+    pub const ALL: [BackgroundTask; 3] = [
+        BackgroundTask::Sampler,
+        BackgroundTask::Retention,
+        BackgroundTask::RecorderUpkeep,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackgroundTask::Sampler => "sampler",
+            BackgroundTask::Retention => "retention",
+            BackgroundTask::RecorderUpkeep => "recorder_upkeep",
+        }
+    }
+}
+
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
     1800.0, 3600.0,
@@ -303,6 +328,9 @@ impl Metrics {
         for state in Prunable::ALL {
             counter!(PRUNED, "state" => state.as_str()).increment(0);
         }
+        for task in BackgroundTask::ALL {
+            counter!(BACKGROUND_RESTARTS, "task" => task.as_str()).increment(0);
+        }
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
         gauge!(CIRCUIT_OPEN).set(0.0);
@@ -375,6 +403,10 @@ impl Metrics {
 
     pub fn pruned(&self, state: Prunable, rows: u64) {
         counter!(PRUNED, "state" => state.as_str()).increment(rows);
+    }
+
+    pub fn background_task_restarted(&self, task: BackgroundTask) {
+        counter!(BACKGROUND_RESTARTS, "task" => task.as_str()).increment(1);
     }
 
     pub fn circuit_open(&self, open: bool) {

@@ -957,3 +957,134 @@ async fn bad_admin_options_are_refused() {
         assert!(err.contains(expected), "{flags:?}: {err}");
     }
 }
+
+#[tokio::test]
+async fn every_admin_response_carries_defensive_headers_and_the_page_a_strict_policy() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let auth = basic("ops", TOKEN);
+    let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
+        .await
+        .unwrap();
+    assert_eq!(page.status, 200);
+    let policy = page.header("content-security-policy").unwrap().to_owned();
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(policy.contains("default-src 'none'"), "{policy}");
+    let nonce = policy
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap();
+    assert!(page.body.contains(&format!("<style nonce=\"{nonce}\">")));
+    assert!(
+        !page.body.contains("style=\""),
+        "no inline style attributes"
+    );
+    let api = api(&addr, "GET", "/api/v1/stats", None).await;
+    let refused = http_full(&addr, "GET", "/admin", &[], "").await.unwrap();
+    for response in [&page, &api, &refused] {
+        assert_eq!(response.header("cache-control"), Some("no-store"));
+        assert_eq!(response.header("x-content-type-options"), Some("nosniff"));
+        assert_eq!(response.header("referrer-policy"), Some("same-origin"));
+        assert_eq!(response.header("x-frame-options"), Some("DENY"));
+        assert!(response.header("content-security-policy").is_some());
+    }
+    // A fresh nonce on every page.
+    let again = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
+        .await
+        .unwrap();
+    assert_ne!(
+        again.header("content-security-policy"),
+        Some(policy.as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_cross_origin_post_or_another_actors_csrf_token_is_refused() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
+    let csrf_of = |user: &'static str| {
+        let addr = addr.clone();
+        async move {
+            let auth = basic(user, TOKEN);
+            let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
+                .await
+                .unwrap();
+            page.body
+                .split("name=\"csrf\" value=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (ops, eve) = (csrf_of("ops").await, csrf_of("eve").await);
+    assert_ne!(ops, eve, "tokens are bound to the actor");
+    let post = |origin: Option<String>, csrf: String| {
+        let addr = addr.clone();
+        async move {
+            let auth = basic("ops", TOKEN);
+            let mut headers = vec![
+                ("Authorization", auth.as_str()),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+            ];
+            if let Some(origin) = &origin {
+                headers.push(("Origin", origin.as_str()));
+            }
+            http_full(
+                &addr,
+                "POST",
+                &format!("/admin/dead-letters/{id}/discard"),
+                &headers,
+                &format!("csrf={csrf}"),
+            )
+            .await
+            .unwrap()
+            .status
+        }
+    };
+    let evil = Some("https://evil.example".to_owned());
+    assert_eq!(post(evil, ops.clone()).await, 403);
+    assert_eq!(post(Some("null".to_owned()), ops.clone()).await, 403);
+    assert_eq!(post(None, eve).await, 403);
+    assert!(db.row(id).await.dead, "nothing changed");
+    assert_eq!(post(Some(format!("http://{addr}")), ops).await, 303);
+}
+
+#[tokio::test]
+async fn control_characters_in_admin_input_are_a_bad_request_not_a_database_error() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let auth = basic("ops", TOKEN);
+    let page = http_full(
+        &addr,
+        "GET",
+        "/admin?kind=a%00b",
+        &[("Authorization", &auth)],
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.status, 400, "{}", page.body);
+    let listed = api(&addr, "GET", "/api/v1/dead-letters?kind=a%00b", None).await;
+    assert_eq!(listed.status, 400);
+    let bulk = api(
+        &addr,
+        "POST",
+        "/api/v1/dead-letters/retry",
+        Some(json!({"kind": "a\u{0}b"})),
+    )
+    .await;
+    assert_eq!(bulk.status, 400);
+    let group = api(
+        &addr,
+        "POST",
+        "/api/v1/dead-letters/discard",
+        Some(json!({"group": {"kind": "k", "error_class": "x\u{7}"}})),
+    )
+    .await;
+    assert_eq!(group.status, 400);
+}

@@ -52,6 +52,28 @@ async fn bad_options_are_refused_with_a_clear_error() {
         ),
         (&["--max-attempts", "0"], "--max-attempts"),
         (&["--max-recipients", "0"], "--max-recipients"),
+        (&["--max-message-bytes", "10"], "from 1KiB to 100MiB"),
+        (&["--max-message-bytes", "4GiB"], "unknown unit"),
+        (
+            &["--poll-interval", "18446744073709551615s"],
+            "--poll-interval",
+        ),
+        (&["--smtp-timeout", "300000y"], "too long: at most 10m"),
+        (&["--lease", "300000y"], "too long: at most 1day"),
+        (&["--retry-backoff", "300000y"], "too long: at most 7days"),
+        (&["--retry-backoff-max", "300000y"], "too long"),
+        (&["--retention", "300000y"], "too long"),
+        (&["--sample-interval", "300000y"], "too long"),
+        (&["--shutdown-timeout", "300000y"], "too long"),
+        (
+            &[
+                "--smtp-url",
+                "smtp://user:secret@mail.example:587",
+                "--from",
+                "a@example.com",
+            ],
+            "credentials would cross the network in plain text",
+        ),
         (&["--max-recipients", "1000000"], "--max-recipients"),
         (&["--smtp-concurrency", "0"], "--smtp-concurrency"),
         (

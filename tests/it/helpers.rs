@@ -559,16 +559,7 @@ pub struct Outboxd {
 impl Outboxd {
     /// Starts `outboxd run` with these flags on a free port, and waits until it is ready.
     pub async fn start(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
-        let http = format!("127.0.0.1:{}", free_port());
-        let child = outboxd()
-            .args(["run", "--database-url", db_url, "--listen", &http])
-            .args(flags)
-            .envs(envs.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start outboxd");
-        let this = Self { child, http };
+        let this = Self::start_unready(db_url, flags, envs);
         let http = this.http.clone();
         eventually(Duration::from_secs(60), "outboxd ready", || {
             let http = http.clone();
@@ -584,6 +575,20 @@ impl Outboxd {
             .status()
             .expect("kill");
         assert!(status.success());
+    }
+
+    /// Starts the binary without waiting for it to be ready.
+    pub fn start_unready(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
+        let http = format!("127.0.0.1:{}", free_port());
+        let child = outboxd()
+            .args(["run", "--database-url", db_url, "--listen", &http])
+            .args(flags)
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start outboxd");
+        Self { child, http }
     }
 
     /// Waits for the process to exit; returns its exit status and stderr.

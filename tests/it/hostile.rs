@@ -146,3 +146,29 @@ async fn an_address_named_twice_is_sent_to_once() {
         ["twice@example.com", "Twice@example.com"]
     );
 }
+
+#[tokio::test]
+async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &["--max-message-bytes", "8KiB"]).await;
+    let mut big = verification("big@example.com");
+    big["padding"] = json!("x".repeat(20_000));
+    let big = db.enqueue("account_verification", big).await;
+    db.enqueue("account_verification", verification("small@example.com"))
+        .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert!(
+        matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 1),
+        "{step:?}"
+    );
+    let row = db.row(big).await;
+    assert!(row.dead, "{row:?}");
+    assert!(
+        row.last_error
+            .unwrap_or_default()
+            .contains("more than the limit of 8192 (OUTBOXD_MAX_MESSAGE_BYTES)")
+    );
+    assert_eq!(error_class(&db, big).await.as_deref(), Some("payload"));
+    assert_eq!(smtp.messages()[0].rcpt_tos, ["small@example.com"]);
+}

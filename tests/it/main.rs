@@ -6,6 +6,7 @@ mod bench;
 mod browser;
 mod cli;
 mod delivery;
+mod exposure;
 mod failures;
 mod helpers;
 mod hostile;

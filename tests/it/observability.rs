@@ -287,7 +287,10 @@ async fn readyz_explains_each_check_and_turns_false_first_on_sigterm() {
     .await;
     let (status, body) = http_get(&outboxd.http, "/readyz?verbose").await;
     assert_eq!(status, 200);
-    assert_eq!(body, "[+]database ok\n[+]schema ok\n[+]shutdown ok\nok\n");
+    assert_eq!(
+        body,
+        "[+]database ok\n[+]schema ok\n[+]writable ok\n[+]shutdown ok\nok\n"
+    );
     assert_eq!(
         http_get(&outboxd.http, "/readyz").await,
         (200, "ok\n".to_owned())
@@ -554,16 +557,17 @@ async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
     let (_, body) = http_get(&outboxd.http, "/readyz?verbose").await;
     assert!(body.contains("[-]database failed"), "{body}");
     assert!(body.contains("[+]shutdown ok"), "{body}");
-    // The loop fails a few cycles on the database: liveness must not follow it.
+    // The loop fails a cycle on the database (a claim may wait out the pool's 10 s acquire
+    // timeout first): liveness must not follow it.
     eventually(
-        Duration::from_secs(30),
-        "claims failing on the database",
+        Duration::from_secs(60),
+        "a claim failing on the database",
         || async {
             metric_value(
                 &http_get(&outboxd.http, "/metrics").await.1,
                 r#"outbox_database_errors_total{operation="claim"}"#,
             )
-            .is_some_and(|failures| failures >= 2.0)
+            .is_some_and(|failures| failures >= 1.0)
         },
     )
     .await;

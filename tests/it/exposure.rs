@@ -1,0 +1,291 @@
+//! Exposure: the unauthenticated HTTP port on the open internet, what reaches the logs, and
+//! readiness that tells whether outboxd can do its work.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::helpers::{
+    Outboxd, SmtpServer, TestDb, app, eventually, http_get, outboxd, poll_until, verification,
+};
+
+/// Open file descriptors of a process.
+fn open_files(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
+}
+
+#[tokio::test]
+async fn three_thousand_half_open_connections_leave_the_probes_metrics_and_delivery_working() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let outboxd = Outboxd::start(
+        &db.url,
+        &["--smtp-url", &smtp.url(), "--from", "a@example.com"],
+        &[],
+    )
+    .await;
+    // Half send nothing, half the start of a request head they never finish.
+    let mut held = Vec::new();
+    for i in 0..3000 {
+        let mut stream = TcpStream::connect(&outboxd.http).await.unwrap();
+        if i % 2 == 0 {
+            stream
+                .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+                .await
+                .unwrap();
+        }
+        held.push(stream);
+    }
+    for path in ["/livez", "/metrics", "/readyz"] {
+        eventually(Duration::from_secs(30), path, || async {
+            http_get(&outboxd.http, path).await.0 == 200
+        })
+        .await;
+    }
+    let files = open_files(outboxd.child.id());
+    assert!(
+        files < 400,
+        "outboxd holds {files} files for 1000 connections"
+    );
+    db.enqueue("account_verification", verification("through@example.com"))
+        .await;
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+    let db = TestDb::new().await;
+    let outboxd = Outboxd::start(&db.url, &[], &[]).await;
+    let mut stream = TcpStream::connect(&outboxd.http).await.unwrap();
+    stream.write_all(b"GET /livez HTTP/1.1\r\n").await.unwrap();
+    let mut buffer = Vec::new();
+    // The server closes it after its header timeout; the read ends instead of hanging.
+    let read = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut buffer))
+        .await
+        .expect("the connection is closed");
+    assert!(read.is_ok() || buffer.is_empty());
+}
+
+#[tokio::test]
+async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_connections() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let mut app = app;
+    let http = app.http_addr().to_string();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _background = app.spawn_background(stop.clone());
+    // Readiness reads the migrations table: lock it, so that every check hangs.
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE _sqlx_migrations IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let flood: Vec<_> = (0..50)
+        .map(|_| {
+            let http = http.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    http_get(&http, "/readyz").await;
+                }
+            })
+        })
+        .collect();
+    let dispatcher = app.dispatcher.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    db.enqueue("account_verification", verification("flood@example.com"))
+        .await;
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    let (status, body) = http_get(&http, "/readyz?verbose").await;
+    assert_eq!(status, 503, "{body}");
+    lock.rollback().await.unwrap();
+    for task in flood {
+        task.await.unwrap();
+    }
+    app.shutdown.stop.cancel();
+    running.await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn no_recipient_address_reaches_the_logs() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let outboxd = Outboxd::start(
+        &db.url,
+        &[
+            "--smtp-url",
+            &smtp.url(),
+            "--from",
+            "a@example.com",
+            "--max-attempts",
+            "1",
+            "--poll-interval",
+            "100ms",
+        ],
+        &[("RUST_LOG", "info,outboxd=debug")],
+    )
+    .await;
+    // The server quotes the address in its 550 and 451 replies.
+    db.enqueue(
+        "account_verification",
+        verification("reject-hush1@example.com"),
+    )
+    .await;
+    db.enqueue(
+        "account_verification",
+        verification("defer-hush2@example.com"),
+    )
+    .await;
+    db.enqueue("account_verification", verification("hush3@@example.com"))
+        .await;
+    db.enqueue("account_verification", verification("hush4@example.com"))
+        .await;
+    eventually(Duration::from_secs(30), "every row ends", || async {
+        db.count("dead").await == 3 && db.count("dispatched").await == 1
+    })
+    .await;
+    outboxd.sigterm();
+    let (status, logs) = outboxd.wait(Duration::from_secs(30));
+    assert!(status.success(), "{logs}");
+    assert!(logs.contains("dead-lettered"), "{logs}");
+    for secret in ["hush1", "hush2", "hush3", "hush4"] {
+        assert!(!logs.contains(secret), "{secret} in the logs:\n{logs}");
+    }
+}
+
+#[tokio::test]
+async fn readiness_fails_when_outboxd_cannot_write_its_table() {
+    let db = TestDb::new().await;
+    // A role that may read the outbox but not update it.
+    let role = format!("reader_{}", &db.name[db.name.len() - 8..]);
+    for statement in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    assert_ne!(url, db.url);
+    let http = format!("127.0.0.1:{}", crate::helpers::free_port());
+    let mut child = outboxd()
+        .args(["run", "--database-url", &url, "--listen", &http])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
+        let (status, body) = http_get(&http, "/readyz?verbose").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains(&format!("[-]writable failed: the role {role} may not")),
+        "{body}"
+    );
+    assert!(body.contains("[+]schema ok"), "{body}");
+    let _ = child.kill();
+    let _ = child.wait();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP OWNED BY {role}; DROP ROLE {role}"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn readiness_fails_when_the_table_is_dropped_or_the_database_is_read_only() {
+    let db = TestDb::new().await;
+    let outboxd = Outboxd::start(&db.url, &[], &[]).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {} SET default_transaction_read_only = on",
+        db.name
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Pooled connections keep their setting; a new outboxd sees a read-only database.
+    let fresh = Outboxd::start_unready(&db.url, &[], &[]);
+    let body = poll_until(Duration::from_secs(30), "read-only readiness", || async {
+        let (status, body) = http_get(&fresh.http, "/readyz?verbose").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains("[-]writable failed: the database is read-only"),
+        "{body}"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {} RESET default_transaction_read_only",
+        db.name
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    sqlx::query("DROP TABLE outbox_messages")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let body = poll_until(
+        Duration::from_secs(30),
+        "dropped-table readiness",
+        || async {
+            let (status, body) = http_get(&outboxd.http, "/readyz?verbose").await;
+            (status == 503).then_some(body)
+        },
+    )
+    .await;
+    assert!(
+        body.contains(
+            "[-]schema failed: the migrations are recorded but the table outbox_messages is missing"
+        ),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_database_url_that_is_not_postgresql_is_refused() {
+    for command in ["run", "migrate", "stats"] {
+        let output = outboxd()
+            .args([command, "--database-url", "mysql://root@127.0.0.1/app"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.starts_with("error: invalid --database-url")
+                && stderr.contains("outboxd needs PostgreSQL"),
+            "{command}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn run_refuses_a_schema_newer_than_itself() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99990101000000, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url, "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: the outbox schema is at version 99990101000000, newer than this outboxd"
+        ),
+        "{stderr}"
+    );
+}
