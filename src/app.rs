@@ -24,9 +24,12 @@ use crate::{http, store};
 
 /// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
 const POOL_SIZE: u32 = 4;
-/// Connections for everything else: readiness, the sampler, retention and the admin
-/// surface. A pool of their own, so that no HTTP request can take the dispatcher's.
-const SURFACE_POOL_SIZE: u32 = 3;
+/// Connections for the admin surface and retention: a pool of their own, so that no HTTP
+/// request can take the dispatcher's.
+const SURFACE_POOL_SIZE: u32 = 2;
+/// Connections for readiness and the sampler, so that a busy admin page or a long
+/// retention pass cannot make a replica unready.
+const HEALTH_POOL_SIZE: u32 = 1;
 /// Open connections on the metrics and probes listener, and on a separate admin listener.
 const MAX_HTTP_CONNECTIONS: usize = 256;
 const MAX_ADMIN_CONNECTIONS: usize = 64;
@@ -35,8 +38,10 @@ const MAX_ADMIN_CONNECTIONS: usize = 64;
 pub struct App {
     /// The dispatcher's connections.
     pub pool: PgPool,
-    /// Everything else's: see [`SURFACE_POOL_SIZE`].
+    /// The admin surface's and retention's: see [`SURFACE_POOL_SIZE`].
     surface_pool: PgPool,
+    /// Readiness's and the sampler's: see [`HEALTH_POOL_SIZE`].
+    health_pool: PgPool,
     pub dispatcher: Arc<Dispatcher>,
     pub mailer: Arc<Mailer>,
     pub metrics: Arc<Metrics>,
@@ -75,6 +80,9 @@ impl App {
         let surface_pool = store::connect(config.database.options(), SURFACE_POOL_SIZE)
             .await
             .map_err(|e| store::connect_error(e, config.database.options()))?;
+        let health_pool = store::connect(config.database.options(), HEALTH_POOL_SIZE)
+            .await
+            .map_err(|e| store::connect_error(e, config.database.options()))?;
         let shutdown = Shutdown::default();
         let metrics = Arc::new(Metrics::new(renderer.kinds(), mailer.is_enabled()));
         let mailer = Arc::new(mailer);
@@ -87,7 +95,7 @@ impl App {
             Arc::clone(&metrics),
         ));
         let health = Arc::new(Health::new(
-            surface_pool.clone(),
+            health_pool.clone(),
             Arc::clone(&metrics),
             shutdown.stop.clone(),
             config.liveness_bound(),
@@ -95,6 +103,7 @@ impl App {
         Ok(Self {
             pool,
             surface_pool,
+            health_pool,
             dispatcher,
             mailer,
             metrics,
@@ -238,6 +247,7 @@ impl App {
         self.mailer.shutdown().await;
         self.pool.close().await;
         self.surface_pool.close().await;
+        self.health_pool.close().await;
         Ok(())
     }
 }

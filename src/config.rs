@@ -98,8 +98,8 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub smtp_concurrency: u32,
 
-    /// The most addresses one message may have in to, cc and bcc together; a message with
-    /// more is dead-lettered (too_many_recipients) without being rendered.
+    /// The most addresses one message may have in to, cc, bcc and reply_to together; a
+    /// message with more is dead-lettered (too_many_recipients) without being rendered.
     #[arg(long, env = "OUTBOXD_MAX_RECIPIENTS", default_value = "1000",
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_recipients: u32,
@@ -110,7 +110,8 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_MAX_MESSAGE_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
     pub max_message_bytes: usize,
 
-    /// Bound on connecting to the SMTP server and on each whole SMTP transaction.
+    /// Bound on connecting to the SMTP server and on the SMTP transaction, each; a whole
+    /// send, replacing a dead pooled connection included, ends within two.
     #[arg(long, env = "OUTBOXD_SMTP_TIMEOUT", default_value = "10s", value_parser = parse_duration_up_to::<TEN_MINUTES>)]
     pub smtp_timeout: Duration,
 
@@ -407,6 +408,7 @@ impl RunArgs {
             poll_interval: self.poll_interval,
             send_timeout: self.smtp_timeout,
             worker_id,
+            max_payload_bytes: self.max_message_bytes,
         })
     }
 }

@@ -72,9 +72,11 @@ pub fn validate_kind(kind: &str) -> Result<(), InvalidMessage> {
 pub struct ClaimedMessage {
     pub id: i64,
     pub kind: String,
-    /// Read from the row's text, so that a payload outboxd cannot read fails this row alone.
-    #[sqlx(try_from = "String")]
+    /// Read from the row's text, so that a payload outboxd cannot use fails this row alone.
+    #[sqlx(try_from = "Option<String>")]
     pub payload: ClaimedPayload,
+    /// The length of the payload's text in the database.
+    pub payload_bytes: i32,
     /// Failed attempts before this one.
     pub attempts: i32,
     /// The producer's W3C trace context, if it recorded one.
@@ -85,33 +87,37 @@ pub struct ClaimedMessage {
     pub due_at: DateTime<Utc>,
 }
 
-/// A claimed row's payload, as the text PostgreSQL sent; read by the send task that renders
-/// it, so that a payload outboxd cannot use fails its own row only. A payload may nest at
-/// most 128 levels deep (serde_json's limit), its numbers must fit a 64-bit float
-/// (PostgreSQL's `jsonb` allows more of both), and its text is bounded by the message size.
+/// A claimed row's payload, as the text PostgreSQL sent, or nothing where the text was
+/// over the size limit and stayed in the database. Read by the send task that renders it,
+/// so that a payload outboxd cannot use fails its own row only. A payload may nest at most
+/// 128 levels deep (serde_json's limit), its numbers must fit a 64-bit float (PostgreSQL's
+/// `jsonb` allows more of both), and its text is bounded by the message size.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClaimedPayload(String);
+pub struct ClaimedPayload(Option<String>);
 
-impl ClaimedPayload {
+impl From<Option<String>> for ClaimedPayload {
+    fn from(text: Option<String>) -> Self {
+        Self(text)
+    }
+}
+
+impl ClaimedMessage {
     /// The payload as a JSON object, or why it cannot be used.
-    pub fn read(&self, max_bytes: usize) -> Result<Value, String> {
-        if self.0.len() > max_bytes {
-            return Err(format!(
-                "payload is {} bytes: more than the limit of {max_bytes} (OUTBOXD_MAX_MESSAGE_BYTES)",
-                self.0.len()
-            ));
-        }
-        match serde_json::from_str(&self.0) {
+    pub fn read_payload(&self, max_bytes: usize) -> Result<Value, String> {
+        let bytes = usize::try_from(self.payload_bytes).unwrap_or(usize::MAX);
+        let text = match &self.payload.0 {
+            Some(text) if text.len() <= max_bytes => text,
+            _ => {
+                return Err(format!(
+                    "payload is {bytes} bytes: more than the limit of {max_bytes} (OUTBOXD_MAX_MESSAGE_BYTES)"
+                ));
+            }
+        };
+        match serde_json::from_str(text) {
             Ok(value @ Value::Object(_)) => Ok(value),
             Ok(_) => Err("payload is not a JSON object".to_owned()),
             Err(e) => Err(format!("payload cannot be read: {e}")),
         }
-    }
-}
-
-impl From<String> for ClaimedPayload {
-    fn from(text: String) -> Self {
-        Self(text)
     }
 }
 
@@ -143,23 +149,34 @@ impl Delivery {
     }
 }
 
-/// Whether a failure can pass by itself: the `class` label of the failure counters. (The
-/// stored `error_class` is something else: the failure's short name, such as `smtp_550`.)
+/// What a failed attempt says of the message's fate: the `class` label of the failure
+/// counters and the span's `error.type`. (The stored `error_class` is something else: the
+/// failure's short name, such as `smtp_550`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Permanence {
-    /// Worth trying again later: a 4xx reply, a timeout, a dropped connection.
+pub enum FailureType {
+    /// Not delivered, and worth trying again later: a 4xx reply, a timeout or a dropped
+    /// connection before the server took the message.
     Transient,
-    /// Will never succeed as it is: a 5xx reply, an unknown kind, a payload that does not render.
+    /// Not delivered, and never will be as it is: a 5xx reply, an unknown kind, a payload
+    /// that does not render.
     Permanent,
+    /// Perhaps delivered: the server had the whole message when the connection failed or
+    /// its reply did not come. Tried again; the same `Message-ID` lets receivers drop the copy.
+    Ambiguous,
 }
 
-impl Permanence {
-    pub const ALL: [Permanence; 2] = [Permanence::Transient, Permanence::Permanent];
+impl FailureType {
+    pub const ALL: [FailureType; 3] = [
+        FailureType::Transient,
+        FailureType::Permanent,
+        FailureType::Ambiguous,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Permanence::Transient => "transient",
-            Permanence::Permanent => "permanent",
+            FailureType::Transient => "transient",
+            FailureType::Permanent => "permanent",
+            FailureType::Ambiguous => "ambiguous",
         }
     }
 }
@@ -175,13 +192,15 @@ pub enum Outcome {
     Retry {
         error: String,
         error_class: String,
+        /// `Transient` or `Ambiguous`.
+        failure_type: FailureType,
         delay: Duration,
     },
     /// Failed for good: kept for an operator, never retried by itself. Counts an attempt.
     DeadLetter {
         error: String,
         error_class: String,
-        permanence: Permanence,
+        failure_type: FailureType,
     },
     /// Given back unsent and due at once, without counting an attempt: shutdown, a lease
     /// about to run out, or an SMTP outage that is not the message's fault. `error` is
@@ -276,10 +295,12 @@ impl Outcome {
         }
     }
 
-    /// A failed transient attempt becomes a retry, or a dead letter once the limit is reached.
-    pub fn after_transient_failure(
+    /// A transient or ambiguous failure becomes a retry, or a dead letter once the limit is
+    /// reached.
+    pub fn after_retryable_failure(
         error: String,
         error_class: String,
+        failure_type: FailureType,
         attempts_before: i32,
         retry: &RetryPolicy,
     ) -> Outcome {
@@ -290,12 +311,13 @@ impl Outcome {
             Outcome::DeadLetter {
                 error: format!("gave up after {attempts} attempts: {error}"),
                 error_class,
-                permanence: Permanence::Transient,
+                failure_type,
             }
         } else {
             Outcome::Retry {
                 error,
                 error_class,
+                failure_type,
                 delay: retry.delay_after(attempts),
             }
         }
@@ -389,11 +411,21 @@ mod tests {
             base: Duration::ZERO,
             max: Duration::ZERO,
         };
-        let retry =
-            Outcome::after_transient_failure("451 busy".into(), "smtp_451".into(), 3, &policy);
+        let retry = Outcome::after_retryable_failure(
+            "451 busy".into(),
+            "smtp_451".into(),
+            FailureType::Transient,
+            3,
+            &policy,
+        );
         assert_eq!(retry.action(), "retry");
-        let dead =
-            Outcome::after_transient_failure("451 busy".into(), "smtp_451".into(), 4, &policy);
+        let dead = Outcome::after_retryable_failure(
+            "451 busy".into(),
+            "smtp_451".into(),
+            FailureType::Transient,
+            4,
+            &policy,
+        );
         assert_eq!(dead.error_class(), Some("smtp_451"));
         assert_eq!(dead.action(), "dead");
         assert!(dead.error().unwrap().contains("after 5 attempts"));

@@ -39,18 +39,27 @@ pub fn redact_url(raw: &str) -> String {
 /// errors often quote the recipient (`550 5.1.1 <ada@example.com>: unknown user`), and
 /// logs must not carry personal data. The domain stays: it tells which provider refused.
 pub fn mask_addresses(text: &str) -> Cow<'_, str> {
-    let is_local = |c: char| c.is_alphanumeric() || "!#$%&'*+-/=?^_`{|}~.\"".contains(c);
+    let is_local = |c: char| c.is_alphanumeric() || "!#$%&'*+-/=?^_`{|}~.".contains(c);
     let is_domain = |c: char| c.is_alphanumeric() || c == '.' || c == '-';
     let mut masked = String::new();
     let mut copied = 0;
     for (at, _) in text.match_indices('@') {
-        let local_start = text[..at]
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| is_local(*c))
-            .last()
-            .map_or(at, |(i, _)| i);
-        let has_domain = text[at + 1..].chars().next().is_some_and(is_domain);
+        let before = &text[..at];
+        let local_start = match before.strip_suffix('"') {
+            // A quoted local part ("ada lovelace"@example.com): back to its opening quote.
+            Some(quoted) => quoted.rfind('"').unwrap_or(at),
+            None => before
+                .char_indices()
+                .rev()
+                .take_while(|(_, c)| is_local(*c))
+                .last()
+                .map_or(at, |(i, _)| i),
+        };
+        // A domain name, or an address literal such as [192.0.2.1].
+        let has_domain = text[at + 1..]
+            .chars()
+            .next()
+            .is_some_and(|c| is_domain(c) || c == '[');
         if local_start == at || !has_domain || local_start < copied {
             continue;
         }
@@ -91,6 +100,10 @@ mod tests {
         assert_eq!(
             mask_addresses("a@x.example,b@y.example"),
             "***@x.example,***@y.example"
+        );
+        assert_eq!(
+            mask_addresses(r#"<"ada lovelace"@example.com> and ada@[192.0.2.1]"#),
+            "<***@example.com> and ***@[192.0.2.1]"
         );
         assert_eq!(mask_addresses("no address here"), "no address here");
         assert_eq!(mask_addresses("@ alone, and x@"), "@ alone, and x@");

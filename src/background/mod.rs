@@ -16,8 +16,10 @@ use tracing::error;
 
 use crate::telemetry::metrics::{BackgroundTask, Metrics};
 
-/// The pause before a failed background task is started again.
+/// The pause before a failed background task is started again; it doubles while the task
+/// keeps failing, up to [`MAX_RESTART_PAUSE`].
 const RESTART_PAUSE: Duration = Duration::from_secs(1);
+const MAX_RESTART_PAUSE: Duration = Duration::from_secs(60);
 
 /// How often the recorder drains its histograms' buckets.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -45,6 +47,7 @@ pub async fn supervise<F, Fut>(
     F: FnMut() -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let mut pause = RESTART_PAUSE;
     loop {
         match tokio::spawn(start()).await {
             Ok(()) => return,
@@ -55,8 +58,9 @@ pub async fn supervise<F, Fut>(
         }
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(RESTART_PAUSE) => {}
+            () = tokio::time::sleep(pause) => {}
         }
+        pause = (pause * 2).min(MAX_RESTART_PAUSE);
     }
 }
 

@@ -1,5 +1,7 @@
-//! What a batch is at each stage of a cycle: leased (claimed, not yet sent), attempted
-//! (each message's outcome decided, not yet recorded), and what a claim came to.
+//! What a batch is at each stage of a cycle: leased (claimed, not yet sent), its outcomes
+//! decided one by one as the sends end, and what a claim came to.
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -13,16 +15,20 @@ pub(super) struct LeasedBatch {
     pub lease_start: Instant,
 }
 
-/// A batch whose messages were attempted (sent, failed, or given back unsent) and whose
-/// outcomes wait to be recorded.
-pub(super) struct AttemptedBatch {
+/// One message's outcome, decided when its send ended and waiting to be written.
+pub(super) struct Decided {
+    /// The message's place in its batch.
+    pub index: usize,
+    pub outcome: Outcome,
+    /// From the start of the lease to the end of the send.
+    pub after: Duration,
+}
+
+/// Decided outcomes of one claim that the database did not take (it was down, or the
+/// connection dropped): written before anything else is claimed.
+pub(super) struct Unrecorded {
     pub claimed: ClaimedBatch,
-    /// In the order of `claimed.messages`.
-    pub outcomes: Vec<Outcome>,
-    /// No message of the batch reached the SMTP server: the circuit opens once recorded.
-    pub outage: bool,
-    /// From the claim to the end of the sends.
-    pub since_claim: chrono::Duration,
+    pub decided: Vec<Decided>,
     pub span: tracing::Span,
 }
 

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info};
 
-use super::batch::{AttemptedBatch, BatchReport, LeasedBatch, NextBatch};
+use super::batch::{BatchReport, LeasedBatch, NextBatch};
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
 use crate::store::{self, ClaimRequest};
@@ -18,83 +18,40 @@ impl Dispatcher {
         Ok(match self.claim_next(None).await? {
             NextBatch::Halt(step) => step,
             NextBatch::Empty => Step::Batch(BatchReport::default()),
-            NextBatch::Leased(leased) => {
-                let attempted = self.send_batch(leased).await;
-                Step::Batch(self.record_batch(attempted).await?)
-            }
+            NextBatch::Leased(leased) => Step::Batch(self.send_batch(leased).await?),
         })
     }
 
     /// Dispatches batches until one comes back short, as the original design did. Rows
     /// that fall due during the drain (new ones, or retries with no delay) wait for the
-    /// next cycle, so a failing message is not retried in a tight loop.
+    /// next cycle, so a failing message is not retried in a tight loop. After a full batch
+    /// the next one is claimed while this one is sent, so no connection waits on the
+    /// database.
     pub async fn drain(&self) -> Result<Step, DispatchError> {
         let mut total = BatchReport::default();
         let mut due_by = None;
-        let mut previous: Option<AttemptedBatch> = None;
         let mut next = self.claim_next(None).await?;
         while let NextBatch::Leased(leased) = next {
             due_by = due_by.or(Some(leased.claimed.claimed_at));
             let full = leased.claimed.messages.len() >= self.settings.batch_size as usize;
-            let (attempted, recorded, following) = self
-                .send_while_recording_and_claiming(leased, previous.take(), full.then_some(due_by))
-                .await;
-            // On a database error this batch was sent too: keep its outcomes for the next
-            // attempt. A batch claimed meanwhile comes back when its lease ends.
-            let following = match (recorded, following) {
-                (Ok(report), Ok(following)) => {
-                    total.add(&report.unwrap_or_default());
-                    following
+            let (sent, following) = tokio::join!(self.send_batch(leased), async {
+                if full {
+                    self.claim_next(due_by).await.map(Some)
+                } else {
+                    Ok(None)
                 }
-                (Err(e), _) | (_, Err(e)) => {
-                    self.hold(attempted);
-                    return Err(e);
-                }
-            };
-            let Some(following) = following else {
-                total.add(&self.record_batch(attempted).await?);
-                return Ok(Step::Batch(total));
-            };
-            previous = Some(attempted);
-            next = following;
-        }
-        if let Some(previous) = previous {
-            total.add(&self.record_batch(previous).await?);
+            });
+            // On a database error, a batch claimed meanwhile comes back when its lease ends.
+            total.add(&sent?);
+            match following? {
+                Some(following) => next = following,
+                None => return Ok(Step::Batch(total)),
+            }
         }
         Ok(match next {
             NextBatch::Halt(step) if total.claimed == 0 => step,
             _ => Step::Batch(total),
         })
-    }
-
-    /// Three things at once, so that no connection waits on the database: this batch is
-    /// sent, the previous one's outcomes are recorded (a few milliseconds, well inside its
-    /// lease), and, when `claim_due_by` is set (after a full batch), the next one is claimed.
-    async fn send_while_recording_and_claiming(
-        &self,
-        leased: LeasedBatch,
-        previous: Option<AttemptedBatch>,
-        claim_due_by: Option<Option<DateTime<Utc>>>,
-    ) -> (
-        AttemptedBatch,
-        Result<Option<BatchReport>, DispatchError>,
-        Result<Option<NextBatch>, DispatchError>,
-    ) {
-        tokio::join!(
-            self.send_batch(leased),
-            async {
-                match previous {
-                    Some(previous) => self.record_batch(previous).await.map(Some),
-                    None => Ok(None),
-                }
-            },
-            async {
-                match claim_due_by {
-                    Some(due_by) => self.claim_next(due_by).await.map(Some),
-                    None => Ok(None),
-                }
-            },
-        )
     }
 
     /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
@@ -174,6 +131,8 @@ impl Dispatcher {
                 lease: self.settings.lease,
                 worker_id: &self.settings.worker_id,
                 due_by,
+                max_payload_bytes: i64::try_from(self.settings.max_payload_bytes)
+                    .unwrap_or(i64::MAX),
             },
         )
         .await

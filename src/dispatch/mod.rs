@@ -3,11 +3,12 @@
 //! One cycle, stage by stage, one file each:
 //! - [`cycle`]: the loop ([`Dispatcher::run`]) and its public single steps
 //!   ([`Dispatcher::dispatch_once`], [`Dispatcher::drain`]);
-//! - [`batch`]: what a batch is at each stage: leased, attempted, what comes next;
+//! - [`batch`]: what a batch is at each stage: leased, its outcomes decided, what comes
+//!   next;
 //! - [`send`]: the per-connection send tasks, the start deadline, and the decision from an
-//!   attempt to an outcome;
-//! - [`record`]: the one place outcomes are written, logged and counted, and held across a
-//!   database failure;
+//!   attempt to an outcome, made as each send ends;
+//! - [`record`]: the one place outcomes are written (as they come), logged and counted,
+//!   and held across a database failure;
 //! - [`breaker`]: the SMTP circuit breaker;
 //! - [`wake`]: what ends a wait: LISTEN/NOTIFY, the poll interval, back-off.
 
@@ -29,8 +30,8 @@ use crate::message::RetryPolicy;
 use crate::render::Renderer;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
-use batch::AttemptedBatch;
 pub use batch::BatchReport;
+use batch::Unrecorded;
 use breaker::CircuitBreaker;
 use send::MessageSender;
 
@@ -50,6 +51,8 @@ pub struct DispatchSettings {
     pub send_timeout: Duration,
     /// Written to `locked_by`, so an operator can tell which replica holds a row.
     pub worker_id: String,
+    /// Payloads longer than this are left in the database and dead-lettered.
+    pub max_payload_bytes: usize,
 }
 
 /// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on
@@ -97,10 +100,10 @@ pub struct Dispatcher {
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
     breaker: CircuitBreaker,
-    /// Attempted batches whose outcomes the database did not take (it was down or the
-    /// connection dropped). They are recorded before anything else is claimed, so a
-    /// database blip does not make their messages go out again when their lease ends.
-    unrecorded: Mutex<Vec<AttemptedBatch>>,
+    /// Outcomes the database did not take (it was down or the connection dropped). They
+    /// are recorded before anything else is claimed, so a database blip does not make
+    /// their messages go out again when their lease ends.
+    unrecorded: Mutex<Vec<Unrecorded>>,
 }
 
 impl Dispatcher {
@@ -116,6 +119,7 @@ impl Dispatcher {
             renderer,
             mailer: Arc::clone(&mailer),
             metrics: Arc::clone(&metrics),
+            retry: settings.retry.clone(),
             stop: shutdown.stop.clone(),
         });
         Self {

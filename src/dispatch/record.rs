@@ -1,60 +1,87 @@
 //! Recording: the one place outcomes are written, logged and counted, so the metrics can
-//! never drift from the table; and outcomes held across a database failure.
+//! never drift from the table; outcomes written as the sends end, and held across a
+//! database failure.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tracing::{Instrument as _, debug, error, info, warn};
 
-use super::batch::{AttemptedBatch, BatchReport};
+use super::batch::{BatchReport, Decided, Unrecorded};
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
-use crate::message::{ClaimedMessage, Delivery, Outcome};
+use crate::message::{ClaimedBatch, ClaimedMessage, Delivery, Outcome};
 use crate::store;
 use crate::telemetry::metrics::DatabaseOperation;
 use crate::text::mask_addresses;
 
 impl Dispatcher {
-    /// Records an attempted batch's outcomes, and opens the circuit if the batch met an
-    /// outage. Outcomes the database did not take are held for [`Self::record_held`].
-    pub(super) async fn record_batch(
+    /// Writes a batch's outcomes as the sends hand them over: whatever accumulated while
+    /// the previous write ran goes in the next one. After a database failure the rest of
+    /// the batch's outcomes are collected and held for [`Self::record_held`].
+    pub(super) async fn record_as_they_come(
         &self,
-        attempted: AttemptedBatch,
+        claimed: &ClaimedBatch,
+        mut decided: mpsc::UnboundedReceiver<Decided>,
+        span: tracing::Span,
     ) -> Result<BatchReport, DispatchError> {
-        let claimed = &attempted.claimed;
-        // Due-to-accepted latency on the database's clock, plus the time the sends took.
-        let sent_at = claimed.claimed_at + attempted.since_claim;
-        let latency =
-            |message: &ClaimedMessage| (sent_at - message.due_at).to_std().unwrap_or_default();
-        let recorded = self
-            .record_outcomes(
-                claimed.token,
-                &claimed.messages,
-                &attempted.outcomes,
-                latency,
-            )
-            .instrument(attempted.span.clone())
-            .await;
-        let report = match recorded {
-            Ok(report) => report,
-            Err(e) => {
-                self.hold(attempted);
-                return Err(e);
+        let mut report = BatchReport::default();
+        let mut failed: Option<(DispatchError, Vec<Decided>)> = None;
+        while let Some(first) = decided.recv().await {
+            let mut chunk = vec![first];
+            while let Ok(more) = decided.try_recv() {
+                chunk.push(more);
             }
-        };
-        if attempted.outage {
-            self.breaker.open(&self.metrics);
+            if let Some((_, held)) = &mut failed {
+                held.extend(chunk);
+                continue;
+            }
+            match self.record_outcomes(claimed, &chunk).await {
+                Ok(recorded) => report.add(&recorded),
+                Err(e) => failed = Some((e, chunk)),
+            }
         }
-        self.metrics.cycle_completed();
-        Ok(report)
+        match failed {
+            None => Ok(report),
+            Some((e, held)) => {
+                self.hold(Unrecorded {
+                    claimed: claimed.clone(),
+                    decided: held,
+                    span,
+                });
+                Err(e)
+            }
+        }
     }
 
-    pub(super) fn hold(&self, attempted: AttemptedBatch) {
+    /// Writes outcomes decided at once (releases at the end of a batch), holding them if
+    /// the database does not take them.
+    pub(super) async fn record_decided(
+        &self,
+        claimed: &ClaimedBatch,
+        decided: Vec<Decided>,
+        span: tracing::Span,
+    ) -> Result<BatchReport, DispatchError> {
+        match self.record_outcomes(claimed, &decided).await {
+            Ok(report) => Ok(report),
+            Err(e) => {
+                self.hold(Unrecorded {
+                    claimed: claimed.clone(),
+                    decided,
+                    span,
+                });
+                Err(e)
+            }
+        }
+    }
+
+    fn hold(&self, unrecorded: Unrecorded) {
         warn!(
-            messages = attempted.claimed.messages.len(),
-            "could not record the outcomes of a sent batch; holding them to record before the next claim"
+            messages = unrecorded.decided.len(),
+            "could not record the outcomes of sent messages; holding them to record before the next claim"
         );
-        lock(&self.unrecorded).push(attempted);
+        lock(&self.unrecorded).push(unrecorded);
     }
 
     /// Records outcomes held after a database failure, oldest first; stops at the first
@@ -69,7 +96,17 @@ impl Dispatcher {
                 }
                 held.remove(0)
             };
-            total.add(&self.record_batch(next).await?);
+            let recorded = self
+                .record_outcomes(&next.claimed, &next.decided)
+                .instrument(next.span.clone())
+                .await;
+            match recorded {
+                Ok(report) => total.add(&report),
+                Err(e) => {
+                    lock(&self.unrecorded).insert(0, next);
+                    return Err(e);
+                }
+            }
         }
     }
 
@@ -77,30 +114,38 @@ impl Dispatcher {
     pub fn held_outcomes(&self) -> usize {
         lock(&self.unrecorded)
             .iter()
-            .map(|attempted| attempted.claimed.messages.len())
+            .map(|unrecorded| unrecorded.decided.len())
             .sum()
     }
 
-    /// Writes the outcomes of one claim (only where its token still holds the row), then
-    /// logs and counts each one that was written.
+    /// Writes outcomes of one claim (only where its token still holds the row), then logs
+    /// and counts each one that was written: the one place outcomes are reported, so the
+    /// metrics cannot drift from the table.
     async fn record_outcomes(
         &self,
-        token: uuid::Uuid,
-        messages: &[ClaimedMessage],
-        outcomes: &[Outcome],
-        latency: impl Fn(&ClaimedMessage) -> Duration,
+        claimed: &ClaimedBatch,
+        decided: &[Decided],
     ) -> Result<BatchReport, DispatchError> {
-        let rows: Vec<(i64, &Outcome)> = messages.iter().map(|m| m.id).zip(outcomes).collect();
-        let recorded: HashSet<i64> = store::record_outcomes(&self.pool, token, &rows)
+        let rows: Vec<(i64, &Outcome)> = decided
+            .iter()
+            .map(|d| (claimed.messages[d.index].id, &d.outcome))
+            .collect();
+        let recorded: HashSet<i64> = store::record_outcomes(&self.pool, claimed.token, &rows)
             .await
             .map_err(DispatchError::database(DatabaseOperation::Record))?
             .into_iter()
             .collect();
         let mut report = BatchReport {
-            claimed: messages.len(),
+            claimed: decided.len(),
             ..BatchReport::default()
         };
-        for (message, outcome) in messages.iter().zip(outcomes) {
+        for Decided {
+            index,
+            outcome,
+            after,
+        } in decided
+        {
+            let message = &claimed.messages[*index];
             let (id, kind) = (message.id, message.kind.as_str());
             if message.reclaimed {
                 report.reclaimed += 1;
@@ -118,19 +163,26 @@ impl Dispatcher {
                 );
                 continue;
             }
+            // Due-to-accepted latency on the database's clock, plus the time the send took.
             let sent_latency = matches!(
                 outcome,
                 Outcome::Sent {
                     via: Delivery::Smtp
                 }
             )
-            .then(|| latency(message));
+            .then(|| latency(claimed, message, *after));
             self.metrics.outcome(kind, outcome, sent_latency);
             count(&mut report, outcome);
             log_outcome(message, outcome, sent_latency);
         }
         Ok(report)
     }
+}
+
+/// From when the message fell due to when the server accepted it.
+fn latency(claimed: &ClaimedBatch, message: &ClaimedMessage, after: Duration) -> Duration {
+    let sent_at = claimed.claimed_at + chrono::Duration::from_std(after).unwrap_or_default();
+    (sent_at - message.due_at).to_std().unwrap_or_default()
 }
 
 fn count(report: &mut BatchReport, outcome: &Outcome) {
@@ -171,12 +223,14 @@ fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: Option<Dura
             "send failed; will retry"
         ),
         Outcome::DeadLetter {
-            error, permanence, ..
+            error,
+            failure_type,
+            ..
         } => error!(
             outbox.id = id,
             outbox.kind = %kind,
             attempts,
-            class = permanence.as_str(),
+            class = failure_type.as_str(),
             error = %mask_addresses(error),
             "dead-lettered"
         ),

@@ -1,21 +1,22 @@
-//! Sending a leased batch: `concurrency` tasks that each take the next unsent message, a
-//! start deadline that keeps every send inside the lease, and the decision from what an
-//! attempt came to to the message's outcome.
+//! Sending a leased batch: `concurrency` tasks that each take the next unsent message,
+//! decide its outcome as soon as its send ends and hand it to the recorder; a start
+//! deadline that keeps every send inside the lease.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::Dispatcher;
-use super::batch::{AttemptedBatch, LeasedBatch};
+use super::batch::{BatchReport, Decided, LeasedBatch};
+use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::mailer::{Mailer, SendError};
-use crate::message::{ClaimedMessage, Delivery, Outcome, Permanence, ReleaseReason};
+use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::{RenderError, Renderer};
 use crate::store;
 use crate::telemetry::metrics::Metrics;
@@ -27,30 +28,59 @@ pub(super) enum AttemptResult {
     Delivered(Delivery),
     RenderFailed(RenderError),
     SendFailed(SendError),
-    /// Not started: shutting down, or too close to the end of the lease.
+    /// Not started: shutting down, or too close to the end of the lease. (A send given up
+    /// at the shutdown bound never comes back: its slot says it was abandoned.)
     NotStarted,
-    /// Started, then given up at the shutdown bound; it may or may not have been delivered.
-    Abandoned,
 }
 
 /// Where one message of a batch being sent stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Waiting,
     Started,
-    Done(AttemptResult),
+    /// Its outcome went to the recorder.
+    Done,
 }
 
-/// What the send tasks share: everything one message's render and send needs.
+/// What the send tasks share: everything one message's render, send and outcome need.
 pub(super) struct MessageSender {
     pub renderer: Arc<Renderer>,
     pub mailer: Arc<Mailer>,
     pub metrics: Arc<Metrics>,
+    pub retry: RetryPolicy,
     pub stop: CancellationToken,
 }
 
+/// One batch being sent, shared by its send tasks.
+struct InFlight {
+    messages: Arc<[ClaimedMessage]>,
+    next: AtomicUsize,
+    state: Mutex<SendState>,
+    lease_start: Instant,
+    start_deadline: Instant,
+    /// Some send reached the server, or some found it unreachable: together they tell an
+    /// outage (every send unreachable) from a message's own failure.
+    reached: AtomicBool,
+    unreachable: AtomicBool,
+}
+
+/// Where each message stands, and the way to the recorder, under one lock: an outcome is
+/// marked done exactly when it is handed over.
+struct SendState {
+    slots: Vec<Slot>,
+    /// `None` once the sends are over, which ends the recorder's stream.
+    outcomes: Option<mpsc::UnboundedSender<Decided>>,
+}
+
 impl Dispatcher {
-    /// Sends a leased batch and decides each message's outcome; records nothing.
-    pub(super) async fn send_batch(&self, leased: LeasedBatch) -> AttemptedBatch {
+    /// Sends a leased batch; each outcome is written as soon as its send ends (the
+    /// recorder writes whatever accumulated while its previous write ran), so one slow
+    /// message never holds its batch-mates' outcomes. Opens the circuit when no send of
+    /// the batch reached the server.
+    pub(super) async fn send_batch(
+        &self,
+        leased: LeasedBatch,
+    ) -> Result<BatchReport, DispatchError> {
         let LeasedBatch {
             claimed,
             lease_start,
@@ -64,69 +94,68 @@ impl Dispatcher {
             messaging.batch.message_count = claimed.messages.len(),
             outbox.worker_id = %self.settings.worker_id,
         );
-        let (outcomes, outage) = async {
-            // A send may run for up to send_timeout, so none starts after this point: the
-            // row is given back rather than sent after another replica could have taken it.
-            let start_deadline = lease_start
-                + self
-                    .settings
-                    .lease
-                    .saturating_sub(self.settings.send_timeout * 2);
-            let attempts = self
-                .send_concurrently(&claimed.messages, start_deadline)
-                .await;
-            let outage = is_outage(&attempts);
-            let outcomes: Vec<Outcome> = attempts
-                .into_iter()
-                .map(|(message, attempt)| self.outcome_of(message, attempt, outage))
-                .collect();
-            (outcomes, outage)
+        let (outcomes, decided) = mpsc::unbounded_channel();
+        // A send may take up to two send timeouts (a connection and a transaction; the
+        // mailer bounds them, replacing a dead connection included), so none starts after
+        // this point: the row is given back rather than sent after another replica could
+        // have taken it, with a third timeout left to record the outcome.
+        let start_deadline = lease_start
+            + self
+                .settings
+                .lease
+                .saturating_sub(self.settings.send_timeout * 3);
+        let batch = Arc::new(InFlight {
+            messages: Arc::clone(&claimed.messages),
+            next: AtomicUsize::new(0),
+            state: Mutex::new(SendState {
+                slots: vec![Slot::Waiting; claimed.messages.len()],
+                outcomes: Some(outcomes),
+            }),
+            lease_start,
+            start_deadline,
+            reached: AtomicBool::new(false),
+            unreachable: AtomicBool::new(false),
+        });
+        let recorded = async {
+            let (recorded, ()) = tokio::join!(
+                self.record_as_they_come(&claimed, decided, span.clone()),
+                async {
+                    self.send_concurrently(&batch).await;
+                    lock(&batch.state).outcomes = None;
+                },
+            );
+            // Sends never started, or given up at the shutdown bound, are released.
+            let rest = batch.unfinished();
+            let rest = if rest.is_empty() {
+                Ok(BatchReport::default())
+            } else {
+                self.record_decided(&claimed, rest, span.clone()).await
+            };
+            let mut report = recorded?;
+            report.add(&rest?);
+            Ok(report)
         }
         .instrument(span.clone())
         .await;
-        AttemptedBatch {
-            since_claim: chrono::Duration::from_std(lease_start.elapsed()).unwrap_or_default(),
-            claimed,
-            outcomes,
-            outage,
-            span,
+        if batch.unreachable.load(Ordering::Acquire) && !batch.reached.load(Ordering::Acquire) {
+            self.breaker.open(&self.metrics);
         }
+        self.metrics.cycle_completed();
+        recorded
     }
 
     /// Renders and sends a batch over `concurrency` tasks that each take the next unsent
     /// message until none is left, so that rendering and SMTP spread over the runtime's
     /// threads without a task per message; until done or aborted.
-    async fn send_concurrently<'m>(
-        &self,
-        messages: &'m Arc<[ClaimedMessage]>,
-        start_deadline: Instant,
-    ) -> Vec<(&'m ClaimedMessage, AttemptResult)> {
-        let slots = Arc::new(Mutex::new(
-            (0..messages.len())
-                .map(|_| Slot::Waiting)
-                .collect::<Vec<_>>(),
-        ));
-        let next = Arc::new(AtomicUsize::new(0));
+    async fn send_concurrently(&self, batch: &Arc<InFlight>) {
         let mut tasks = JoinSet::new();
-        for _ in 0..self.settings.concurrency.clamp(1, messages.len().max(1)) {
-            let (sender, batch, slots, next) = (
-                Arc::clone(&self.sender),
-                Arc::clone(messages),
-                Arc::clone(&slots),
-                Arc::clone(&next),
-            );
-            tasks.spawn(
-                async move {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(message) = batch.get(i) else { break };
-                        lock(&slots)[i] = Slot::Started;
-                        let attempt = sender.render_and_send(message, start_deadline).await;
-                        lock(&slots)[i] = Slot::Done(attempt);
-                    }
-                }
-                .in_current_span(),
-            );
+        for _ in 0..self
+            .settings
+            .concurrency
+            .clamp(1, batch.messages.len().max(1))
+        {
+            let (sender, batch) = (Arc::clone(&self.sender), Arc::clone(batch));
+            tasks.spawn(async move { sender.send_each(&batch).await }.in_current_span());
         }
         tokio::select! {
             biased;
@@ -139,77 +168,110 @@ impl Dispatcher {
                 }
             } => {}
         }
-        // Sends still running are given up; those that finished just as the bound ran out
-        // keep what they were.
+        // Sends still running are given up; wait until they are gone, so that the
+        // recorder sees the end of the outcomes.
         tasks.abort_all();
-        // An aborted task may still be finishing a poll on another thread: read the slots
-        // in place rather than taking the vector from under it.
-        let mut slots = lock(&slots);
-        messages
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+impl InFlight {
+    /// Outcomes for the messages whose sends never ended: not started, or abandoned.
+    fn unfinished(&self) -> Vec<Decided> {
+        let state = lock(&self.state);
+        let after = self.lease_start.elapsed();
+        state
+            .slots
             .iter()
-            .zip(slots.iter_mut())
-            .map(|(m, slot)| {
-                let attempt = match std::mem::replace(slot, Slot::Waiting) {
-                    Slot::Done(attempt) => attempt,
-                    Slot::Started => AttemptResult::Abandoned,
-                    Slot::Waiting => AttemptResult::NotStarted,
+            .enumerate()
+            .filter_map(|(index, slot)| {
+                let outcome = match slot {
+                    Slot::Done => return None,
+                    Slot::Waiting => Outcome::not_started(),
+                    Slot::Started => Outcome::abandoned(),
                 };
-                (m, attempt)
+                Some(Decided {
+                    index,
+                    outcome,
+                    after,
+                })
             })
             .collect()
     }
+}
 
-    /// The outcome an attempt comes to; `outage` releases send failures unattempted.
-    fn outcome_of(
-        &self,
-        message: &ClaimedMessage,
-        attempt: AttemptResult,
-        outage: bool,
-    ) -> Outcome {
-        match attempt {
-            AttemptResult::Delivered(via) => Outcome::Sent { via },
-            AttemptResult::RenderFailed(e) => Outcome::DeadLetter {
+/// The outcome an attempt comes to. A send that found the server unreachable before it took
+/// anything is released without an attempt, whatever the rest of the batch met: an outage
+/// is not the message's fault, even when it starts half-way through a batch.
+fn outcome_of(message: &ClaimedMessage, attempt: AttemptResult, retry: &RetryPolicy) -> Outcome {
+    match attempt {
+        AttemptResult::Delivered(via) => Outcome::Sent { via },
+        AttemptResult::RenderFailed(e) => Outcome::DeadLetter {
+            error: e.to_string(),
+            error_class: e.error_class().to_owned(),
+            failure_type: FailureType::Permanent,
+        },
+        AttemptResult::SendFailed(e) if !e.reached_server() => Outcome::Release {
+            reason: ReleaseReason::SmtpUnavailable,
+            error: Some(e.to_string()),
+        },
+        AttemptResult::SendFailed(e) => match e.failure_type() {
+            FailureType::Permanent => Outcome::DeadLetter {
                 error: e.to_string(),
-                error_class: e.error_class().to_owned(),
-                permanence: Permanence::Permanent,
+                error_class: e.error_class(),
+                failure_type: FailureType::Permanent,
             },
-            AttemptResult::SendFailed(e) if outage => Outcome::Release {
-                reason: ReleaseReason::SmtpUnavailable,
-                error: Some(e.to_string()),
-            },
-            AttemptResult::SendFailed(e) => match e.permanence() {
-                Permanence::Permanent => Outcome::DeadLetter {
-                    error: e.to_string(),
-                    error_class: e.error_class(),
-                    permanence: Permanence::Permanent,
-                },
-                Permanence::Transient => Outcome::after_transient_failure(
+            failure_type @ (FailureType::Transient | FailureType::Ambiguous) => {
+                Outcome::after_retryable_failure(
                     e.to_string(),
                     e.error_class(),
+                    failure_type,
                     message.attempts,
-                    &self.settings.retry,
-                ),
-            },
-            AttemptResult::NotStarted => Outcome::not_started(),
-            AttemptResult::Abandoned => Outcome::abandoned(),
-        }
+                    retry,
+                )
+            }
+        },
+        AttemptResult::NotStarted => Outcome::not_started(),
     }
 }
 
-/// A batch met an outage when some send found the server unreachable and none reached it.
-fn is_outage(attempts: &[(&ClaimedMessage, AttemptResult)]) -> bool {
-    let unreachable = attempts
-        .iter()
-        .any(|(_, a)| matches!(a, AttemptResult::SendFailed(e) if !e.reached_server()));
-    let reached = attempts.iter().any(|(_, a)| match a {
-        AttemptResult::Delivered(_) => true,
-        AttemptResult::SendFailed(e) => e.reached_server(),
-        _ => false,
-    });
-    unreachable && !reached
-}
-
 impl MessageSender {
+    /// Takes the next unsent message of the batch until none is left; hands each outcome
+    /// to the recorder the moment it is decided.
+    async fn send_each(&self, batch: &InFlight) {
+        loop {
+            let index = batch.next.fetch_add(1, Ordering::Relaxed);
+            let Some(message) = batch.messages.get(index) else {
+                return;
+            };
+            lock(&batch.state).slots[index] = Slot::Started;
+            let attempt = self.render_and_send(message, batch.start_deadline).await;
+            match &attempt {
+                AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
+                AttemptResult::SendFailed(e) if e.reached_server() => {
+                    batch.reached.store(true, Ordering::Release);
+                }
+                AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
+                _ => {}
+            }
+            let decided = Decided {
+                index,
+                outcome: outcome_of(message, attempt, &self.retry),
+                after: batch.lease_start.elapsed(),
+            };
+            // Marked done and handed over together: an abort in between would otherwise
+            // leave an outcome that is neither recorded nor released.
+            let mut state = lock(&batch.state);
+            let handed_over = state
+                .outcomes
+                .as_ref()
+                .is_some_and(|outcomes| outcomes.send(decided).is_ok());
+            if handed_over {
+                state.slots[index] = Slot::Done;
+            }
+        }
+    }
+
     /// One message: render and send, in a span that links to the request that enqueued it.
     async fn render_and_send(
         &self,
@@ -255,7 +317,7 @@ impl MessageSender {
         .await;
         let error_type = match &attempt {
             AttemptResult::RenderFailed(_) => Some("render"),
-            AttemptResult::SendFailed(e) => Some(e.permanence().as_str()),
+            AttemptResult::SendFailed(e) => Some(e.failure_type().as_str()),
             _ => None,
         };
         if let Some(error_type) = error_type {

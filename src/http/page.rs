@@ -146,14 +146,15 @@ async fn page(
 }
 
 /// A fresh nonce for the page's one `<style>` block: the page runs no script, and no style
-/// an attacker could inject would carry it.
+/// an attacker could inject would carry it. URL-safe base64, which the template's HTML
+/// escaping leaves as it is.
 fn style_nonce() -> String {
     let mut bytes = [0_u8; 16];
     if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
         // Without randomness the nonce is merely predictable: styles only, still no script.
         bytes = *b"outboxd-no-rand!";
     }
-    base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 async fn render(
@@ -347,16 +348,17 @@ fn same_origin(headers: &HeaderMap) -> bool {
     let Some(host) = text(header::HOST) else {
         return false;
     };
-    let source = text(header::ORIGIN).or_else(|| text(header::REFERER));
-    match source {
-        None => true,
-        Some(source) => url::Url::parse(source).is_ok_and(|url| {
-            let authority = match (url.host_str(), url.port()) {
-                (Some(h), Some(p)) => format!("{h}:{p}"),
-                (Some(h), None) => h.to_owned(),
-                (None, _) => return false,
-            };
-            authority.eq_ignore_ascii_case(host)
-        }),
-    }
+    let Some(source) = text(header::ORIGIN).or_else(|| text(header::REFERER)) else {
+        return true;
+    };
+    let Ok(source) = url::Url::parse(source) else {
+        return false;
+    };
+    // `Host` carries the port only when it is not the scheme's default; so may `Origin`.
+    let Ok(host) = url::Url::parse(&format!("{}://{host}", source.scheme())) else {
+        return false;
+    };
+    source.host_str().is_some()
+        && source.host_str() == host.host_str()
+        && source.port_or_known_default() == host.port_or_known_default()
 }

@@ -5,15 +5,19 @@
 //! and then `/livez`, `/metrics` and the SMTP connections fail with it. Here each listener
 //! has a cap on connections, a connection that sends no complete request head within
 //! [`HEADER_TIMEOUT`] (at first, or while idle between requests) is closed, and when the
-//! cap is reached the oldest connection that is not in the middle of a request makes room,
-//! so a quick request such as a probe always gets through.
+//! cap is reached the oldest connection that is not serving a request makes room, so a
+//! quick request such as a probe gets through a flood of half-open connections.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse as _, Response};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -32,10 +36,16 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// A pause after a failed accept (such as too many open files), so as not to spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// One open connection, as the eviction sees it.
+/// Between requests: may be evicted.
+const IDLE: u8 = 0;
+/// Serving a request, from its head until its response body is dropped.
+const BUSY: u8 = 1;
+/// Chosen to make room: takes no further request.
+const EVICTED: u8 = 2;
+
+/// One open connection's state, shared by the eviction and the connection's service.
 struct Tracked {
-    /// Inside a request: not to be evicted.
-    busy: Arc<AtomicBool>,
+    state: Arc<AtomicU8>,
     close: CancellationToken,
 }
 
@@ -46,35 +56,69 @@ struct Connections {
     next_id: AtomicU64,
 }
 
+/// Removes its connection from the listener's list when the connection's task ends, by
+/// return or by panic.
+struct Registered {
+    connections: Arc<Connections>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.connections.open).remove(&self.id);
+    }
+}
+
+/// Turns its connection back to idle when the response body is dropped (sent, or the
+/// connection gone), or when a handler panics.
+struct Serving(Arc<AtomicU8>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        // Only a busy connection goes back to idle; an evicted one stays evicted.
+        let _ = self
+            .0
+            .compare_exchange(BUSY, IDLE, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
 impl Connections {
-    /// Registers a connection, first closing the oldest idle one if `cap` are open; `None`
-    /// when all of them are in the middle of a request, and the new one must go.
-    fn admit(&self, cap: usize) -> Option<(u64, Arc<AtomicBool>, CancellationToken)> {
+    /// Registers a connection, first evicting the oldest idle one if `cap` are open;
+    /// `None` when every one of them is serving a request, and the new one must go.
+    fn admit(
+        self: &Arc<Self>,
+        cap: usize,
+    ) -> Option<(Registered, Arc<AtomicU8>, CancellationToken)> {
         let mut open = lock(&self.open);
         if open.len() >= cap {
-            let idle = open
-                .iter()
-                .find(|(_, c)| !c.busy.load(Ordering::Acquire))
-                .map(|(id, _)| *id)?;
-            if let Some(evicted) = open.remove(&idle) {
-                evicted.close.cancel();
+            // Idle -> evicted in one step, so a request starting at the same moment either
+            // wins (and the connection is skipped) or finds the connection evicted.
+            let evicted = open.iter().find_map(|(id, tracked)| {
+                tracked
+                    .state
+                    .compare_exchange(IDLE, EVICTED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                    .then_some(*id)
+            })?;
+            if let Some(tracked) = open.remove(&evicted) {
+                tracked.close.cancel();
             }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let busy = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(AtomicU8::new(IDLE));
         let close = CancellationToken::new();
         open.insert(
             id,
             Tracked {
-                busy: Arc::clone(&busy),
+                state: Arc::clone(&state),
                 close: close.clone(),
             },
         );
-        Some((id, busy, close))
-    }
-
-    fn remove(&self, id: u64) {
-        lock(&self.open).remove(&id);
+        let registered = Registered {
+            connections: Arc::clone(self),
+            id,
+        };
+        Some((registered, state, close))
     }
 
     fn len(&self) -> usize {
@@ -105,15 +149,14 @@ pub fn spawn(
                     continue;
                 }
             };
-            let Some((id, busy, close)) = connections.admit(max_connections) else {
-                debug!("HTTP connection refused: every connection is busy with a request");
+            let Some((registered, state, close)) = connections.admit(max_connections) else {
+                debug!("HTTP connection refused: every connection is serving a request");
                 continue;
             };
-            let (router, connections, stop) =
-                (router.clone(), Arc::clone(&connections), stop.clone());
+            let (router, stop) = (router.clone(), stop.clone());
             tasks.spawn(async move {
-                serve_connection(stream, router, busy, close, stop).await;
-                connections.remove(id);
+                let _registered = registered;
+                serve_connection(stream, router, state, close, stop).await;
             });
         }
         tasks.close();
@@ -126,23 +169,40 @@ pub fn spawn(
     })
 }
 
+/// One request on a tracked connection: refused if the connection was just evicted,
+/// otherwise busy until its response body is dropped.
+async fn serve_request(
+    router: Router,
+    state: Arc<AtomicU8>,
+    request: hyper::Request<Incoming>,
+) -> Result<Response, std::convert::Infallible> {
+    if state
+        .compare_exchange(IDLE, BUSY, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Ok(StatusCode::SERVICE_UNAVAILABLE.into_response());
+    }
+    let serving = Serving(state);
+    let response = router.oneshot(request.map(Body::new)).await?;
+    Ok(response.map(|body| {
+        Body::new(body.map_frame(move |frame| {
+            let _serving = &serving;
+            frame
+        }))
+    }))
+}
+
 /// One connection: HTTP/1.1 with the header timeout, until it ends, is evicted, or
 /// shutdown asks it to finish its request and close.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     router: Router,
-    busy: Arc<AtomicBool>,
+    state: Arc<AtomicU8>,
     close: CancellationToken,
     stop: CancellationToken,
 ) {
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-        let (router, busy) = (router.clone(), Arc::clone(&busy));
-        async move {
-            busy.store(true, Ordering::Release);
-            let response = router.oneshot(request.map(axum::body::Body::new)).await;
-            busy.store(false, Ordering::Release);
-            response
-        }
+        serve_request(router.clone(), Arc::clone(&state), request)
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

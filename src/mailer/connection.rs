@@ -20,60 +20,143 @@ use lettre::address::Envelope;
 use lettre::transport::smtp::authentication::Mechanism;
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
+use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParameter};
 use tokio::net::TcpStream;
 
 use super::SendError;
 use super::corked::Corked;
 use super::target::{PLAINTEXT_AUTH_REFUSED, Security, Target};
 
+/// How far a transaction got when it failed.
+#[derive(Debug)]
+pub(super) enum TransactionError {
+    /// The server answered with an error, before or after the message, or the message
+    /// cannot go to this server: it does not have it.
+    Refused(SendError),
+    /// The connection failed before the message was handed over: nothing was delivered.
+    Lost(lettre::transport::smtp::Error),
+    /// The connection failed after the message was handed over, before the server said
+    /// whether it took it: it may be delivered.
+    Ambiguous(lettre::transport::smtp::Error),
+}
+
 /// An open SMTP session, and whether its server takes pipelined commands.
 pub(super) struct Connection {
     pub(super) smtp: AsyncSmtpConnection,
     pipelining: bool,
+    /// The current transaction's message has been (or is being) written: a failure or a
+    /// timeout from here on leaves its fate unknown.
+    pub(super) message_handed_over: bool,
     /// The same socket, non-blocking, for [`Connection::closed_by_server`]; `None` where
     /// lettre opened the socket itself (`smtps://`).
     watch: Option<std::net::TcpStream>,
 }
 
 impl Connection {
-    /// One message. Pipelined when the server allows it and the message needs no ESMTP
-    /// parameters (SMTPUTF8, 8BITMIME), which lettre's own `send` negotiates.
+    /// One message: MAIL, RCPT and DATA (in one write where the server offers PIPELINING),
+    /// then the message. Says how far it got when it fails; after any failure the session
+    /// is left, as lettre does, rather than guess where it stands.
     pub(super) async fn send(
         &mut self,
         envelope: &Envelope,
         body: &[u8],
-    ) -> Result<(), lettre::transport::smtp::Error> {
-        let plain = envelope
+    ) -> Result<(), TransactionError> {
+        self.message_handed_over = false;
+        let result = self.transaction(envelope, body).await;
+        if result.is_err() {
+            self.smtp.abort().await;
+        }
+        result
+    }
+
+    async fn transaction(
+        &mut self,
+        envelope: &Envelope,
+        body: &[u8],
+    ) -> Result<(), TransactionError> {
+        // A reply with a code is the server's answer; anything else (lettre reports the
+        // connection closing as an "incomplete response") is the connection failing.
+        let before_message = |e: lettre::transport::smtp::Error| {
+            if e.status().is_some() || e.is_client() {
+                TransactionError::Refused(SendError::from_lettre(&e))
+            } else {
+                TransactionError::Lost(e)
+            }
+        };
+        let parameters = self.mail_parameters(envelope, body).map_err(|message| {
+            TransactionError::Refused(SendError::Deferred {
+                code: None,
+                message,
+            })
+        })?;
+        let mail = Mail::new(envelope.from().cloned(), parameters);
+        let recipients = envelope
+            .to()
+            .iter()
+            .map(|to| Rcpt::new(to.clone(), Vec::new()));
+        if self.pipelining {
+            let mut group = mail.to_string();
+            for rcpt in recipients {
+                group.push_str(&rcpt.to_string());
+            }
+            group.push_str(&Data.to_string());
+            // The reply to MAIL, then one per RCPT, then DATA's 354.
+            self.smtp.command(&group).await.map_err(before_message)?;
+            for _ in envelope.to() {
+                self.smtp.read_response().await.map_err(before_message)?;
+            }
+            self.smtp.read_response().await.map_err(before_message)?;
+        } else {
+            self.smtp.command(mail).await.map_err(before_message)?;
+            for rcpt in recipients {
+                self.smtp.command(rcpt).await.map_err(before_message)?;
+            }
+            self.smtp.command(Data).await.map_err(before_message)?;
+        }
+        // From here the server may end up with the whole message, whatever happens next.
+        self.message_handed_over = true;
+        self.smtp.message(body).await.map(drop).map_err(|e| {
+            if e.status().is_some() {
+                TransactionError::Refused(SendError::from_lettre(&e))
+            } else {
+                TransactionError::Ambiguous(e)
+            }
+        })
+    }
+
+    /// SMTPUTF8 and 8BITMIME where the envelope or the body needs them, as lettre's own
+    /// `send` negotiates them.
+    fn mail_parameters(
+        &self,
+        envelope: &Envelope,
+        body: &[u8],
+    ) -> Result<Vec<MailParameter>, String> {
+        let mut parameters = Vec::new();
+        let info = self.smtp.server_info();
+        let non_ascii_address = envelope
             .from()
             .into_iter()
             .chain(envelope.to())
-            .all(|a| AsRef::<str>::as_ref(a).is_ascii())
-            && body.is_ascii();
-        if !(self.pipelining && plain) {
-            return self.smtp.send(envelope, body).await.map(drop);
-        }
-        let mut group = Mail::new(envelope.from().cloned(), Vec::new()).to_string();
-        for to in envelope.to() {
-            group.push_str(&Rcpt::new(to.clone(), Vec::new()).to_string());
-        }
-        group.push_str(&Data.to_string());
-        let smtp = &mut self.smtp;
-        let result = async {
-            // The reply to MAIL, then one per RCPT, then DATA's 354.
-            smtp.command(&group).await?;
-            for _ in envelope.to() {
-                smtp.read_response().await?;
+            .any(|address| !AsRef::<str>::as_ref(address).is_ascii());
+        if non_ascii_address {
+            if !info.supports_feature(Extension::SmtpUtfEight) {
+                return Err(
+                    "the envelope has non-ASCII addresses but the server does not support SMTPUTF8"
+                        .to_owned(),
+                );
             }
-            smtp.read_response().await?;
-            smtp.message(body).await
+            parameters.push(MailParameter::SmtpUtfEight);
         }
-        .await;
-        if result.is_err() {
-            // Replies to the rest of the group may still be on the wire: like lettre after
-            // any failed transaction, leave the session rather than guess where it stands.
-            smtp.abort().await;
+        if !body.is_ascii() {
+            if !info.supports_feature(Extension::EightBitMime) {
+                return Err(
+                    "the message has non-ASCII bytes but the server does not support 8BITMIME"
+                        .to_owned(),
+                );
+            }
+            parameters.push(MailParameter::Body(MailBodyParameter::EightBitMime));
         }
-        result.map(drop)
+        Ok(parameters)
     }
 
     pub(super) fn has_broken(&self) -> bool {
@@ -143,6 +226,7 @@ impl Connection {
         Ok(Connection {
             smtp,
             pipelining,
+            message_handed_over: false,
             watch,
         })
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use lettre::address::Envelope;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::message::{Delivery, Permanence};
+use crate::message::{Delivery, FailureType};
 use crate::text::redact_url;
 
 /// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
@@ -31,16 +31,22 @@ pub enum SendError {
         code: Option<String>,
         message: String,
     },
-    /// No conversation with the server: refused, reset, timed out, or TLS failed.
+    /// No conversation with the server, or it ended before the server took the message:
+    /// refused, reset, timed out, or TLS failed. Nothing was delivered.
     #[error("SMTP server unreachable: {0}")]
     Unreachable(String),
+    /// The server had the whole message when the connection failed or its reply did not
+    /// come in time: it may deliver it.
+    #[error("SMTP outcome unknown: {0}")]
+    Ambiguous(String),
 }
 
 impl SendError {
-    pub fn permanence(&self) -> Permanence {
+    pub fn failure_type(&self) -> FailureType {
         match self {
-            SendError::Rejected { .. } => Permanence::Permanent,
-            SendError::Deferred { .. } | SendError::Unreachable(_) => Permanence::Transient,
+            SendError::Rejected { .. } => FailureType::Permanent,
+            SendError::Deferred { .. } | SendError::Unreachable(_) => FailureType::Transient,
+            SendError::Ambiguous(_) => FailureType::Ambiguous,
         }
     }
 
@@ -52,10 +58,12 @@ impl SendError {
                 .as_deref()
                 .map_or_else(|| "smtp_error".to_owned(), |c| format!("smtp_{c}")),
             SendError::Unreachable(_) => "unreachable".to_owned(),
+            SendError::Ambiguous(_) => "ambiguous".to_owned(),
         }
     }
 
-    /// Whether the server answered at all, which tells a bad message from an outage.
+    /// Whether the server answered or took the message, which tells a message's own
+    /// failure from an outage.
     pub fn reached_server(&self) -> bool {
         !matches!(self, SendError::Unreachable(_))
     }

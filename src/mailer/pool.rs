@@ -8,7 +8,7 @@ use lettre::address::Envelope;
 use tokio::sync::Semaphore;
 
 use super::SendError;
-use super::connection::Connection;
+use super::connection::{Connection, TransactionError};
 use super::target::Target;
 use crate::lock::lock;
 
@@ -51,8 +51,12 @@ impl Pool {
     }
 
     /// Sends one message, reusing an idle connection when there is one. A reused connection
-    /// that turns out to be dead (closed by the server while idle) is replaced once.
+    /// found dead before the message was handed over (closed by the server while idle) is
+    /// replaced once. Connecting and the transaction each get the timeout, and the whole
+    /// send, replacing included, ends within [`Pool::longest_send`]: the dispatcher counts
+    /// on that to keep every send inside its lease.
     pub async fn send(&self, envelope: &Envelope, body: &[u8]) -> Result<(), SendError> {
+        let deadline = tokio::time::Instant::now() + self.longest_send();
         let _permit = self
             .permits
             .acquire()
@@ -60,15 +64,12 @@ impl Pool {
             .map_err(|_| SendError::Unreachable("the SMTP pool is closed".to_owned()))?;
         let (conn, reused) = match self.take_idle() {
             Some(conn) => (conn, true),
-            None => (
-                Connection::connect(&self.target, self.timeout).await?,
-                false,
-            ),
+            None => (self.connect_by(deadline).await?, false),
         };
-        match self.send_on(conn, envelope, body).await {
+        match self.send_on(conn, envelope, body, deadline).await {
             Err(SessionError::Stale(_)) if reused => {
-                let conn = Connection::connect(&self.target, self.timeout).await?;
-                self.send_on(conn, envelope, body)
+                let conn = self.connect_by(deadline).await?;
+                self.send_on(conn, envelope, body, deadline)
                     .await
                     .map_err(SessionError::into_error)
             }
@@ -76,29 +77,56 @@ impl Pool {
         }
     }
 
+    /// The longest one send can take: a connection and a transaction, each bounded by the
+    /// timeout.
+    pub fn longest_send(&self) -> Duration {
+        self.timeout * 2
+    }
+
+    /// A new connection, within the timeout and the time left before `deadline`.
+    async fn connect_by(&self, deadline: tokio::time::Instant) -> Result<Connection, SendError> {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(SendError::Unreachable(
+                "no time left in this send to connect again".to_owned(),
+            ));
+        }
+        Connection::connect(&self.target, left.min(self.timeout)).await
+    }
+
     async fn send_on(
         &self,
         mut conn: Connection,
         envelope: &Envelope,
         body: &[u8],
+        deadline: tokio::time::Instant,
     ) -> Result<(), SessionError> {
-        match tokio::time::timeout(self.timeout, conn.send(envelope, body)).await {
+        let deadline = deadline.min(tokio::time::Instant::now() + self.timeout);
+        let sent = tokio::time::timeout_at(deadline, conn.send(envelope, body)).await;
+        let within = humantime::format_duration(self.timeout);
+        match sent {
             Ok(Ok(())) => {
                 self.give_back(conn);
                 Ok(())
             }
+            Ok(Err(TransactionError::Refused(e))) => Err(SessionError::Failed(e)),
             // No reply at all: the connection died under us, or was dead before we began.
-            Ok(Err(e)) if !(e.is_transient() || e.is_permanent() || e.is_response()) => {
-                Err(SessionError::Stale(SendError::from_lettre(&e)))
+            Ok(Err(TransactionError::Lost(e))) => {
+                Err(SessionError::Stale(SendError::Unreachable(e.to_string())))
             }
-            Ok(Err(e)) => {
-                self.give_back(conn);
-                Err(SessionError::Failed(SendError::from_lettre(&e)))
+            Ok(Err(TransactionError::Ambiguous(e))) => {
+                Err(SessionError::Failed(SendError::Ambiguous(format!(
+                    "the connection failed after the message was sent, before the server confirmed it: {e}"
+                ))))
             }
             // Dropped, not returned: a half-finished exchange must never be reused.
+            Err(_elapsed) if conn.message_handed_over => {
+                Err(SessionError::Failed(SendError::Ambiguous(format!(
+                    "no reply to the message within {within}; the server may have it"
+                ))))
+            }
             Err(_elapsed) => Err(SessionError::Failed(SendError::Unreachable(format!(
-                "no reply within {}",
-                humantime::format_duration(self.timeout)
+                "no reply within {within}"
             )))),
         }
     }

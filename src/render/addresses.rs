@@ -21,22 +21,7 @@ pub(super) fn add(
     builder: MessageBuilder,
     payload: &Value,
     from: &Mailbox,
-    max_recipients: usize,
 ) -> Result<MessageBuilder, RenderError> {
-    let count: usize = ["to", "cc", "bcc"]
-        .iter()
-        .map(|field| match payload.get(*field) {
-            Some(Value::Array(items)) => items.len(),
-            Some(Value::String(_)) => 1,
-            _ => 0,
-        })
-        .sum();
-    if count > max_recipients {
-        return Err(RenderError::TooManyRecipients {
-            count,
-            max: max_recipients,
-        });
-    }
     let (to, cc, bcc) = (
         recipients(payload, "to")?,
         recipients(payload, "cc")?,
@@ -72,6 +57,23 @@ pub(super) fn add(
     Ok(builder)
 }
 
+/// Refuses a payload with more than `max` addresses in `to`, `cc`, `bcc` and `reply_to`
+/// together, before anything is parsed or rendered.
+pub(super) fn check_count(payload: &Value, max: usize) -> Result<(), RenderError> {
+    let count: usize = ["to", "cc", "bcc", "reply_to"]
+        .iter()
+        .map(|field| match payload.get(*field) {
+            Some(Value::Array(items)) => items.len(),
+            Some(Value::String(_)) => 1,
+            _ => 0,
+        })
+        .sum();
+    if count > max {
+        return Err(RenderError::TooManyRecipients { count, max });
+    }
+    Ok(())
+}
+
 /// Reads an address field that may be absent, one string, or a list of strings.
 fn recipients(payload: &Value, field: &'static str) -> Result<Vec<Mailbox>, RenderError> {
     let invalid = |reason: String| RenderError::Address { field, reason };
@@ -97,7 +99,7 @@ fn recipients(payload: &Value, field: &'static str) -> Result<Vec<Mailbox>, Rend
         .into_iter()
         .enumerate()
         .map(|(i, value)| {
-            if super::has_control(value) {
+            if value.chars().any(char::is_control) {
                 return Err(RenderError::HeaderInjection(field));
             }
             value.parse::<Mailbox>().map_err(|e| {

@@ -96,7 +96,7 @@ pub enum RenderError {
     #[error("{0}")]
     Payload(String),
     #[error(
-        "{count} recipients in to, cc and bcc: more than the limit of {max} (OUTBOXD_MAX_RECIPIENTS)"
+        "{count} addresses in to, cc, bcc and reply_to: more than the limit of {max} (OUTBOXD_MAX_RECIPIENTS)"
     )]
     TooManyRecipients { count: usize, max: usize },
     #[error("the email is {bytes} bytes: more than the limit of {max} (OUTBOXD_MAX_MESSAGE_BYTES)")]
@@ -166,7 +166,8 @@ impl Default for RenderLimits {
 /// A subject longer than this is a template's bug; a header line may not pass 998 octets.
 const MAX_SUBJECT_CHARS: usize = 500;
 
-/// Control characters have no place in a header (a tab may stand in unstructured text).
+/// Control characters have no place in a subject (a tab may stand in unstructured text;
+/// addresses allow none at all).
 fn has_control(text: &str) -> bool {
     text.chars().any(|c| c.is_control() && c != '\t')
 }
@@ -240,8 +241,7 @@ impl Renderer {
     /// limits.
     pub fn render_claimed(&self, message: &ClaimedMessage) -> Result<RenderedEmail, RenderError> {
         let payload = message
-            .payload
-            .read(self.limits.max_message_bytes)
+            .read_payload(self.limits.max_message_bytes)
             .map_err(RenderError::Payload)?;
         let email = self.render(message.id, &message.kind, &payload)?;
         let bytes = email.formatted();
@@ -273,6 +273,7 @@ impl Renderer {
         if !self.kinds.contains(kind) {
             return Err(RenderError::UnknownKind(kind.to_owned()));
         }
+        addresses::check_count(payload, self.limits.max_recipients)?;
         // Converted once for the three templates.
         let context = minijinja::Value::from(Serde(payload));
         let subject = self.render_template(&format!("{kind}/subject.txt"), &context)?;
@@ -301,7 +302,7 @@ impl Renderer {
             .subject(subject)
             .message_id(Some(self.message_id(id)))
             .header(XOutboxId(id));
-        builder = addresses::add(builder, payload, &self.from, self.limits.max_recipients)?;
+        builder = addresses::add(builder, payload, &self.from)?;
         let built = match html {
             Some(html) => builder.multipart(MultiPart::alternative_plain_html(text, html)),
             None => builder.singlepart(
@@ -529,9 +530,10 @@ mod tests {
         let message = ClaimedMessage {
             id: 7,
             kind: "account_verification".into(),
-            payload: ClaimedPayload::from(
+            payload: ClaimedPayload::from(Some(
                 r#"{"to": "ada@example.com", "name": "Ada", "verify_url": "https://v"}"#.to_owned(),
-            ),
+            )),
+            payload_bytes: 66,
             attempts: 0,
             traceparent: None,
             reclaimed: false,

@@ -160,14 +160,16 @@ pub fn connect_error(error: sqlx::Error, options: &PgConnectOptions) -> anyhow::
 /// and the CLI check this; readiness also checks that outboxd can write
 /// ([`check_ready`]).
 pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaError> {
-    schema_state(pool).await?.schema()
+    schema_state(pool).await?.schema(Newer::Refused)
 }
 
 /// [`check_schema`], and that outboxd can write the table: not a read-only database or
-/// standby, and a role that may update it. One query: readiness runs it often.
+/// standby, and a role that may update it. One query: readiness runs it often. A schema
+/// newer than this build is ready here: migrations are additive, so a replica keeps
+/// working while a rolling upgrade has migrated ahead of it (it refuses only to start).
 pub async fn check_ready(pool: &PgPool) -> Result<(), SchemaError> {
     let state = schema_state(pool).await?;
-    state.schema()?;
+    state.schema(Newer::Accepted)?;
     match state.not_writable {
         Some(reason) => Err(SchemaError::NotWritable(reason)),
         None => Ok(()),
@@ -209,8 +211,15 @@ async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
     }
 }
 
+/// What to make of a schema newer than this build.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Newer {
+    Refused,
+    Accepted,
+}
+
 impl SchemaState {
-    fn schema(&self) -> Result<(), SchemaError> {
+    fn schema(&self, newer: Newer) -> Result<(), SchemaError> {
         if let Some(version) = self.failed.first() {
             return Err(SchemaError::Dirty(*version));
         }
@@ -220,7 +229,7 @@ impl SchemaState {
         ) else {
             return Err(SchemaError::Missing);
         };
-        if applied > expected {
+        if applied > expected && newer == Newer::Refused {
             return Err(SchemaError::Newer { applied, expected });
         }
         if !MIGRATOR.iter().all(|m| self.applied.contains(&m.version)) {
@@ -242,6 +251,9 @@ pub struct ClaimRequest<'a> {
     /// Only rows due at or before this time; `None` means now. A drain passes the time of
     /// its first claim, so that a row retried with no delay waits for the next cycle.
     pub due_by: Option<DateTime<Utc>>,
+    /// A payload whose text is longer stays in the database: the row comes back without
+    /// it, to be dead-lettered, and costs no memory here.
+    pub max_payload_bytes: i64,
 }
 
 /// Claims up to `limit` due rows, oldest due first, under a new lease.
@@ -253,7 +265,8 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedB
     let token = Uuid::new_v4();
     let rows: Vec<ClaimedRow> = sqlx::query_as(
         "WITH due AS ( \
-             SELECT id, locked_until AS previous_lease FROM outbox_messages \
+             SELECT id, locked_until AS previous_lease, payload::text AS payload_text \
+             FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
                AND next_attempt_at <= coalesce($4, now()) \
              ORDER BY next_attempt_at, id \
@@ -267,7 +280,9 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedB
              claim_token = $5 \
          FROM due \
          WHERE m.id = due.id \
-         RETURNING m.id, m.kind, m.payload::text AS payload, m.attempts, m.traceparent, \
+         RETURNING m.id, m.kind, m.attempts, m.traceparent, \
+                   CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
+                   octet_length(due.payload_text) AS payload_bytes, \
                    due.previous_lease IS NOT NULL AS reclaimed, \
                    greatest(m.created_at, m.not_before) AS due_at, \
                    now() AS claimed_at",
@@ -277,6 +292,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedB
     .bind(request.worker_id)
     .bind(request.due_by)
     .bind(token)
+    .bind(request.max_payload_bytes)
     .fetch_all(pool)
     .await?;
 

@@ -11,7 +11,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::message::{Delivery, Outcome, Permanence, ReleaseReason};
+use crate::message::{Delivery, FailureType, Outcome, ReleaseReason};
 use crate::store::{Prunable, Sample};
 
 pub const OLDEST_PENDING_AGE: &str = "outbox_oldest_pending_age_seconds";
@@ -109,7 +109,7 @@ pub const ALL: &[MetricDef] = {
             SEND_FAILURES,
             Counter,
             None,
-            "Failed delivery attempts, by class: transient (retried) or permanent (dead-lettered).",
+            "Failed delivery attempts, by class: transient (not delivered, retried), permanent (not delivered, dead-lettered) or ambiguous (the server had the whole message when its reply failed to come: perhaps delivered, retried with the same Message-ID).",
         ),
         def(
             DEAD_LETTERED,
@@ -312,10 +312,10 @@ impl Metrics {
         for kind in metrics.kinds.iter().map(String::as_str).chain([OTHER_KIND]) {
             drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned()));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
-            for permanence in Permanence::ALL {
-                counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => permanence.as_str())
+            for failure_type in FailureType::ALL {
+                counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => failure_type.as_str())
                     .increment(0);
-                counter!(DEAD_LETTERED, "kind" => kind.to_owned(), "class" => permanence.as_str())
+                counter!(DEAD_LETTERED, "kind" => kind.to_owned(), "class" => failure_type.as_str())
                     .increment(0);
             }
         }
@@ -365,19 +365,19 @@ impl Metrics {
                 }
                 counter!(SENT, "kind" => kind, "delivery" => via.as_str()).increment(1);
             }
-            Outcome::Retry { .. } => {
-                counter!(SEND_FAILURES, "kind" => kind, "class" => Permanence::Transient.as_str())
+            Outcome::Retry { failure_type, .. } => {
+                counter!(SEND_FAILURES, "kind" => kind, "class" => failure_type.as_str())
                     .increment(1);
             }
-            Outcome::DeadLetter { permanence, .. } => {
-                counter!(SEND_FAILURES, "kind" => kind.clone(), "class" => permanence.as_str())
+            Outcome::DeadLetter { failure_type, .. } => {
+                counter!(SEND_FAILURES, "kind" => kind.clone(), "class" => failure_type.as_str())
                     .increment(1);
-                counter!(DEAD_LETTERED, "kind" => kind, "class" => permanence.as_str())
+                counter!(DEAD_LETTERED, "kind" => kind, "class" => failure_type.as_str())
                     .increment(1);
             }
             Outcome::Release { reason, .. } => {
                 if *reason == ReleaseReason::SmtpUnavailable {
-                    counter!(SEND_FAILURES, "kind" => kind, "class" => Permanence::Transient.as_str())
+                    counter!(SEND_FAILURES, "kind" => kind, "class" => FailureType::Transient.as_str())
                         .increment(1);
                 }
                 counter!(RELEASED, "reason" => reason.as_str()).increment(1);

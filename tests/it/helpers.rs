@@ -105,6 +105,7 @@ impl TestDb {
             "dispatched" => "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NOT NULL",
             "dead" => "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL",
             "all" => "SELECT count(*) FROM outbox_messages",
+            "leased" => "SELECT count(*) FROM outbox_messages WHERE locked_until IS NOT NULL",
             other => panic!("unknown condition {other}"),
         };
         sqlx::query_scalar(sql)

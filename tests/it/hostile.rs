@@ -118,7 +118,7 @@ async fn a_message_with_more_recipients_than_the_limit_is_refused_without_render
     assert!(
         row.last_error
             .unwrap_or_default()
-            .contains("20001 recipients"),
+            .contains("20001 addresses"),
         "the count includes to"
     );
     assert_eq!(

@@ -11,4 +11,5 @@ mod failures;
 mod helpers;
 mod hostile;
 mod observability;
+mod reliability;
 mod replicas;

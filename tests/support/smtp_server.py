@@ -8,10 +8,16 @@ Recipients whose local part starts with:
   slowN...    -> accepted after sleeping N seconds before the DATA reply
   hold...     -> the DATA reply is held until the file SPOOL/release exists (at most 60 s);
                  each held message is first noted in SPOOL/held.jsonl
+  resetafter..-> the whole message is received, then the connection is reset without a
+                 reply (the client cannot know whether it was delivered); noted in
+                 SPOOL/reset.jsonl
+  droprcpt... -> the connection is reset at RCPT, before the server takes anything
+  lagN...     -> accepted after sleeping N milliseconds before the DATA reply
 anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
 decoded by Python's email package, so the tests check what a receiver would see.
 
 With --defer-all every recipient gets 451: a mail server that is up but refusing mail.
+With --greeting-delay SECONDS every new connection waits that long for its greeting.
 
 PIPELINING (RFC 2920) is offered, as by most real servers, unless --no-pipelining; each
 record says whether its MAIL command arrived together with the commands after it.
@@ -38,7 +44,22 @@ import sys
 import threading
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult
+from aiosmtpd.smtp import SMTP, AuthResult
+
+
+class SlowGreetingSMTP(SMTP):
+    """An SMTP session that waits before its greeting (aiosmtpd 1.4's _handle_client)."""
+
+    greeting_delay = 0.0
+
+    async def _handle_client(self):
+        await asyncio.sleep(self.greeting_delay)
+        await super()._handle_client()
+
+
+class SlowGreetingController(Controller):
+    def factory(self):
+        return SlowGreetingSMTP(self.handler, **self.SMTP_kwargs)
 
 
 class Handler:
@@ -74,6 +95,9 @@ class Handler:
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         local = address.split("@", 1)[0].lower()
+        if local.startswith("droprcpt"):
+            server.transport.abort()
+            return "421 4.4.2 gone"
         if self.defer_all:
             return "451 4.3.2 System not accepting network messages"
         if local.startswith("reject"):
@@ -99,8 +123,17 @@ class Handler:
             slow = re.match(r"slow(\d+)", local)
             if slow:
                 await asyncio.sleep(int(slow.group(1)))
+            lag = re.match(r"lag(\d+)", local)
+            if lag:
+                await asyncio.sleep(int(lag.group(1)) / 1000)
             if local.startswith("hold"):
                 await self.hold(rcpt)
+            if local.startswith("resetafter"):
+                with self.lock:
+                    with open(os.path.join(self.spool, "reset.jsonl"), "a") as f:
+                        f.write(json.dumps({"rcpt": rcpt}) + "\n")
+                server.transport.abort()
+                return "421 4.4.2 gone"
         raw = envelope.original_content or envelope.content
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         text = msg.get_body(preferencelist=("plain",))
@@ -135,6 +168,7 @@ def main():
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.add_argument("--smtps", action="store_true", help="TLS from the first byte instead of STARTTLS")
     parser.add_argument("--auth", help="USER:PASSWORD to require (AUTH PLAIN or LOGIN, over TLS)")
+    parser.add_argument("--greeting-delay", type=float, default=0.0, help="seconds before each greeting")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
     options = {}
@@ -153,7 +187,8 @@ def main():
             return AuthResult(success=ok, auth_data=auth_data)
 
         options.update(authenticator=authenticate, auth_required=True)
-    controller = Controller(
+    SlowGreetingSMTP.greeting_delay = args.greeting_delay
+    controller = SlowGreetingController(
         Handler(args.spool, args.defer_all, not args.no_pipelining), hostname="127.0.0.1", port=args.port,
         ready_timeout=10, **options
     )
