@@ -97,6 +97,15 @@ impl TestDb {
         }
     }
 
+    /// A row's stored `error_class`.
+    pub async fn error_class(&self, id: i64) -> Option<String> {
+        sqlx::query_scalar("SELECT error_class FROM outbox_messages WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("error_class")
+    }
+
     pub async fn count(&self, condition: &'static str) -> i64 {
         let sql = match condition {
             "pending" => {

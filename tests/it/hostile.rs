@@ -13,14 +13,6 @@ fn payload_with(to: &str, extra: &str) -> String {
     format!(r#"{{"to": "{to}", "name": "Ada", "verify_url": "https://app.example/v", {extra}}}"#)
 }
 
-async fn error_class(db: &TestDb, id: i64) -> Option<String> {
-    sqlx::query_scalar("SELECT error_class FROM outbox_messages WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mates_are_sent() {
     let db = TestDb::new().await;
@@ -68,7 +60,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
         assert!(row.dead && row.attempts == 1, "{row:?}");
         let error = row.last_error.unwrap_or_default();
         assert!(error.contains(reason), "{error}");
-        assert_eq!(error_class(&db, id).await.as_deref(), Some("payload"));
+        assert_eq!(db.error_class(id).await.as_deref(), Some("payload"));
         // Operators can still look at the row: its payload comes back as text.
         let detail = outboxd::store::admin::message(&db.pool, id)
             .await
@@ -122,7 +114,7 @@ async fn a_message_with_more_recipients_than_the_limit_is_refused_without_render
         "the count includes to"
     );
     assert_eq!(
-        error_class(&db, crowded).await.as_deref(),
+        db.error_class(crowded).await.as_deref(),
         Some("too_many_recipients")
     );
     assert!(db.row(fine).await.dispatched);
@@ -169,6 +161,6 @@ async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
             .unwrap_or_default()
             .contains("more than the limit of 8192 (OUTBOXD_MAX_MESSAGE_BYTES)")
     );
-    assert_eq!(error_class(&db, big).await.as_deref(), Some("payload"));
+    assert_eq!(db.error_class(big).await.as_deref(), Some("payload"));
     assert_eq!(smtp.messages()[0].rcpt_tos, ["small@example.com"]);
 }

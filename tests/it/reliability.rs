@@ -8,14 +8,6 @@ use outboxd::dispatch::{BatchReport, Step};
 
 use crate::helpers::{SmtpServer, TestDb, app, eventually, free_port, verification};
 
-async fn error_class(db: &TestDb, id: i64) -> Option<String> {
-    sqlx::query_scalar("SELECT error_class FROM outbox_messages WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_outage() {
     let db = TestDb::new().await;
@@ -43,7 +35,7 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
             .unwrap_or_default()
             .contains("after the message was sent, before the server confirmed it"),
     );
-    assert_eq!(error_class(&db, id).await.as_deref(), Some("ambiguous"));
+    assert_eq!(db.error_class(id).await.as_deref(), Some("ambiguous"));
     // Not an outage: the circuit stays closed and the next message goes out.
     db.enqueue("account_verification", verification("next@example.com"))
         .await;
@@ -74,7 +66,7 @@ async fn a_reply_to_the_message_that_never_comes_is_ambiguous_not_an_outage() {
         "{step:?}"
     );
     assert_eq!(db.row(id).await.attempts, 1);
-    assert_eq!(error_class(&db, id).await.as_deref(), Some("ambiguous"));
+    assert_eq!(db.error_class(id).await.as_deref(), Some("ambiguous"));
     smtp.release();
     db.enqueue("account_verification", verification("next@example.com"))
         .await;
@@ -128,11 +120,11 @@ async fn messages_after_the_servers_death_mid_batch_are_released_without_an_atte
         })
     );
     assert!(db.row(ids[0]).await.dispatched);
-    assert_eq!(error_class(&db, ids[1]).await.as_deref(), Some("ambiguous"));
+    assert_eq!(db.error_class(ids[1]).await.as_deref(), Some("ambiguous"));
     for id in &ids[2..] {
         let row = db.row(*id).await;
         assert!(row.attempts == 0 && !row.dead && !row.dispatched, "{row:?}");
-        assert_eq!(error_class(&db, *id).await.as_deref(), Some("unreachable"));
+        assert_eq!(db.error_class(*id).await.as_deref(), Some("unreachable"));
     }
 }
 
