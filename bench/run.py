@@ -308,6 +308,7 @@ def scenario_latency(args):
         committed = {}
         interval = 1.0 / args.rate
         with psycopg.connect(url, autocommit=True) as conn:
+            cpu_before = proc.cpu_seconds()
             start = time.time()
             n = 0
             while time.time() - start < args.duration:
@@ -322,14 +323,16 @@ def scenario_latency(args):
                 committed[row[0]] = time.time()
                 n += 1
         wait_drained(url, n)
+        cpu = proc.cpu_seconds() - cpu_before
         proc.stop()
         sent = dict(tuple(line.split("|")) for line in psql(
             url, "SELECT id, extract(epoch FROM dispatched_at) FROM outbox_messages").splitlines())
         latencies = sorted(1000 * (float(sent[str(i)]) - t) for i, t in committed.items())
     q = statistics.quantiles(latencies, n=100)
     table(f"Latency: {n} messages committed one per transaction at {args.rate}/s for {args.duration} s, poll interval 15 s",
-          ["p50 ms", "p99 ms", "max ms", "achieved rate /s"],
-          [[f"{q[49]:.1f}", f"{q[98]:.1f}", f"{latencies[-1]:.1f}", f"{n / args.duration:.0f}"]])
+          ["p50 ms", "p99 ms", "max ms", "achieved rate /s", "outboxd CPU ms/msg"],
+          [[f"{q[49]:.1f}", f"{q[98]:.1f}", f"{latencies[-1]:.1f}", f"{n / args.duration:.0f}",
+            f"{1000 * cpu / n:.3f}"]])
 
 
 def server_log():

@@ -148,12 +148,22 @@ impl Dispatcher {
     /// message until none is left, so that rendering and SMTP spread over the runtime's
     /// threads without a task per message; until done or aborted.
     async fn send_concurrently(&self, batch: &Arc<InFlight>) {
-        let mut tasks = JoinSet::new();
-        for _ in 0..self
+        let tasks_wanted = self
             .settings
             .concurrency
-            .clamp(1, batch.messages.len().max(1))
-        {
+            .clamp(1, batch.messages.len().max(1));
+        if tasks_wanted == 1 {
+            // One message (steady traffic claims them one by one), or one connection: sent
+            // here, sparing a task and the thread wake-ups that come with it.
+            tokio::select! {
+                biased;
+                () = self.shutdown.abort.cancelled() => {}
+                () = self.sender.send_each(batch) => {}
+            }
+            return;
+        }
+        let mut tasks = JoinSet::new();
+        for _ in 0..tasks_wanted {
             let (sender, batch) = (Arc::clone(&self.sender), Arc::clone(batch));
             tasks.spawn(async move { sender.send_each(&batch).await }.in_current_span());
         }
