@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info};
 
-use super::batch::{BatchReport, LeasedBatch, NextBatch};
+use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
 use crate::store::{self, ClaimRequest};
@@ -18,7 +18,10 @@ impl Dispatcher {
         Ok(match self.claim_next(None).await? {
             NextBatch::Halt(step) => step,
             NextBatch::Empty => Step::Batch(BatchReport::default()),
-            NextBatch::Leased(leased) => Step::Batch(self.send_batch(leased).await?),
+            NextBatch::Leased(leased) => {
+                let sent = self.send_batch(leased).await?;
+                Step::Batch(self.finish_batch(sent).await?)
+            }
         })
     }
 
@@ -30,23 +33,57 @@ impl Dispatcher {
     pub async fn drain(&self) -> Result<Step, DispatchError> {
         let mut total = BatchReport::default();
         let mut due_by = None;
+        let mut previous: Option<SentBatch> = None;
         let mut next = self.claim_next(None).await?;
         while let NextBatch::Leased(leased) = next {
             due_by = due_by.or(Some(leased.claimed.claimed_at));
             let full = leased.claimed.messages.len() >= self.settings.batch_size as usize;
-            let (sent, following) = tokio::join!(self.send_batch(leased), async {
-                if full {
-                    self.claim_next(due_by).await.map(Some)
-                } else {
-                    Ok(None)
+            let (sent, finished, following) = tokio::join!(
+                self.send_batch(leased),
+                async {
+                    match previous.take() {
+                        Some(previous) => self.finish_batch(previous).await.map(Some),
+                        None => Ok(None),
+                    }
+                },
+                async {
+                    if full {
+                        self.claim_next(due_by).await.map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                },
+            );
+            // On a database error, the outcomes not written are held (and written before
+            // the next claim); a batch claimed meanwhile comes back when its lease ends.
+            let sent = match (sent, finished) {
+                (Ok(sent), Ok(report)) => {
+                    total.add(&report.unwrap_or_default());
+                    sent
                 }
-            });
-            // On a database error, a batch claimed meanwhile comes back when its lease ends.
-            total.add(&sent?);
-            match following? {
-                Some(following) => next = following,
-                None => return Ok(Step::Batch(total)),
+                (Ok(sent), Err(e)) => {
+                    self.hold(sent.rest);
+                    return Err(e);
+                }
+                (Err(e), _) => return Err(e),
+            };
+            match following {
+                Ok(Some(following)) => {
+                    previous = Some(sent);
+                    next = following;
+                }
+                Ok(None) => {
+                    total.add(&self.finish_batch(sent).await?);
+                    return Ok(Step::Batch(total));
+                }
+                Err(e) => {
+                    self.hold(sent.rest);
+                    return Err(e);
+                }
             }
+        }
+        if let Some(previous) = previous {
+            total.add(&self.finish_batch(previous).await?);
         }
         Ok(match next {
             NextBatch::Halt(step) if total.claimed == 0 => step,

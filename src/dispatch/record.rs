@@ -5,10 +5,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tracing::{Instrument as _, debug, error, info, warn};
 
-use super::batch::{BatchReport, Decided, Unrecorded};
+use super::batch::{BatchReport, Chunk, Decided, OutcomeQueue, SentBatch, Unrecorded};
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Delivery, Outcome};
@@ -17,42 +16,64 @@ use crate::telemetry::metrics::DatabaseOperation;
 use crate::text::mask_addresses;
 
 impl Dispatcher {
-    /// Writes a batch's outcomes as the sends hand them over: whatever accumulated while
-    /// the previous write ran goes in the next one. After a database failure the rest of
-    /// the batch's outcomes are collected and held for [`Self::record_held`].
+    /// Writes a batch's outcomes as the sends hand them over, a few milliseconds' worth at a
+    /// time (see [`OutcomeQueue::next_chunk`]); returns what it wrote and what was left
+    /// when the sends ended. After a database failure the rest of the batch's outcomes are
+    /// collected and held for [`Self::record_held`].
     pub(super) async fn record_as_they_come(
         &self,
         claimed: &ClaimedBatch,
-        mut decided: mpsc::UnboundedReceiver<Decided>,
+        outcomes: &OutcomeQueue,
         span: tracing::Span,
-    ) -> Result<BatchReport, DispatchError> {
+    ) -> Result<(BatchReport, Vec<Decided>), DispatchError> {
         let mut report = BatchReport::default();
         let mut failed: Option<(DispatchError, Vec<Decided>)> = None;
-        while let Some(first) = decided.recv().await {
-            let mut chunk = vec![first];
-            while let Ok(more) = decided.try_recv() {
-                chunk.push(more);
-            }
-            if let Some((_, held)) = &mut failed {
+        loop {
+            let (chunk, last) = match outcomes.next_chunk().await {
+                Chunk::Write(chunk) => (chunk, false),
+                Chunk::Rest(chunk) => (chunk, true),
+            };
+            if let Some((e, mut held)) = failed.take() {
                 held.extend(chunk);
+                if last {
+                    self.hold(Unrecorded {
+                        claimed: claimed.clone(),
+                        decided: held,
+                        span,
+                    });
+                    return Err(e);
+                }
+                failed = Some((e, held));
                 continue;
+            }
+            if last {
+                return Ok((report, chunk));
             }
             match self.record_outcomes(claimed, &chunk).await {
                 Ok(recorded) => report.add(&recorded),
                 Err(e) => failed = Some((e, chunk)),
             }
         }
-        match failed {
-            None => Ok(report),
-            Some((e, held)) => {
-                self.hold(Unrecorded {
-                    claimed: claimed.clone(),
-                    decided: held,
-                    span,
-                });
-                Err(e)
-            }
+    }
+
+    /// Writes a sent batch's last outcomes, and opens the circuit if it met an outage.
+    pub(super) async fn finish_batch(&self, sent: SentBatch) -> Result<BatchReport, DispatchError> {
+        let SentBatch {
+            mut report,
+            rest,
+            outage,
+        } = sent;
+        if outage {
+            self.breaker.open(&self.metrics);
         }
+        let span = rest.span.clone();
+        let recorded = self
+            .record_decided(&rest.claimed, rest.decided, rest.span)
+            .instrument(span)
+            .await;
+        self.metrics.cycle_completed();
+        report.add(&recorded?);
+        Ok(report)
     }
 
     /// Writes outcomes decided at once (releases at the end of a batch), holding them if
@@ -63,6 +84,9 @@ impl Dispatcher {
         decided: Vec<Decided>,
         span: tracing::Span,
     ) -> Result<BatchReport, DispatchError> {
+        if decided.is_empty() {
+            return Ok(BatchReport::default());
+        }
         match self.record_outcomes(claimed, &decided).await {
             Ok(report) => Ok(report),
             Err(e) => {
@@ -76,7 +100,7 @@ impl Dispatcher {
         }
     }
 
-    fn hold(&self, unrecorded: Unrecorded) {
+    pub(super) fn hold(&self, unrecorded: Unrecorded) {
         warn!(
             messages = unrecorded.decided.len(),
             "could not record the outcomes of sent messages; holding them to record before the next claim"

@@ -2,21 +2,21 @@
 //! decide its outcome as soon as its send ends and hand it to the recorder; a start
 //! deadline that keeps every send inside the lease.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::batch::{BatchReport, Decided, LeasedBatch};
+use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::{DispatchError, Dispatcher};
-use crate::lock::lock;
 use crate::mailer::{Mailer, SendError};
-use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
+use crate::message::{
+    ClaimedBatch, ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy,
+};
 use crate::render::{RenderError, Renderer};
 use crate::store;
 use crate::telemetry::metrics::Metrics;
@@ -33,15 +33,6 @@ pub(super) enum AttemptResult {
     NotStarted,
 }
 
-/// Where one message of a batch being sent stands.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    Waiting,
-    Started,
-    /// Its outcome went to the recorder.
-    Done,
-}
-
 /// What the send tasks share: everything one message's render, send and outcome need.
 pub(super) struct MessageSender {
     pub renderer: Arc<Renderer>,
@@ -55,7 +46,7 @@ pub(super) struct MessageSender {
 struct InFlight {
     messages: Arc<[ClaimedMessage]>,
     next: AtomicUsize,
-    state: Mutex<SendState>,
+    outcomes: OutcomeQueue,
     lease_start: Instant,
     start_deadline: Instant,
     /// Some send reached the server, or some found it unreachable: together they tell an
@@ -64,28 +55,23 @@ struct InFlight {
     unreachable: AtomicBool,
 }
 
-/// Where each message stands, and the way to the recorder, under one lock: an outcome is
-/// marked done exactly when it is handed over.
-struct SendState {
-    slots: Vec<Slot>,
-    /// `None` once the sends are over, which ends the recorder's stream.
-    outcomes: Option<mpsc::UnboundedSender<Decided>>,
-}
-
 impl Dispatcher {
-    /// Sends a leased batch; each outcome is written as soon as its send ends (the
-    /// recorder writes whatever accumulated while its previous write ran), so one slow
-    /// message never holds its batch-mates' outcomes. Opens the circuit when no send of
-    /// the batch reached the server.
-    pub(super) async fn send_batch(
-        &self,
-        leased: LeasedBatch,
-    ) -> Result<BatchReport, DispatchError> {
+    /// Sends a leased batch; its outcomes are written as the sends end, a few milliseconds'
+    /// worth at a time, so one slow message never holds its batch-mates' outcomes. Returns
+    /// when the sends are over, with the last outcomes still to write (the drain writes
+    /// them while the next batch is sent).
+    pub(super) async fn send_batch(&self, leased: LeasedBatch) -> Result<SentBatch, DispatchError> {
         let LeasedBatch {
             claimed,
             lease_start,
         } = leased;
-        let span = info_span!(
+        let span = self.batch_span(&claimed);
+        let batch = Arc::new(self.in_flight(&claimed, lease_start));
+        self.send_and_record(claimed, batch, span).await
+    }
+
+    fn batch_span(&self, claimed: &ClaimedBatch) -> tracing::Span {
+        info_span!(
             "process outbox_messages",
             otel.kind = "consumer",
             messaging.system = "outboxd",
@@ -93,8 +79,10 @@ impl Dispatcher {
             messaging.destination.name = store::TABLE,
             messaging.batch.message_count = claimed.messages.len(),
             outbox.worker_id = %self.settings.worker_id,
-        );
-        let (outcomes, decided) = mpsc::unbounded_channel();
+        )
+    }
+
+    fn in_flight(&self, claimed: &ClaimedBatch, lease_start: Instant) -> InFlight {
         // A send may take up to two send timeouts (a connection and a transaction; the
         // mailer bounds them, replacing a dead connection included), so none starts after
         // this point: the row is given back rather than sent after another replica could
@@ -104,44 +92,66 @@ impl Dispatcher {
                 .settings
                 .lease
                 .saturating_sub(self.settings.send_timeout * 3);
-        let batch = Arc::new(InFlight {
+        InFlight {
             messages: Arc::clone(&claimed.messages),
             next: AtomicUsize::new(0),
-            state: Mutex::new(SendState {
-                slots: vec![Slot::Waiting; claimed.messages.len()],
-                outcomes: Some(outcomes),
-            }),
+            outcomes: OutcomeQueue::new(claimed.messages.len()),
             lease_start,
             start_deadline,
             reached: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
-        });
-        let recorded = async {
-            let (recorded, ()) = tokio::join!(
-                self.record_as_they_come(&claimed, decided, span.clone()),
+        }
+    }
+
+    /// Sends the batch while recording its outcomes; see [`Self::send_batch`].
+    async fn send_and_record(
+        &self,
+        claimed: ClaimedBatch,
+        batch: Arc<InFlight>,
+        span: tracing::Span,
+    ) -> Result<SentBatch, DispatchError> {
+        let (recorded, rest) = async {
+            tokio::join!(
+                self.record_as_they_come(&claimed, &batch.outcomes, span.clone()),
                 async {
                     self.send_concurrently(&batch).await;
-                    lock(&batch.state).outcomes = None;
+                    // Sends never started, or given up at the shutdown bound, are released.
+                    batch.outcomes.close(batch.lease_start.elapsed())
                 },
-            );
-            // Sends never started, or given up at the shutdown bound, are released.
-            let rest = batch.unfinished();
-            let rest = if rest.is_empty() {
-                Ok(BatchReport::default())
-            } else {
-                self.record_decided(&claimed, rest, span.clone()).await
-            };
-            let mut report = recorded?;
-            report.add(&rest?);
-            Ok(report)
+            )
         }
         .instrument(span.clone())
         .await;
-        if batch.unreachable.load(Ordering::Acquire) && !batch.reached.load(Ordering::Acquire) {
-            self.breaker.open(&self.metrics);
+        let outage =
+            batch.unreachable.load(Ordering::Acquire) && !batch.reached.load(Ordering::Acquire);
+        match recorded {
+            Ok((report, mut decided)) => {
+                decided.extend(rest);
+                Ok(SentBatch {
+                    report,
+                    rest: Unrecorded {
+                        claimed,
+                        decided,
+                        span,
+                    },
+                    outage,
+                })
+            }
+            Err(e) => {
+                // What the recorder had is held already; the releases join it.
+                if !rest.is_empty() {
+                    self.hold(Unrecorded {
+                        claimed,
+                        decided: rest,
+                        span,
+                    });
+                }
+                if outage {
+                    self.breaker.open(&self.metrics);
+                }
+                Err(e)
+            }
         }
-        self.metrics.cycle_completed();
-        recorded
     }
 
     /// Renders and sends a batch over `concurrency` tasks that each take the next unsent
@@ -182,31 +192,6 @@ impl Dispatcher {
         // recorder sees the end of the outcomes.
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
-    }
-}
-
-impl InFlight {
-    /// Outcomes for the messages whose sends never ended: not started, or abandoned.
-    fn unfinished(&self) -> Vec<Decided> {
-        let state = lock(&self.state);
-        let after = self.lease_start.elapsed();
-        state
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(index, slot)| {
-                let outcome = match slot {
-                    Slot::Done => return None,
-                    Slot::Waiting => Outcome::not_started(),
-                    Slot::Started => Outcome::abandoned(),
-                };
-                Some(Decided {
-                    index,
-                    outcome,
-                    after,
-                })
-            })
-            .collect()
     }
 }
 
@@ -254,7 +239,7 @@ impl MessageSender {
             let Some(message) = batch.messages.get(index) else {
                 return;
             };
-            lock(&batch.state).slots[index] = Slot::Started;
+            batch.outcomes.started(index);
             let attempt = self.render_and_send(message, batch.start_deadline).await;
             match &attempt {
                 AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
@@ -269,16 +254,7 @@ impl MessageSender {
                 outcome: outcome_of(message, attempt, &self.retry),
                 after: batch.lease_start.elapsed(),
             };
-            // Marked done and handed over together: an abort in between would otherwise
-            // leave an outcome that is neither recorded nor released.
-            let mut state = lock(&batch.state);
-            let handed_over = state
-                .outcomes
-                .as_ref()
-                .is_some_and(|outcomes| outcomes.send(decided).is_ok());
-            if handed_over {
-                state.slots[index] = Slot::Done;
-            }
+            batch.outcomes.finished(decided);
         }
     }
 
