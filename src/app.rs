@@ -241,9 +241,7 @@ impl App {
         // query and send would hand over between threads (a fifth of the CPU of steady
         // traffic went to those wake-ups).
         let dispatcher = Arc::clone(&self.dispatcher);
-        if let Err(e) = tokio::spawn(async move { dispatcher.run().await }).await {
-            warn!(error = %e, "the dispatcher task ended badly");
-        }
+        let ran = tokio::spawn(async move { dispatcher.run().await }).await;
         background_stop.cancel();
         for task in background {
             if let Err(e) = task.await {
@@ -254,7 +252,8 @@ impl App {
         self.pool.close().await;
         self.surface_pool.close().await;
         self.health_pool.close().await;
-        Ok(())
+        // A dispatcher that died must not look like a clean stop to the supervisor.
+        ran.map_err(|e| anyhow::anyhow!("the dispatcher failed: {e}"))
     }
 }
 

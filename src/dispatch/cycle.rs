@@ -62,7 +62,7 @@ impl Dispatcher {
                     sent
                 }
                 (Ok(sent), Err(e)) => {
-                    self.hold(sent.rest);
+                    self.set_aside(sent);
                     return Err(e);
                 }
                 (Err(e), _) => return Err(e),
@@ -77,7 +77,11 @@ impl Dispatcher {
                     return Ok(Step::Batch(total));
                 }
                 Err(e) => {
-                    self.hold(sent.rest);
+                    // The claim failed; the batch just sent still gets its last outcomes
+                    // written, or held if the database is gone too.
+                    if let Err(also) = self.finish_batch(sent).await {
+                        debug!(error = %also, "the last outcomes of a batch are held");
+                    }
                     return Err(e);
                 }
             }
@@ -89,6 +93,15 @@ impl Dispatcher {
             NextBatch::Halt(step) if total.claimed == 0 => step,
             _ => Step::Batch(total),
         })
+    }
+
+    /// A sent batch whose last outcomes cannot be written now: held for the next claim, and
+    /// the circuit opened if it met an outage.
+    fn set_aside(&self, sent: SentBatch) {
+        if sent.outage {
+            self.breaker.open(&self.metrics);
+        }
+        self.hold(sent.rest);
     }
 
     /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
@@ -161,6 +174,9 @@ impl Dispatcher {
         {
             return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
         }
+        // The lease starts in the database during the claim; counting from before it
+        // errs on the safe side.
+        let lease_start = Instant::now();
         let claimed = store::claim(
             &self.pool,
             &ClaimRequest {
@@ -179,7 +195,7 @@ impl Dispatcher {
         } else {
             NextBatch::Leased(LeasedBatch {
                 claimed,
-                lease_start: Instant::now(),
+                lease_start,
             })
         })
     }

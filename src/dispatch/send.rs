@@ -162,16 +162,6 @@ impl Dispatcher {
             .settings
             .concurrency
             .clamp(1, batch.messages.len().max(1));
-        if tasks_wanted == 1 {
-            // One message (steady traffic claims them one by one), or one connection: sent
-            // here, sparing a task and the thread wake-ups that come with it.
-            tokio::select! {
-                biased;
-                () = self.shutdown.abort.cancelled() => {}
-                () = self.sender.send_each(batch) => {}
-            }
-            return;
-        }
         let mut tasks = JoinSet::new();
         for _ in 0..tasks_wanted {
             let (sender, batch) = (Arc::clone(&self.sender), Arc::clone(batch));

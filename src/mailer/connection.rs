@@ -33,7 +33,8 @@ pub(super) enum TransactionError {
     /// The server answered with an error, before or after the message, or the message
     /// cannot go to this server: it does not have it.
     Refused(SendError),
-    /// The connection failed before the message was handed over: nothing was delivered.
+    /// The connection failed before the server accepted MAIL: nothing was delivered, and
+    /// the server may be down (or a pooled connection went stale).
     Lost(lettre::transport::smtp::Error),
     /// The connection failed after the message was handed over, before the server said
     /// whether it took it: it may be delivered.
@@ -47,6 +48,9 @@ pub(super) struct Connection {
     /// The current transaction's message has been (or is being) written: a failure or a
     /// timeout from here on leaves its fate unknown.
     pub(super) message_handed_over: bool,
+    /// The server accepted the current transaction's MAIL: it is up and talking, so a
+    /// failure from here on is the message's own.
+    pub(super) mail_accepted: bool,
     /// The same socket, non-blocking, for [`Connection::closed_by_server`]; `None` where
     /// lettre opened the socket itself (`smtps://`).
     watch: Option<std::net::TcpStream>,
@@ -62,11 +66,10 @@ impl Connection {
         body: &[u8],
     ) -> Result<(), TransactionError> {
         self.message_handed_over = false;
-        let result = self.transaction(envelope, body).await;
-        if result.is_err() {
-            self.smtp.abort().await;
-        }
-        result
+        self.mail_accepted = false;
+        // After a failure the connection is dropped, not told QUIT: a server slow to answer
+        // it must not turn a refusal into a timeout.
+        self.transaction(envelope, body).await
     }
 
     async fn transaction(
@@ -75,10 +78,17 @@ impl Connection {
         body: &[u8],
     ) -> Result<(), TransactionError> {
         // A reply with a code is the server's answer; anything else (lettre reports the
-        // connection closing as an "incomplete response") is the connection failing.
-        let before_message = |e: lettre::transport::smtp::Error| {
+        // connection closing as an "incomplete response") is the connection failing: before
+        // the server accepted MAIL an outage (or a stale pooled connection), after it this
+        // message's own failure, which costs it an attempt so that it cannot loop forever.
+        let before_message = |e: lettre::transport::smtp::Error, mail_accepted: bool| {
             if e.status().is_some() || e.is_client() {
                 TransactionError::Refused(SendError::from_lettre(&e))
+            } else if mail_accepted {
+                TransactionError::Refused(SendError::Deferred {
+                    code: None,
+                    message: format!("the connection failed during the transaction: {e}"),
+                })
             } else {
                 TransactionError::Lost(e)
             }
@@ -101,17 +111,25 @@ impl Connection {
             }
             group.push_str(&Data.to_string());
             // The reply to MAIL, then one per RCPT, then DATA's 354.
-            self.smtp.command(&group).await.map_err(before_message)?;
+            let mail_reply = self.smtp.command(&group).await;
+            mail_reply.map_err(|e| before_message(e, false))?;
+            self.mail_accepted = true;
             for _ in envelope.to() {
-                self.smtp.read_response().await.map_err(before_message)?;
+                let reply = self.smtp.read_response().await;
+                reply.map_err(|e| before_message(e, true))?;
             }
-            self.smtp.read_response().await.map_err(before_message)?;
+            let reply = self.smtp.read_response().await;
+            reply.map_err(|e| before_message(e, true))?;
         } else {
-            self.smtp.command(mail).await.map_err(before_message)?;
+            let mail_reply = self.smtp.command(mail).await;
+            mail_reply.map_err(|e| before_message(e, false))?;
+            self.mail_accepted = true;
             for rcpt in recipients {
-                self.smtp.command(rcpt).await.map_err(before_message)?;
+                let reply = self.smtp.command(rcpt).await;
+                reply.map_err(|e| before_message(e, true))?;
             }
-            self.smtp.command(Data).await.map_err(before_message)?;
+            let reply = self.smtp.command(Data).await;
+            reply.map_err(|e| before_message(e, true))?;
         }
         // From here the server may end up with the whole message, whatever happens next.
         self.message_handed_over = true;
@@ -227,6 +245,7 @@ impl Connection {
             smtp,
             pipelining,
             message_handed_over: false,
+            mail_accepted: false,
             watch,
         })
     }
