@@ -270,23 +270,19 @@ impl BulkRequest {
             (_, Some(kind), ..) if kind.is_empty() => {
                 Err(ApiError::bad_request("kind must not be empty"))
             }
-            (_, Some(kind), ..) if check_text("kind", &kind).is_err() => Err(
-                ApiError::bad_request(check_text("kind", &kind).unwrap_err()),
-            ),
-            (_, _, Some(group), _)
-                if check_text("kind", &group.kind)
-                    .and(check_text("error_class", &group.error_class))
-                    .is_err() =>
-            {
-                Err(ApiError::bad_request(
-                    "group kind and error_class must be up to 200 characters without control characters",
-                ))
+            (_, Some(kind), ..) => {
+                check_text("kind", &kind).map_err(ApiError::bad_request)?;
+                Ok(Selection::Kind(kind))
             }
-            (_, Some(kind), ..) => Ok(Selection::Kind(kind)),
-            (_, _, Some(group), _) => Ok(Selection::Group {
-                kind: group.kind,
-                error_class: group.error_class,
-            }),
+            (_, _, Some(group), _) => {
+                check_text("kind", &group.kind)
+                    .and_then(|()| check_text("error_class", &group.error_class))
+                    .map_err(ApiError::bad_request)?;
+                Ok(Selection::Group {
+                    kind: group.kind,
+                    error_class: group.error_class,
+                })
+            }
             (.., Some(true)) => Ok(Selection::All),
             _ => Err(ApiError::bad_request("\"all\" must be true")),
         }
