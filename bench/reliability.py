@@ -4,7 +4,7 @@
 measured to RELIABILITY.md. Nothing here is typed in: every figure comes from a run.
 
     python3 bench/reliability.py                 # every scenario, full size; rewrites RELIABILITY.md
-    python3 bench/reliability.py kill lease      # some of them (prints, does not rewrite)
+    python3 bench/reliability.py kill lease      # some of them; rewrites their sections only
     python3 bench/reliability.py --small         # a quick run at a small size (prints)
 
 Scenarios:
@@ -13,6 +13,7 @@ Scenarios:
             greet and to answer, a connection reset after the body), two replicas, N rounds
   smtp      the SMTP server dies for a while under steady traffic, then comes back
   database  a private PostgreSQL cluster stops for 60 s under steady traffic, then restarts
+  longtx    a REPEATABLE READ transaction held open for 10 minutes under 200 messages/s
   memory    peak memory draining 500 000 pending messages
 Needs what bench/run.py needs, plus aiosmtpd (tests/requirements.txt) and initdb/pg_ctl.
 """
@@ -219,43 +220,11 @@ def scenario_smtp(args):
              f"{recovered:.1f}"]]
 
 
-@contextmanager
-def private_cluster():
-    """A PostgreSQL cluster of our own (default settings), on its own port and socket."""
-    bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
-    if not os.path.exists(os.path.join(bindir, "initdb")):
-        versions = sorted(os.listdir("/usr/lib/postgresql"))
-        bindir = f"/usr/lib/postgresql/{versions[-1]}/bin"
-    home = tempfile.mkdtemp(prefix="outboxd-cluster-")
-    os.chmod(home, 0o777)
-    data, port = os.path.join(home, "data"), bench.free_port()
-    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_postgres, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust"],
-                   check=True, capture_output=True)
-    options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1"
-
-    def start():
-        subprocess.run([*as_postgres, f"{bindir}/pg_ctl", "-D", data, "-o", options, "-l",
-                        os.path.join(home, "log"), "-w", "start"], check=True, capture_output=True)
-
-    def stop():
-        subprocess.run([*as_postgres, f"{bindir}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"],
-                       check=True, capture_output=True)
-
-    start()
-    try:
-        yield f"postgres://postgres@127.0.0.1:{port}/outboxd", start, stop
-    finally:
-        subprocess.run([*as_postgres, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(home, ignore_errors=True)
-
-
 def scenario_database(args):
     """A private cluster stops for 60 s while 50 messages a second are committed (inserts
     fail meanwhile, as the application's would); outboxd rides it out."""
     flags = ["--smtp-timeout", "2s", "--lease", "30s"]
-    with private_cluster() as (url, start_db, stop_db), smtp_server() as (port, spool, _, _):
+    with bench.private_cluster() as (url, start_db, stop_db), smtp_server() as (port, spool, _, _):
         subprocess.run([bench.BIN, "migrate", "--database-url", url], check=True, capture_output=True)
         proc = start_outboxd(url, port, flags, "r0")
         before = steady_inserts(url, "before", 50, time.time() + 10)
@@ -287,6 +256,14 @@ def scenario_memory(args):
     return [[f"{args.pending}", f"{rss:.1f}", f"{wall:.0f}"]]
 
 
+def scenario_longtx(args):
+    """The benchmark's long-transaction scenario: every message committed was sent, and
+    what a transaction held open does to claims and latency."""
+    args.rate, args.longtx_window = 200, 60 if not args.small else 10
+    _, header, rows = bench.measure_longtx(args)
+    return [header] + rows
+
+
 SCENARIOS = {
     "kill": ("kill -9 while draining (2 replicas, batch 50, 10 s leases)",
              ["messages", "kills", "lost", "duplicates", "duplicates per kill", "wall s"], scenario_kill),
@@ -299,6 +276,8 @@ SCENARIOS = {
     "database": ("Database stopped under 50 messages a second (private cluster, default settings)",
                  ["outage s", "messages", "lost", "duplicates", "drained s after it came back"],
                  scenario_database),
+    "longtx": ("A REPEATABLE READ transaction held open under 200 messages a second (private cluster, "
+               "default settings, autovacuum on); minute 0 is before it opens", None, scenario_longtx),
     "memory": ("Memory draining a backlog (batch 400, 16 connections, smtp-sink)",
                ["pending", "peak RSS MiB", "wall s"], scenario_memory),
 }
@@ -315,24 +294,43 @@ def main():
     args.outage = 5 if args.small else 30
     args.db_outage = 5 if args.small else 60
     args.pending = 20_000 if args.small else 500_000
+    args.longtx = 30 if args.small else 600
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
-    out = [f"## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n"]
+    sections = {}
     for name in args.scenarios:
         title, header, scenario = SCENARIOS[name]
         log(f"== {name}")
         rows = scenario(args)
-        out.append(f"### {title}\n")
-        out.append("| " + " | ".join(header) + " |")
-        out.append("|" + "---|" * len(header))
-        out.extend("| " + " | ".join(row) + " |" for row in rows)
-        out.append("")
-    text = "\n".join(out)
-    print(text)
-    if set(args.scenarios) == set(SCENARIOS) and not args.small:
-        with open(os.path.join(ROOT, "RELIABILITY.md"), "w") as f:
-            f.write(HEADER + text)
-        log("wrote RELIABILITY.md")
+        if header is None:
+            header, rows = rows[0], rows[1:]
+        sections[name] = "\n".join([
+            f"<!-- scenario: {name} -->",
+            f"### {title}\n",
+            f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows),
+            "",
+        ])
+        print(sections[name], flush=True)
+    if not args.small:
+        write_sections(sections)
+
+
+def write_sections(sections):
+    """Rewrites the sections of the scenarios that ran, keeping the others as they were."""
+    path = os.path.join(ROOT, "RELIABILITY.md")
+    kept = {}
+    if os.path.exists(path):
+        text = open(path).read()
+        for part in text.split("<!-- scenario: ")[1:]:
+            name, body = part.split(" -->", 1)
+            kept[name] = f"<!-- scenario: {name} -->{body}".rstrip() + "\n"
+    kept.update(sections)
+    with open(path, "w") as f:
+        f.write(HEADER + "\n".join(kept[name] for name in SCENARIOS if name in kept))
+    log(f"wrote {', '.join(sections)} in RELIABILITY.md")
 
 
 HEADER = """# Reliability

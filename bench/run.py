@@ -7,7 +7,7 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
-Scenarios: drain, latency, idle, bigtable, replicas, baseline. Needs: cargo, psql,
+Scenarios: drain, latency, longtx, idle, bigtable, replicas, baseline. Needs: cargo, psql,
 PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's `postfix`), and
 psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
 it afterwards. Nothing here asserts a time: it measures and prints.
@@ -16,6 +16,7 @@ it afterwards. Nothing here asserts a time: it measures and prints.
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -335,6 +336,117 @@ def scenario_latency(args):
             f"{1000 * cpu / n:.3f}"]])
 
 
+@contextmanager
+def private_cluster(*settings):
+    """A PostgreSQL cluster of our own (default settings, autovacuum on, unlike the CI
+    server), on its own port and socket; `settings` are extra `-c name=value` options."""
+    bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+    if not os.path.exists(os.path.join(bindir, "initdb")):
+        versions = sorted(os.listdir("/usr/lib/postgresql"))
+        bindir = f"/usr/lib/postgresql/{versions[-1]}/bin"
+    home = tempfile.mkdtemp(prefix="outboxd-cluster-")
+    os.chmod(home, 0o777)
+    data, port = os.path.join(home, "data"), free_port()
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run([*as_postgres, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust"],
+                   check=True, capture_output=True)
+    options = " ".join([f"-p {port} -k {home} -c listen_addresses=127.0.0.1", *(f"-c {s}" for s in settings)])
+
+    def start():
+        subprocess.run([*as_postgres, f"{bindir}/pg_ctl", "-D", data, "-o", options, "-l",
+                        os.path.join(home, "log"), "-w", "start"], check=True, capture_output=True)
+
+    def stop():
+        subprocess.run([*as_postgres, f"{bindir}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"],
+                       check=True, capture_output=True)
+
+    start()
+    try:
+        yield f"postgres://postgres@127.0.0.1:{port}/outboxd", start, stop
+    finally:
+        subprocess.run([*as_postgres, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+CLAIM_STATS = """
+    SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8,
+           coalesce(max(max_exec_time), 0)::float8,
+           coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint
+    FROM pg_stat_statements WHERE query LIKE %s"""
+
+
+def statement_stats(conn, pattern):
+    """(calls, total ms, max ms, buffers) of the statements like `pattern` since the last reset."""
+    return conn.execute(CLAIM_STATS, (pattern,)).fetchone()
+
+
+def scenario_longtx(args):
+    table(*measure_longtx(args))
+
+
+def measure_longtx(args):
+    """A REPEATABLE READ transaction, with its snapshot taken, is held open while messages
+    are committed one per transaction at --rate/s, on a private cluster with default
+    settings (autovacuum on). Minute 0 runs before the transaction opens. Per minute: the
+    claim's cost from pg_stat_statements (reset each minute), insert-to-send latency, the
+    dead tuples vacuum could not remove, and the sampler's cost."""
+    import psycopg
+    window = args.longtx_window
+    with private_cluster("shared_preload_libraries=pg_stat_statements") as (url, _, _), smtp_sink() as port:
+        subprocess.run([BIN, "migrate", "--database-url", url], check=True, capture_output=True)
+        psql(url, "CREATE EXTENSION pg_stat_statements")
+        proc = Outboxd(url, port, *TUNED)
+        committed, rows, n = [], [], 0
+        with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url, autocommit=True) as stats, \
+                psycopg.connect(url) as holder:
+            stats.execute("SELECT pg_stat_statements_reset()")
+            start = time.time()
+            windows = 1 + args.longtx // window
+            for w in range(windows):
+                if w == 1:
+                    holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                    holder.execute("SELECT count(*) FROM outbox_messages")  # takes the snapshot
+                window_end = start + (w + 1) * window
+                while time.time() < window_end:
+                    due = start + n / args.rate
+                    if due > time.time():
+                        time.sleep(due - time.time())
+                    row = conn.execute(
+                        "INSERT INTO outbox_messages (kind, payload) VALUES ('account_verification', "
+                        "jsonb_build_object('to', 'u' || %s || '@example.com', 'name', 'U', 'verify_url', 'https://x/v')) "
+                        "RETURNING id", (n,)).fetchone()
+                    committed.append((row[0], time.time(), w))
+                    n += 1
+                claims = statement_stats(stats, "WITH due AS%")
+                sampler = statement_stats(stats, "%AS oldest_ready_age%")
+                dead = stats.execute("SELECT n_dead_tup FROM pg_stat_user_tables "
+                                     "WHERE relname = 'outbox_messages'").fetchone()[0]
+                stats.execute("SELECT pg_stat_statements_reset()")
+                rows.append({"window": w, "claims": claims, "sampler": sampler, "dead": dead})
+            holder.rollback()
+        wait_drained(url, n)
+        proc.stop()
+        sent = dict(tuple(line.split("|")) for line in psql(
+            url, "SELECT id, extract(epoch FROM dispatched_at) FROM outbox_messages").splitlines())
+    by_window = {}
+    for message_id, at, w in committed:
+        by_window.setdefault(w, []).append(1000 * (float(sent[str(message_id)]) - at))
+    table_rows = []
+    for r in rows:
+        calls, total, peak, buffers = r["claims"]
+        s_calls, s_total, _, _ = r["sampler"]
+        q = statistics.quantiles(sorted(by_window[r["window"]]), n=100)
+        table_rows.append([
+            "none" if r["window"] == 0 else f"{r['window'] * window / 60:g}",
+            f"{calls}", f"{total / max(calls, 1):.3f}", f"{peak:.1f}", f"{buffers / max(calls, 1):.0f}",
+            f"{q[49]:.1f}", f"{q[98]:.1f}", f"{r['dead']}", f"{s_total / max(s_calls, 1):.1f}"])
+    return (f"Long transaction: {n} messages at {args.rate}/s, a REPEATABLE READ transaction open for "
+            f"{args.longtx} s after the first {window} s; private cluster, default settings (autovacuum on)",
+            ["minutes open", "claims", "claim mean ms", "claim max ms", "buffers/claim", "p50 ms", "p99 ms",
+             "dead tuples", "sampler ms"], table_rows)
+
+
 def server_log():
     """PostgreSQL's log file, where `log_statement` writes (Debian's clusters log there)."""
     path = psql(ADMIN_URL, "SELECT coalesce(pg_current_logfile(), '')")
@@ -481,13 +593,15 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "latency", "idle", "bigtable", "replicas", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "latency", "longtx", "idle", "bigtable", "replicas", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--idle", type=int, default=60)
+    parser.add_argument("--longtx", type=int, default=600, help="seconds the long transaction stays open")
+    parser.add_argument("--longtx-window", type=int, default=60, help="seconds per row of the longtx table")
     parser.add_argument("--repeat", type=int, default=3, help="drain runs (the median is reported)")
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
@@ -516,6 +630,8 @@ def main():
             scenario_bigtable(args, drain_result)
         elif name == "replicas":
             scenario_replicas(args)
+        elif name == "longtx":
+            scenario_longtx(args)
         elif name == "baseline":
             scenario_baseline(args, drain_result)
         else:

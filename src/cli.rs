@@ -134,6 +134,16 @@ pub struct EnqueueArgs {
     /// Do not send before this time (RFC 3339, e.g. 2026-12-01T09:00:00Z).
     #[arg(long)]
     pub not_before: Option<DateTime<Utc>>,
+    /// Higher is sent first among due messages (0 to 10000; a point is a minute of waiting).
+    #[arg(long, default_value_t = 0)]
+    pub priority: i16,
+    /// Never send after this time (RFC 3339); the message ends as expired.
+    #[arg(long)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// A key for this email: enqueueing it again prints the first message's id and inserts
+    /// nothing.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
 }
 
 /// Parses the command line, runs the command, and turns any error into one line on
@@ -199,6 +209,9 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
                 kind: args.kind,
                 payload,
                 not_before: args.not_before,
+                priority: args.priority,
+                expires_at: args.expires_at,
+                idempotency_key: args.idempotency_key,
             };
             message.validate()?;
             let pool = app::connect_checked(&database).await?;

@@ -14,7 +14,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::PgConnectOptions;
 
 use crate::background::retention::Retention;
-use crate::dispatch::DispatchSettings;
+use crate::dispatch::{DispatchSettings, ExpireAfter, RateLimit};
 use crate::mailer::SmtpSettings;
 use crate::message::RetryPolicy;
 use crate::render::RenderLimits;
@@ -52,10 +52,17 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration_up_to::<HOUR>)]
     pub poll_interval: Duration,
 
-    /// Messages claimed per batch; a drain goes on while batches come back full.
+    /// Messages claimed per batch at first; a drain goes on while batches come back full,
+    /// doubling the claim up to --max-batch-size, and a short batch brings it back.
     #[arg(long, env = "OUTBOXD_BATCH_SIZE", default_value_t = 25,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
+
+    /// The most messages one claim takes while a backlog drains (at least --batch-size).
+    /// Peak memory grows with twice this times the largest message.
+    #[arg(long, env = "OUTBOXD_MAX_BATCH_SIZE", default_value_t = 400,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_batch_size: u32,
 
     /// Attempts (including the first) before a message is dead-lettered.
     #[arg(long, env = "OUTBOXD_MAX_ATTEMPTS", default_value_t = 5,
@@ -92,6 +99,17 @@ pub struct RunArgs {
     /// Sender address, e.g. "Acme <no-reply@acme.example>". Required with --smtp-url.
     #[arg(long, env = "OUTBOXD_FROM")]
     pub from: Option<String>,
+
+    /// The most messages all replicas on this table send together, per second, minute or
+    /// hour (14/s, 600/m, 50000/h). Unset: no limit. Throttling replies slow it down.
+    #[arg(long, env = "OUTBOXD_RATE_LIMIT", value_parser = RateLimit::parse)]
+    pub rate_limit: Option<RateLimit>,
+
+    /// Default lifetimes per kind, from when a message was created, for messages without
+    /// their own expires_at: account_verification=24h,workspace_invite=7d. A message not
+    /// sent in time ends as expired (not a dead letter).
+    #[arg(long, env = "OUTBOXD_EXPIRE_AFTER", value_parser = ExpireAfter::parse)]
+    pub expire_after: Option<ExpireAfter>,
 
     /// SMTP connections, and so sends in flight at once.
     #[arg(long, env = "OUTBOXD_SMTP_CONCURRENCY", default_value_t = 4,
@@ -398,6 +416,7 @@ impl RunArgs {
         };
         Ok(DispatchSettings {
             batch_size: self.batch_size,
+            max_batch_size: self.max_batch_size.max(self.batch_size),
             retry: RetryPolicy {
                 max_attempts: self.max_attempts,
                 base: self.retry_backoff,
@@ -409,6 +428,8 @@ impl RunArgs {
             send_timeout: self.smtp_timeout,
             worker_id,
             max_payload_bytes: self.max_message_bytes,
+            rate_limit: self.rate_limit,
+            expire_after: self.expire_after.clone().unwrap_or_default(),
         })
     }
 }

@@ -20,7 +20,19 @@ pub struct NewMessage {
     pub payload: Value,
     /// Do not send before this time; `None` means as soon as the transaction commits.
     pub not_before: Option<DateTime<Utc>>,
+    /// Higher is sent first among due messages; a point is worth a minute of waiting.
+    pub priority: i16,
+    /// Never send after this time: the message ends as expired.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The producer's key for this email: enqueueing the same key again returns the first
+    /// message's id and inserts nothing.
+    pub idempotency_key: Option<String>,
 }
+
+/// The highest priority the table accepts.
+pub const MAX_PRIORITY: i16 = 10_000;
+/// The longest idempotency key the table accepts, in characters.
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 200;
 
 impl NewMessage {
     pub fn new(kind: impl Into<String>, payload: Value) -> Self {
@@ -28,6 +40,9 @@ impl NewMessage {
             kind: kind.into(),
             payload,
             not_before: None,
+            priority: 0,
+            expires_at: None,
+            idempotency_key: None,
         }
     }
 
@@ -36,6 +51,14 @@ impl NewMessage {
         validate_kind(&self.kind)?;
         if !self.payload.is_object() {
             return Err(InvalidMessage::PayloadNotObject);
+        }
+        if !(0..=MAX_PRIORITY).contains(&self.priority) {
+            return Err(InvalidMessage::Priority(self.priority));
+        }
+        if let Some(key) = &self.idempotency_key
+            && !(1..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&key.chars().count())
+        {
+            return Err(InvalidMessage::IdempotencyKey);
         }
         Ok(())
     }
@@ -50,6 +73,10 @@ pub enum InvalidMessage {
     Kind(String),
     #[error("payload must be a JSON object")]
     PayloadNotObject,
+    #[error("priority must be between 0 and {MAX_PRIORITY}, got {0}")]
+    Priority(i16),
+    #[error("an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")]
+    IdempotencyKey,
 }
 
 /// Kind names double as template directory names, so they are kept to a safe alphabet.
@@ -85,6 +112,10 @@ pub struct ClaimedMessage {
     pub reclaimed: bool,
     /// When the message fell due: the later of `created_at` and `not_before`.
     pub due_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    /// The producer's deadline, if it set one.
+    pub expires_at: Option<DateTime<Utc>>,
+    pub priority: i16,
 }
 
 /// A claimed row's payload, as the text PostgreSQL sent, or nothing where the text was
@@ -126,6 +157,9 @@ impl ClaimedMessage {
 pub struct ClaimedBatch {
     pub token: uuid::Uuid,
     pub claimed_at: DateTime<Utc>,
+    /// The lowest `next_attempt_at` among the rows claimed, before the claim: no row due
+    /// below it was left behind, so the next claim can scan from there.
+    pub lowest_due: Option<DateTime<Utc>>,
     /// Shared with the tasks that send them, without copying payloads.
     pub messages: std::sync::Arc<[ClaimedMessage]>,
 }
@@ -209,6 +243,9 @@ pub enum Outcome {
         reason: ReleaseReason,
         error: Option<String>,
     },
+    /// Not sent because its `expires_at` (or its kind's `OUTBOXD_EXPIRE_AFTER`) passed:
+    /// it ends with `end_reason = 'expired'`, not as a dead letter.
+    Expired,
 }
 
 /// Why a claimed message was given back unsent: the `reason` label of
@@ -221,13 +258,16 @@ pub enum ReleaseReason {
     Abandoned,
     /// No message of the batch reached the SMTP server: an outage, not this message's fault.
     SmtpUnavailable,
+    /// The relay said it is throttling us: the pace is at fault, not the message.
+    Throttled,
 }
 
 impl ReleaseReason {
-    pub const ALL: [ReleaseReason; 3] = [
+    pub const ALL: [ReleaseReason; 4] = [
         ReleaseReason::NotStarted,
         ReleaseReason::Abandoned,
         ReleaseReason::SmtpUnavailable,
+        ReleaseReason::Throttled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -235,6 +275,7 @@ impl ReleaseReason {
             ReleaseReason::NotStarted => "not_started",
             ReleaseReason::Abandoned => "abandoned",
             ReleaseReason::SmtpUnavailable => "smtp_unavailable",
+            ReleaseReason::Throttled => "throttled",
         }
     }
 }
@@ -263,12 +304,13 @@ impl Outcome {
             Outcome::Retry { .. } => "retry",
             Outcome::DeadLetter { .. } => "dead",
             Outcome::Release { .. } => "release",
+            Outcome::Expired => "expired",
         }
     }
 
     pub fn error(&self) -> Option<&str> {
         match self {
-            Outcome::Sent { .. } => None,
+            Outcome::Sent { .. } | Outcome::Expired => None,
             Outcome::Retry { error, .. } | Outcome::DeadLetter { error, .. } => Some(error),
             Outcome::Release { error, .. } => error.as_deref(),
         }
@@ -284,6 +326,10 @@ impl Outcome {
                 reason: ReleaseReason::SmtpUnavailable,
                 ..
             } => Some("unreachable"),
+            Outcome::Release {
+                reason: ReleaseReason::Throttled,
+                ..
+            } => Some("throttled"),
             _ => None,
         }
     }

@@ -88,6 +88,7 @@ pub fn stats_table(stats: &Stats) -> String {
                 k.in_flight.to_string(),
                 k.dead_letters.to_string(),
                 k.sent_last_hour.to_string(),
+                k.expired_last_hour.to_string(),
             ]
         })
         .collect();
@@ -98,6 +99,7 @@ pub fn stats_table(stats: &Stats) -> String {
         stats.in_flight.to_string(),
         stats.dead_letters.to_string(),
         stats.sent_last_hour.to_string(),
+        stats.expired_last_hour.to_string(),
     ]);
     let mut out = table(
         &[
@@ -107,6 +109,7 @@ pub fn stats_table(stats: &Stats) -> String {
             "IN-FLIGHT",
             "DEAD LETTERS",
             "SENT LAST HOUR",
+            "EXPIRED LAST HOUR",
         ],
         &rows,
     );

@@ -23,6 +23,9 @@ const RECORD_LINGER: Duration = Duration::from_millis(20);
 pub(super) struct LeasedBatch {
     pub claimed: ClaimedBatch,
     pub lease_start: Instant,
+    /// The most rows the claim asked for: the batch size, or fewer under a rate limit.
+    /// A batch this full means more may be due.
+    pub requested: u32,
 }
 
 /// One message's outcome, decided when its send ended and waiting to be written.
@@ -181,6 +184,8 @@ pub struct BatchReport {
     pub retried: usize,
     pub dead_lettered: usize,
     pub released: usize,
+    /// Messages past their expiry, ended unsent.
+    pub expired: usize,
     /// Outcomes not recorded because another claimer took the rows over.
     pub lost: usize,
     /// Rows whose previous claimer's lease ran out without an outcome.
@@ -194,6 +199,7 @@ impl BatchReport {
         self.retried += other.retried;
         self.dead_lettered += other.dead_lettered;
         self.released += other.released;
+        self.expired += other.expired;
         self.lost += other.lost;
         self.reclaimed += other.reclaimed;
     }

@@ -2,11 +2,14 @@
 //! shutdown; [`Dispatcher::drain`] claims batches while they come back full;
 //! [`Dispatcher::dispatch_once`] claims, sends and records one batch, for tests to drive.
 
+use std::sync::atomic::Ordering;
+
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info};
 
 use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
+use super::pace::Allowance;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
 use crate::store::{self, ClaimRequest};
@@ -37,7 +40,7 @@ impl Dispatcher {
         let mut next = self.claim_next(None).await?;
         while let NextBatch::Leased(leased) = next {
             due_by = due_by.or(Some(leased.claimed.claimed_at));
-            let full = leased.claimed.messages.len() >= self.settings.batch_size as usize;
+            let full = leased.claimed.messages.len() >= leased.requested as usize;
             let (sent, finished, following) = tokio::join!(
                 self.send_batch(leased),
                 async {
@@ -118,7 +121,7 @@ impl Dispatcher {
             "dispatcher started"
         );
         while !self.shutdown.stop.is_cancelled() {
-            wakeups.listen().await;
+            wakeups.listen(&self.floor).await;
             let (wait, notified) = match self.drain().await {
                 Ok(Step::Stopped) => break,
                 Ok(Step::CircuitOpen { retry_in }) => (retry_in, false),
@@ -127,7 +130,11 @@ impl Dispatcher {
                     if report.claimed > 0 {
                         debug!(?report, "drained");
                     }
-                    (self.settings.poll_interval, true)
+                    // Paced: come back when the next message may go, not at the next poll.
+                    match self.pace.resume_in() {
+                        Some(resume_in) => (resume_in, false),
+                        None => (self.settings.poll_interval, true),
+                    }
                 }
                 Err(e) => {
                     let DispatchError::Database { operation, .. } = &e;
@@ -146,7 +153,10 @@ impl Dispatcher {
             // reads keeps beating through SMTP and database outages.
             self.metrics.cycle_completed();
             let wait = wait.min(self.settings.poll_interval);
-            if wakeups.wait(wait, notified, &self.shutdown.stop).await == Woken::Stopped {
+            let woken = wakeups
+                .wait(wait, notified, &self.shutdown.stop, &self.floor)
+                .await;
+            if woken == Woken::Stopped {
                 break;
             }
         }
@@ -158,6 +168,21 @@ impl Dispatcher {
             );
         }
         info!("dispatcher stopped");
+    }
+
+    /// Doubles the claim after a full batch, up to the most allowed, so that a backlog
+    /// drains in large batches with default options; a short batch means the backlog is
+    /// gone, and the claim starts small again (low latency, little held per claim).
+    fn adapt_claim_size(&self, full: bool) {
+        let size = if full {
+            self.claim_size
+                .load(Ordering::Relaxed)
+                .saturating_mul(2)
+                .min(self.settings.max_batch_size)
+        } else {
+            self.settings.batch_size
+        };
+        self.claim_size.store(size, Ordering::Relaxed);
     }
 
     /// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes
@@ -174,28 +199,52 @@ impl Dispatcher {
         {
             return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
         }
+        let requested = match self
+            .pace
+            .allowance(
+                &self.pool,
+                self.claim_size.load(Ordering::Relaxed),
+                &self.metrics,
+            )
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Claim))?
+        {
+            Allowance::Take(rows) => rows,
+            Allowance::Wait(_) => return Ok(NextBatch::Empty),
+        };
         // The lease starts in the database during the claim; counting from before it
         // errs on the safe side.
         let lease_start = Instant::now();
+        let scan = self.floor.start();
         let claimed = store::claim(
             &self.pool,
             &ClaimRequest {
-                limit: i64::from(self.settings.batch_size),
+                limit: i64::from(requested),
                 lease: self.settings.lease,
                 worker_id: &self.settings.worker_id,
                 due_by,
                 max_payload_bytes: i64::try_from(self.settings.max_payload_bytes)
                     .unwrap_or(i64::MAX),
+                floor: scan.floor,
             },
         )
         .await
         .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+        self.floor.claimed(scan, claimed.lowest_due);
+        let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
+        self.adapt_claim_size(taken >= requested);
+        let unused = requested.saturating_sub(taken);
+        self.pace
+            .unused(&self.pool, unused)
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
         Ok(if claimed.messages.is_empty() {
             NextBatch::Empty
         } else {
             NextBatch::Leased(LeasedBatch {
                 claimed,
                 lease_start,
+                requested,
             })
         })
     }

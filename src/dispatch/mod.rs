@@ -10,15 +10,22 @@
 //! - [`record`]: the one place outcomes are written (as they come), logged and counted,
 //!   and held across a database failure;
 //! - [`breaker`]: the SMTP circuit breaker;
-//! - [`wake`]: what ends a wait: LISTEN/NOTIFY, the poll interval, back-off.
+//! - [`wake`]: what ends a wait: LISTEN/NOTIFY, the poll interval, back-off;
+//! - [`pace`]: the send-rate limit replicas share, and throttling;
+//! - [`floor`]: where a claim starts scanning, so that a transaction left open elsewhere
+//!   does not make claims walk every row sent since it began.
 
 mod batch;
 mod breaker;
 mod cycle;
+mod expiry;
+mod floor;
+mod pace;
 mod record;
 mod send;
 mod wake;
 
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,13 +40,19 @@ use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 pub use batch::BatchReport;
 use batch::Unrecorded;
 use breaker::CircuitBreaker;
+pub use expiry::ExpireAfter;
+use floor::ClaimFloor;
+use pace::Pace;
+pub use pace::RateLimit;
 use send::MessageSender;
 
 /// How the dispatcher behaves; validated by the configuration before it is built.
 #[derive(Debug, Clone)]
 pub struct DispatchSettings {
-    /// Rows claimed per batch; a drain continues while batches come back full.
+    /// Rows claimed per batch at first; a drain continues while batches come back full,
+    /// doubling the claim up to `max_batch_size`.
     pub batch_size: u32,
+    pub max_batch_size: u32,
     pub retry: RetryPolicy,
     /// How long a claim is this dispatcher's; after it, another may take the rows.
     pub lease: Duration,
@@ -53,6 +66,10 @@ pub struct DispatchSettings {
     pub worker_id: String,
     /// Payloads longer than this are left in the database and dead-lettered.
     pub max_payload_bytes: usize,
+    /// Messages per second that all replicas on the table send together; `None`: no limit.
+    pub rate_limit: Option<RateLimit>,
+    /// Default lifetimes per kind, for messages without their own `expires_at`.
+    pub expire_after: ExpireAfter,
 }
 
 /// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on
@@ -100,6 +117,11 @@ pub struct Dispatcher {
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
     breaker: CircuitBreaker,
+    floor: ClaimFloor,
+    pace: Arc<Pace>,
+    /// The claim size now: grows while batches come back full, back to `batch_size` after
+    /// a short one.
+    claim_size: AtomicU32,
     /// Outcomes the database did not take (it was down or the connection dropped). They
     /// are recorded before anything else is claimed, so a database blip does not make
     /// their messages go out again when their lease ends.
@@ -115,12 +137,16 @@ impl Dispatcher {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let pace = Arc::new(Pace::new(settings.rate_limit));
+        let batch_size = settings.batch_size;
         let sender = Arc::new(MessageSender {
             renderer,
             mailer: Arc::clone(&mailer),
             metrics: Arc::clone(&metrics),
             retry: settings.retry.clone(),
             stop: shutdown.stop.clone(),
+            pace: Arc::clone(&pace),
+            expire_after: settings.expire_after.clone(),
         });
         Self {
             pool,
@@ -130,6 +156,9 @@ impl Dispatcher {
             shutdown,
             metrics,
             breaker: CircuitBreaker::default(),
+            floor: ClaimFloor::new(),
+            pace,
+            claim_size: AtomicU32::new(batch_size),
             unrecorded: Mutex::new(Vec::new()),
         }
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use chrono::{DateTime, Utc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +13,8 @@ use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
+use super::expiry::ExpireAfter;
+use super::pace::Pace;
 use super::{DispatchError, Dispatcher};
 use crate::mailer::{Mailer, SendError};
 use crate::message::{
@@ -31,6 +34,8 @@ pub(super) enum AttemptResult {
     /// Not started: shutting down, or too close to the end of the lease. (A send given up
     /// at the shutdown bound never comes back: its slot says it was abandoned.)
     NotStarted,
+    /// Not started: past its expiry when claimed.
+    Expired,
 }
 
 /// What the send tasks share: everything one message's render, send and outcome need.
@@ -40,6 +45,8 @@ pub(super) struct MessageSender {
     pub metrics: Arc<Metrics>,
     pub retry: RetryPolicy,
     pub stop: CancellationToken,
+    pub pace: Arc<Pace>,
+    pub expire_after: ExpireAfter,
 }
 
 /// One batch being sent, shared by its send tasks.
@@ -49,6 +56,8 @@ struct InFlight {
     outcomes: OutcomeQueue,
     lease_start: Instant,
     start_deadline: Instant,
+    /// The database's clock at the claim: expiry is judged against it.
+    claimed_at: DateTime<Utc>,
     /// Some send reached the server, or some found it unreachable: together they tell an
     /// outage (every send unreachable) from a message's own failure.
     reached: AtomicBool,
@@ -64,6 +73,7 @@ impl Dispatcher {
         let LeasedBatch {
             claimed,
             lease_start,
+            ..
         } = leased;
         let span = self.batch_span(&claimed);
         let batch = Arc::new(self.in_flight(&claimed, lease_start));
@@ -98,6 +108,7 @@ impl Dispatcher {
             outcomes: OutcomeQueue::new(claimed.messages.len()),
             lease_start,
             start_deadline,
+            claimed_at: claimed.claimed_at,
             reached: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
         }
@@ -200,6 +211,10 @@ fn outcome_of(message: &ClaimedMessage, attempt: AttemptResult, retry: &RetryPol
             reason: ReleaseReason::SmtpUnavailable,
             error: Some(e.to_string()),
         },
+        AttemptResult::SendFailed(e) if e.is_throttling() => Outcome::Release {
+            reason: ReleaseReason::Throttled,
+            error: Some(e.to_string()),
+        },
         AttemptResult::SendFailed(e) => match e.failure_type() {
             FailureType::Permanent => Outcome::DeadLetter {
                 error: e.to_string(),
@@ -217,6 +232,7 @@ fn outcome_of(message: &ClaimedMessage, attempt: AttemptResult, retry: &RetryPol
             }
         },
         AttemptResult::NotStarted => Outcome::not_started(),
+        AttemptResult::Expired => Outcome::Expired,
     }
 }
 
@@ -230,7 +246,11 @@ impl MessageSender {
                 return;
             };
             batch.outcomes.started(index);
-            let attempt = self.render_and_send(message, batch.start_deadline).await;
+            let attempt = if self.expire_after.expired(message, batch.claimed_at) {
+                AttemptResult::Expired
+            } else {
+                self.render_and_send(message, batch.start_deadline).await
+            };
             match &attempt {
                 AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
                 AttemptResult::SendFailed(e) if e.reached_server() => {
@@ -239,9 +259,19 @@ impl MessageSender {
                 AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
                 _ => {}
             }
+            let outcome = outcome_of(message, attempt, &self.retry);
+            if matches!(
+                outcome,
+                Outcome::Release {
+                    reason: ReleaseReason::Throttled,
+                    ..
+                }
+            ) {
+                self.pace.throttled();
+            }
             let decided = Decided {
                 index,
-                outcome: outcome_of(message, attempt, &self.retry),
+                outcome,
                 after: batch.lease_start.elapsed(),
             };
             batch.outcomes.finished(decided);

@@ -9,6 +9,7 @@ use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::floor::{ClaimFloor, Heard};
 use crate::message::RetryPolicy;
 use crate::store;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
@@ -47,12 +48,15 @@ impl Wakeups {
 
     /// Listens, if not listening yet. Call before looking for due rows, so that nothing
     /// committed meanwhile goes unnoticed; when it fails, the poll interval stands in.
-    pub async fn listen(&mut self) {
+    pub async fn listen(&mut self, floor: &ClaimFloor) {
         if self.listener.is_some() {
             return;
         }
         match store::listen(&self.pool).await {
-            Ok(listener) => self.listener = Some(listener),
+            Ok(listener) => {
+                self.listener = Some(listener);
+                floor.listening(true);
+            }
             Err(e) => {
                 self.metrics.database_error(DatabaseOperation::Listen);
                 warn!(error = %e, "cannot LISTEN for new messages; polling meanwhile");
@@ -60,21 +64,27 @@ impl Wakeups {
         }
     }
 
-    /// Waits for `wait`, for shutdown, or, when `notified` is set, for a notification.
+    /// Waits for `wait`, for shutdown, or, when `notified` is set, for a notification,
+    /// which may lower the claim's floor.
     pub async fn wait(
         &mut self,
         wait: Duration,
         notified: bool,
         stop: &CancellationToken,
+        floor: &ClaimFloor,
     ) -> Woken {
         tokio::select! {
             biased;
             () = stop.cancelled() => return Woken::Stopped,
-            woke = next_notification(&mut self.listener), if notified && self.listener.is_some() => {
-                if let Err(e) = woke {
-                    self.metrics.database_error(DatabaseOperation::Listen);
-                    warn!(error = %e, "lost the LISTEN connection; reconnecting");
-                    self.listener = None;
+            woke = next_notifications(&mut self.listener), if notified && self.listener.is_some() => {
+                match woke {
+                    Ok(heard) => floor.heard(heard),
+                    Err(e) => {
+                        self.metrics.database_error(DatabaseOperation::Listen);
+                        warn!(error = %e, "lost the LISTEN connection; reconnecting");
+                        self.listener = None;
+                        floor.listening(false);
+                    }
                 }
             }
             () = tokio::time::sleep(wait) => {}
@@ -83,15 +93,23 @@ impl Wakeups {
     }
 }
 
-/// Waits for a notification, then swallows any others already buffered: one drain
-/// serves them all.
-async fn next_notification(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
+/// Waits for a notification, then takes any others already buffered: one drain serves
+/// them all.
+async fn next_notifications(listener: &mut Option<PgListener>) -> Result<Heard, sqlx::Error> {
     let Some(listener) = listener.as_mut() else {
         return std::future::pending().await;
     };
-    // `None` means the connection dropped and notifications may have been missed: wake.
-    if listener.try_recv().await?.is_some() {
-        while listener.next_buffered().is_some() {}
+    let mut heard = Heard::default();
+    match listener.try_recv().await? {
+        Some(first) => {
+            heard.payload(first.payload());
+            while let Some(next) = listener.next_buffered() {
+                heard.payload(next.payload());
+            }
+        }
+        // The connection dropped (sqlx reconnects it) and notifications may have been
+        // missed.
+        None => heard.unknown = true,
     }
-    Ok(())
+    Ok(heard)
 }

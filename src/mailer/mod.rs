@@ -62,6 +62,28 @@ impl SendError {
         }
     }
 
+    /// Whether the relay said it is throttling us: a `421`, `450`, `451`, `452` or `454`
+    /// with enhanced status `4.7.x`, or any 4xx reply that speaks of rate or throttling
+    /// (Amazon SES's `454 Throttling failure`, Gmail's `421 4.7.0 ... rate`), unless it says
+    /// greylisting. Not the message's failure: it is released without an attempt and the
+    /// pace is cut.
+    pub fn is_throttling(&self) -> bool {
+        let SendError::Deferred { code, message } = self else {
+            return false;
+        };
+        let code = code.as_deref().unwrap_or_default();
+        let policy_code = matches!(code, "421" | "450" | "451" | "452" | "454");
+        let text = message.to_ascii_lowercase();
+        let words = || text.split(|c: char| !c.is_ascii_alphanumeric() && c != '.');
+        let policy_status = words().any(|w| w.starts_with("4.7."));
+        let speaks_of_rate = words().any(|w| {
+            w == "rate" || w == "ratelimit" || w == "ratelimited" || w.starts_with("throttl")
+        });
+        // Greylisting (often 451 4.7.1) wants the message again later, not a slower pace.
+        let greylisted = text.contains("greylist") || text.contains("graylist");
+        !greylisted && ((policy_code && policy_status) || (code.starts_with('4') && speaks_of_rate))
+    }
+
     /// Whether the server answered or took the message, which tells a message's own
     /// failure from an outage.
     pub fn reached_server(&self) -> bool {
@@ -191,5 +213,49 @@ impl SmtpMailer {
 
     async fn probe(&self) -> Result<(), SendError> {
         self.pool.probe().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SendError;
+
+    fn deferred(code: &str, message: &str) -> SendError {
+        SendError::Deferred {
+            code: Some(code.to_owned()),
+            message: message.to_owned(),
+        }
+    }
+
+    #[test]
+    fn relays_that_push_back_are_told_from_a_message_deferred_for_its_own_sake() {
+        for throttling in [
+            deferred(
+                "454",
+                "454 Throttling failure: Maximum sending rate exceeded.",
+            ),
+            deferred("421", "421 4.7.0 Try again later, closing connection."),
+            deferred("451", "451 4.7.1 Please reduce your sending rate"),
+            deferred("452", "452 4.7.28 Our system has detected an unusual rate"),
+            deferred("450", "450 too many messages; rate limited"),
+        ] {
+            assert!(throttling.is_throttling(), "{throttling}");
+        }
+        for own_failure in [
+            deferred("451", "451 4.3.0 Temporary local problem"),
+            deferred("452", "452 4.2.2 Mailbox full"),
+            deferred(
+                "450",
+                "450 4.2.1 Moderate delays: separate queue, generate later",
+            ),
+            deferred("550", "550 5.7.1 rate of spam too high"),
+            deferred("451", "451 4.7.1 <a@example.com>: greylisted, attempt 1"),
+            SendError::Rejected {
+                code: Some("554".into()),
+                message: "554 4.7.0 throttled".into(),
+            },
+        ] {
+            assert!(!own_failure.is_throttling(), "{own_failure}");
+        }
     }
 }

@@ -538,6 +538,9 @@ mod tests {
             traceparent: None,
             reclaimed: false,
             due_at: chrono::Utc::now(),
+            created_at: chrono::Utc::now(),
+            expires_at: None,
+            priority: 0,
         };
         let small = RenderLimits {
             max_message_bytes: 1024,

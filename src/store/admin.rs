@@ -42,6 +42,8 @@ pub enum MessageState {
     Dispatched,
     DeadLettered,
     Discarded,
+    /// Ended unsent because its expiry passed (`end_reason = 'expired'`).
+    Expired,
 }
 
 impl MessageState {
@@ -51,6 +53,7 @@ impl MessageState {
             MessageState::Dispatched => "dispatched",
             MessageState::DeadLettered => "dead_lettered",
             MessageState::Discarded => "discarded",
+            MessageState::Expired => "expired",
         }
     }
 }
@@ -70,6 +73,7 @@ impl TryFrom<String> for MessageState {
             MessageState::Dispatched,
             MessageState::DeadLettered,
             MessageState::Discarded,
+            MessageState::Expired,
         ]
         .into_iter()
         .find(|s| s.as_str() == state)
@@ -112,6 +116,11 @@ pub struct MessageDetail {
     pub discarded_by: Option<String>,
     pub locked_by: Option<String>,
     pub traceparent: Option<String>,
+    pub priority: i16,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub idempotency_key: Option<String>,
+    /// Why it ended unsent, when that was not a failure: `expired`.
+    pub end_reason: Option<String>,
 }
 
 /// Dead letters of one kind that failed the same way.
@@ -234,10 +243,12 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
         recipients_column!(),
         ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
                 WHEN dead_lettered_at IS NULL THEN 'pending' \
+                WHEN end_reason IS NOT NULL THEN end_reason \
                 WHEN discarded_at IS NULL THEN 'dead_lettered' \
                 ELSE 'discarded' END AS state, \
            attempts, last_error, error_class, created_at, not_before, next_attempt_at, \
-           dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent \
+           dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent, \
+           priority, expires_at, idempotency_key, end_reason \
          FROM outbox_messages WHERE id = $1"
     ))
     .bind(id)

@@ -20,6 +20,7 @@ use crate::trace_context::current_traceparent;
 
 pub mod admin;
 pub mod prune;
+pub mod send_rate;
 pub mod stats;
 
 pub use prune::Prunable;
@@ -40,6 +41,10 @@ pub enum EnqueueError {
     Invalid(#[from] InvalidMessage),
     #[error("could not insert the outbox row: {0}")]
     Database(#[from] sqlx::Error),
+    #[error(
+        "another transaction enqueued the same idempotency key at the same moment; retry to get its id"
+    )]
+    KeyInFlight,
 }
 
 /// Whether the database holds the schema this build expects.
@@ -87,17 +92,32 @@ where
     E: PgExecutor<'e>,
 {
     message.validate()?;
-    let id = sqlx::query_scalar(
-        "INSERT INTO outbox_messages (kind, payload, not_before, traceparent) \
-         VALUES ($1, $2, coalesce($3, now()), $4) RETURNING id",
+    // With a key, a second insert of it does nothing and the first row's id comes back.
+    // When another transaction inserted the same key and committed while this one waited
+    // for it, the row is newer than this statement's snapshot: the caller is told to retry.
+    let id: Option<i64> = sqlx::query_scalar(
+        "WITH inserted AS ( \
+             INSERT INTO outbox_messages \
+                 (kind, payload, not_before, traceparent, priority, expires_at, idempotency_key) \
+             VALUES ($1, $2, coalesce($3, now()), $4, $5, $6, $7) \
+             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+             RETURNING id \
+         ) \
+         SELECT id FROM inserted \
+         UNION ALL \
+         SELECT id FROM outbox_messages \
+         WHERE idempotency_key = $7 AND NOT EXISTS (SELECT FROM inserted)",
     )
     .bind(&message.kind)
     .bind(&message.payload)
     .bind(message.not_before)
     .bind(current_traceparent())
-    .fetch_one(executor)
+    .bind(message.priority)
+    .bind(message.expires_at)
+    .bind(&message.idempotency_key)
+    .fetch_optional(executor)
     .await?;
-    Ok(id)
+    id.ok_or(EnqueueError::KeyInFlight)
 }
 
 /// Creates the database if it does not exist yet (so that `outboxd migrate` works on a
@@ -254,56 +274,89 @@ pub struct ClaimRequest<'a> {
     /// A payload whose text is longer stays in the database: the row comes back without
     /// it, to be dead-lettered, and costs no memory here.
     pub max_payload_bytes: i64,
+    /// Only rows due at or after this time; `None` scans from the start. Below the floor
+    /// the due index may hold only the entries of rows already sent, which PostgreSQL
+    /// cannot remove while a transaction elsewhere is older than them.
+    pub floor: Option<DateTime<Utc>>,
 }
 
-/// Claims up to `limit` due rows, oldest due first, under a new lease.
+/// The claim, in two tiers. `urgent` takes due rows with a priority from their own small
+/// index, in order of due time less a minute per priority point, but only those that
+/// would go before the oldest due row without one: a point is a minute of waiting, so
+/// priority-0 rows are never starved. `regular` fills the rest of the batch from the due
+/// index, from the floor up (see `dispatch::floor`). Both are index scans whatever the mix.
 ///
 /// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
 /// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
 /// claimed row leaves the due range, and comes back by itself if its claimer dies.
+const CLAIM: &str = "\
+    WITH regular_head AS ( \
+        SELECT next_attempt_at FROM outbox_messages \
+        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+        ORDER BY next_attempt_at, id LIMIT 1 \
+    ), urgent AS ( \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
+        FROM outbox_messages \
+        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND priority > 0 \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at - make_interval(mins => priority) \
+              <= coalesce((SELECT next_attempt_at FROM regular_head), 'infinity') \
+        ORDER BY next_attempt_at - make_interval(mins => priority), id \
+        LIMIT $1 \
+        FOR UPDATE SKIP LOCKED \
+    ), regular AS ( \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
+        FROM outbox_messages \
+        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+        ORDER BY next_attempt_at, id \
+        LIMIT $1 - (SELECT count(*) FROM urgent) \
+        FOR UPDATE SKIP LOCKED \
+    ), due AS ( \
+        SELECT * FROM urgent UNION ALL SELECT * FROM regular \
+    ) \
+    UPDATE outbox_messages AS m \
+    SET locked_until = now() + make_interval(secs => $2), \
+        next_attempt_at = now() + make_interval(secs => $2), \
+        locked_by = $3, \
+        claim_token = $5 \
+    FROM due \
+    WHERE m.id = due.id \
+    RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
+              CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
+              octet_length(due.payload_text) AS payload_bytes, \
+              due.previous_lease IS NOT NULL AS reclaimed, \
+              greatest(m.created_at, m.not_before) AS due_at, \
+              now() AS claimed_at, due.next_attempt_at AS was_due_at";
+
+/// Claims up to `limit` due rows, highest priority and oldest due first, under a new
+/// lease (see [`CLAIM`]).
 pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
     let token = Uuid::new_v4();
-    let rows: Vec<ClaimedRow> = sqlx::query_as(
-        "WITH due AS ( \
-             SELECT id, locked_until AS previous_lease, payload::text AS payload_text \
-             FROM outbox_messages \
-             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
-               AND next_attempt_at <= coalesce($4, now()) \
-             ORDER BY next_attempt_at, id \
-             LIMIT $1 \
-             FOR UPDATE SKIP LOCKED \
-         ) \
-         UPDATE outbox_messages AS m \
-         SET locked_until = now() + make_interval(secs => $2), \
-             next_attempt_at = now() + make_interval(secs => $2), \
-             locked_by = $3, \
-             claim_token = $5 \
-         FROM due \
-         WHERE m.id = due.id \
-         RETURNING m.id, m.kind, m.attempts, m.traceparent, \
-                   CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
-                   octet_length(due.payload_text) AS payload_bytes, \
-                   due.previous_lease IS NOT NULL AS reclaimed, \
-                   greatest(m.created_at, m.not_before) AS due_at, \
-                   now() AS claimed_at",
-    )
-    .bind(request.limit)
-    .bind(request.lease.as_secs_f64())
-    .bind(request.worker_id)
-    .bind(request.due_by)
-    .bind(token)
-    .bind(request.max_payload_bytes)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
+        .bind(request.limit)
+        .bind(request.lease.as_secs_f64())
+        .bind(request.worker_id)
+        .bind(request.due_by)
+        .bind(token)
+        .bind(request.max_payload_bytes)
+        .bind(request.floor)
+        .fetch_all(pool)
+        .await?;
 
     let claimed_at = rows
         .first()
         .map_or_else(|| request.due_by.unwrap_or_else(Utc::now), |r| r.claimed_at);
+    let lowest_due = rows.iter().map(|r| r.was_due_at).min();
     let mut messages: Vec<ClaimedMessage> = rows.into_iter().map(|r| r.message).collect();
-    messages.sort_unstable_by_key(|m| (m.due_at, m.id));
+    messages.sort_unstable_by_key(|m| (std::cmp::Reverse(m.priority), m.due_at, m.id));
     Ok(ClaimedBatch {
         token,
         claimed_at,
+        lowest_due,
         messages: messages.into(),
     })
 }
@@ -314,6 +367,8 @@ struct ClaimedRow {
     #[sqlx(flatten)]
     message: ClaimedMessage,
     claimed_at: DateTime<Utc>,
+    /// `next_attempt_at` before the claim moved it to the lease's end.
+    was_due_at: DateTime<Utc>,
 }
 
 /// Records a claim's outcomes in one round trip, only for rows this claim still holds.
@@ -345,7 +400,10 @@ pub async fn record_outcomes(
              last_error = coalesce(o.error, m.last_error), \
              error_class = coalesce(o.error_class, m.error_class), \
              dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
-             dead_lettered_at = CASE WHEN o.action = 'dead' THEN now() END, \
+             dead_lettered_at = CASE WHEN o.action IN ('dead', 'expired') THEN now() END, \
+             discarded_at = CASE WHEN o.action = 'expired' THEN now() ELSE m.discarded_at END, \
+             discarded_by = CASE WHEN o.action = 'expired' THEN 'outboxd' ELSE m.discarded_by END, \
+             end_reason = CASE WHEN o.action = 'expired' THEN 'expired' ELSE m.end_reason END, \
              next_attempt_at = CASE WHEN o.action IN ('retry', 'release') \
                                     THEN now() + make_interval(secs => o.delay_secs) \
                                     ELSE m.next_attempt_at END, \

@@ -13,6 +13,8 @@ pub struct KindStats {
     pub in_flight: i64,
     pub dead_letters: i64,
     pub sent_last_hour: i64,
+    /// Ended unsent in the last hour because their expiry passed.
+    pub expired_last_hour: i64,
 }
 
 /// The state of the outbox at a glance.
@@ -24,6 +26,7 @@ pub struct Stats {
     pub dead_letters: i64,
     pub oldest_pending_age_seconds: f64,
     pub sent_last_hour: i64,
+    pub expired_last_hour: i64,
     pub kinds: BTreeMap<String, KindStats>,
 }
 
@@ -50,31 +53,23 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         let oldest: f64 = row.try_get("oldest")?;
         stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
     }
-    let dead = sqlx::query(
-        "SELECT kind, count(*) AS n FROM outbox_messages \
-         WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL GROUP BY kind",
-    )
-    .fetch_all(pool)
-    .await?;
-    for row in &dead {
-        stats
-            .kinds
-            .entry(row.try_get("kind")?)
-            .or_default()
-            .dead_letters = row.try_get("n")?;
-    }
-    let sent = sqlx::query(
-        "SELECT kind, count(*) AS n FROM outbox_messages \
-         WHERE dispatched_at > now() - interval '1 hour' GROUP BY kind",
-    )
-    .fetch_all(pool)
-    .await?;
-    for row in &sent {
-        stats
-            .kinds
-            .entry(row.try_get("kind")?)
-            .or_default()
-            .sent_last_hour = row.try_get("n")?;
+    let per_kind: [(&str, CountOf); 3] = [
+        (
+            "WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL",
+            |k| &mut k.dead_letters,
+        ),
+        ("WHERE dispatched_at > now() - interval '1 hour'", |k| {
+            &mut k.sent_last_hour
+        }),
+        (
+            "WHERE discarded_at > now() - interval '1 hour' AND end_reason = 'expired'",
+            |k| &mut k.expired_last_hour,
+        ),
+    ];
+    for (filter, field) in per_kind {
+        for (kind, n) in count_per_kind(pool, filter).await? {
+            *field(stats.kinds.entry(kind).or_default()) = n;
+        }
     }
     for kind in stats.kinds.values() {
         stats.pending += kind.pending;
@@ -82,6 +77,23 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         stats.in_flight += kind.in_flight;
         stats.dead_letters += kind.dead_letters;
         stats.sent_last_hour += kind.sent_last_hour;
+        stats.expired_last_hour += kind.expired_last_hour;
     }
     Ok(stats)
+}
+
+/// Which count of a kind's stats a query fills.
+type CountOf = fn(&mut KindStats) -> &mut i64;
+
+/// Rows per kind matching `filter`, a literal `WHERE` clause (each matches a partial
+/// index).
+async fn count_per_kind(
+    pool: &PgPool,
+    filter: &'static str,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT kind, count(*) FROM outbox_messages {filter} GROUP BY kind"
+    )))
+    .fetch_all(pool)
+    .await
 }

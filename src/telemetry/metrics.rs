@@ -34,6 +34,9 @@ pub const READY: &str = "outbox_ready";
 pub const BUILD_INFO: &str = "outbox_build_info";
 pub const PRUNED: &str = "outbox_messages_pruned_total";
 pub const BACKGROUND_RESTARTS: &str = "outbox_background_task_restarts_total";
+pub const THROTTLED: &str = "outbox_throttled_total";
+pub const EXPIRED: &str = "outbox_messages_expired_total";
+pub const SEND_RATE_LIMIT: &str = "outbox_send_rate_limit_per_second";
 
 /// A metric's Prometheus type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +186,24 @@ pub const ALL: &[MetricDef] = {
             None,
             "Dispatched and discarded rows deleted by retention, by state.",
         ),
+        def(
+            EXPIRED,
+            Counter,
+            None,
+            "Messages not sent because their expiry passed first (expires_at, or OUTBOXD_EXPIRE_AFTER for their kind); not dead letters.",
+        ),
+        def(
+            THROTTLED,
+            Counter,
+            None,
+            "SMTP replies that said the relay is throttling (421/45x with 4.7.x, or a reply about rate or throttling): the message was released without an attempt and the pace cut.",
+        ),
+        def(
+            SEND_RATE_LIMIT,
+            Gauge,
+            None,
+            "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling and recovering); 0 when there is no limit.",
+        ),
     ]
 };
 
@@ -312,6 +333,7 @@ impl Metrics {
         for kind in metrics.kinds.iter().map(String::as_str).chain([OTHER_KIND]) {
             drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned()));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
+            counter!(EXPIRED, "kind" => kind.to_owned()).increment(0);
             for failure_type in FailureType::ALL {
                 counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => failure_type.as_str())
                     .increment(0);
@@ -333,6 +355,8 @@ impl Metrics {
         }
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
+        counter!(THROTTLED).increment(0);
+        gauge!(SEND_RATE_LIMIT).set(0.0);
         gauge!(CIRCUIT_OPEN).set(0.0);
         gauge!(READY).set(0.0);
         gauge!(
@@ -380,8 +404,12 @@ impl Metrics {
                     counter!(SEND_FAILURES, "kind" => kind, "class" => FailureType::Transient.as_str())
                         .increment(1);
                 }
+                if *reason == ReleaseReason::Throttled {
+                    counter!(THROTTLED).increment(1);
+                }
                 counter!(RELEASED, "reason" => reason.as_str()).increment(1);
             }
+            Outcome::Expired => counter!(EXPIRED, "kind" => kind).increment(1),
         }
     }
 
@@ -407,6 +435,11 @@ impl Metrics {
 
     pub fn background_task_restarted(&self, task: BackgroundTask) {
         counter!(BACKGROUND_RESTARTS, "task" => task.as_str()).increment(1);
+    }
+
+    /// The shared send rate now, in messages per second.
+    pub fn send_rate_limit(&self, per_second: f64) {
+        gauge!(SEND_RATE_LIMIT).set(per_second);
     }
 
     pub fn circuit_open(&self, open: bool) {

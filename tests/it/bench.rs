@@ -27,6 +27,10 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "2",
             "--repeat",
             "1",
+            "--longtx",
+            "2",
+            "--longtx-window",
+            "1",
         ])
         .output()
         .expect("run bench/run.py");
@@ -36,6 +40,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
     for table in [
         "### Drain",
         "### Latency",
+        "### Long transaction",
         "### Idle",
         "### Big table",
         "### Replicas",

@@ -108,6 +108,22 @@ async fn bad_options_are_refused_with_a_clear_error() {
             "invalid --message-id-domain",
         ),
         (&["--worker-id", " "], "must not be empty"),
+        (&["--rate-limit", "0/s"], "the rate must be more than 0"),
+        (
+            &["--rate-limit", "14"],
+            "expected messages per unit, like 14/s",
+        ),
+        (&["--rate-limit", "5/day"], "expected messages per unit"),
+        (&["--max-batch-size", "0"], "--max-batch-size"),
+        (
+            &["--expire-after", "account_verification"],
+            "expected kind=duration",
+        ),
+        (
+            &["--expire-after", "account_verification=0s"],
+            "the lifetime must be more than 0s",
+        ),
+        (&["--expire-after", "a=1h,a=2h"], "\"a\" is given twice"),
         (&["--log-format", "xml"], "--log-format"),
         (
             &["--smtp-ca-file", "/etc/hostname"],
@@ -322,6 +338,22 @@ async fn bad_enqueue_input_is_refused_and_nothing_is_inserted() {
             "--not-before",
         ),
         (&["--payload", "{}"], "--kind"),
+        (
+            &["--kind", "k", "--payload", "{}", "--priority=-1"],
+            "priority must be between 0 and 10000",
+        ),
+        (
+            &["--kind", "k", "--payload", "{}", "--priority", "70000"],
+            "--priority",
+        ),
+        (
+            &["--kind", "k", "--payload", "{}", "--idempotency-key", ""],
+            "an idempotency key must be 1 to 200 characters",
+        ),
+        (
+            &["--kind", "k", "--payload", "{}", "--expires-at", "soon"],
+            "--expires-at",
+        ),
     ];
     for (flags, expected) in cases {
         let output = outboxd()
@@ -333,10 +365,15 @@ async fn bad_enqueue_input_is_refused_and_nothing_is_inserted() {
     }
     assert_eq!(db.count("all").await, 0);
     // The table refuses the same from a producer that bypasses outboxd.
-    let refused = sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('k', '[1]')")
-        .execute(&db.pool)
-        .await;
-    assert!(refused.is_err());
+    for refused in [
+        "INSERT INTO outbox_messages (kind, payload) VALUES ('k', '[1]')",
+        "INSERT INTO outbox_messages (kind, payload, priority) VALUES ('k', '{}', -1)",
+        "INSERT INTO outbox_messages (kind, payload, idempotency_key) VALUES ('k', '{}', '')",
+        "INSERT INTO outbox_messages (kind, payload, end_reason) VALUES ('k', '{}', 'expired')",
+    ] {
+        let result = sqlx::query(refused).execute(&db.pool).await;
+        assert!(result.is_err(), "{refused}");
+    }
 }
 
 #[tokio::test]
@@ -443,16 +480,7 @@ async fn secrets_never_appear_in_the_logs() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually(Duration::from_secs(30), "outboxd is listening", || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-            > 0
-    })
-    .await;
+    db.wait_for_listener().await;
     sigterm(&child);
     let output = wait_with_timeout(child, Duration::from_secs(15));
     let logs = format!(

@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use outboxd::dispatch::{BatchReport, Step};
 use serde_json::json;
 
-use crate::helpers::{SmtpServer, TestCa, TestDb, app, eventually};
+use crate::helpers::{SmtpServer, TestCa, TestDb, app};
 
 fn verification(to: &str) -> serde_json::Value {
     json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify?t=abc"})
@@ -364,16 +364,7 @@ async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
     let shutdown = app.shutdown.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
     // Let the loop finish its first (empty) drain and go to sleep on LISTEN.
-    eventually(Duration::from_secs(10), "dispatcher listening", || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-            > 0
-    })
-    .await;
+    db.wait_for_listener().await;
 
     let committed = Instant::now();
     db.enqueue("account_verification", verification("fast@example.com"))

@@ -391,6 +391,7 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         worker_id: worker,
         due_by: None,
         max_payload_bytes: 1 << 20,
+        floor: None,
     };
     let stale = store::claim(&db.pool, &request("stale")).await.unwrap();
     assert_eq!(stale.messages.len(), 1);

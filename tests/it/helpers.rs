@@ -106,13 +106,35 @@ impl TestDb {
             .expect("error_class")
     }
 
+    /// Waits until some process is LISTENing for new messages on this database.
+    pub async fn wait_for_listener(&self) {
+        eventually(
+            Duration::from_secs(30),
+            "a dispatcher listening",
+            || async {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+                )
+                .fetch_one(&self.pool)
+                .await
+                .unwrap()
+                    > 0
+            },
+        )
+        .await;
+    }
+
     pub async fn count(&self, condition: &'static str) -> i64 {
         let sql = match condition {
             "pending" => {
                 "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL"
             }
             "dispatched" => "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NOT NULL",
-            "dead" => "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL",
+            "dead" => {
+                "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL AND end_reason IS NULL"
+            }
+            "expired" => "SELECT count(*) FROM outbox_messages WHERE end_reason = 'expired'",
             "all" => "SELECT count(*) FROM outbox_messages",
             "leased" => "SELECT count(*) FROM outbox_messages WHERE locked_until IS NOT NULL",
             other => panic!("unknown condition {other}"),
@@ -179,6 +201,8 @@ pub struct Received {
     pub pipelined: bool,
     pub tls: bool,
     pub auth_user: Option<String>,
+    /// Unix time the server took the message.
+    pub received_at: f64,
 }
 
 impl Received {
@@ -315,6 +339,12 @@ impl SmtpServer {
     }
 
     /// Messages whose DATA reply the server is holding (recipients `hold...`).
+    /// Messages the server answered with a throttling reply (`--throttle-every`).
+    pub fn throttled(&self) -> usize {
+        std::fs::read_to_string(self.spool.path().join("throttled.jsonl"))
+            .map_or(0, |text| text.lines().count())
+    }
+
     pub fn held(&self) -> usize {
         std::fs::read_to_string(self.spool.path().join("held.jsonl"))
             .map_or(0, |text| text.lines().count())

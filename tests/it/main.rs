@@ -4,6 +4,7 @@
 mod admin;
 mod bench;
 mod browser;
+mod claim_floor;
 mod cli;
 mod delivery;
 mod exposure;
@@ -11,5 +12,6 @@ mod failures;
 mod helpers;
 mod hostile;
 mod observability;
+mod policy;
 mod reliability;
 mod replicas;

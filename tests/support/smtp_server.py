@@ -42,6 +42,7 @@ import signal
 import ssl
 import sys
 import threading
+import time
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult
@@ -63,10 +64,14 @@ class SlowGreetingController(Controller):
 
 
 class Handler:
-    def __init__(self, spool, defer_all=False, pipelining=True):
+    def __init__(self, spool, defer_all=False, pipelining=True, throttle_every=0, throttle_for=0.0):
         self.spool = spool
         self.defer_all = defer_all
         self.pipelining = pipelining
+        self.throttle_every = throttle_every
+        self.throttle_for = throttle_for
+        self.messages_seen = 0
+        self.first_message_at = None
         self.attempts = {}
         self.lock = threading.Lock()
 
@@ -134,6 +139,18 @@ class Handler:
                         f.write(json.dumps({"rcpt": rcpt}) + "\n")
                 server.transport.abort()
                 return "421 4.4.2 gone"
+        if self.throttle_every:
+            with self.lock:
+                now = time.time()
+                self.first_message_at = self.first_message_at or now
+                self.messages_seen += 1
+                throttled = (now - self.first_message_at < self.throttle_for
+                             and self.messages_seen % self.throttle_every == 0)
+            if throttled:
+                with self.lock:
+                    with open(os.path.join(self.spool, "throttled.jsonl"), "a") as f:
+                        f.write(json.dumps({"rcpt_tos": envelope.rcpt_tos, "at": now}) + "\n")
+                return "454 4.7.0 Throttling failure: Maximum sending rate exceeded."
         raw = envelope.original_content or envelope.content
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         text = msg.get_body(preferencelist=("plain",))
@@ -150,6 +167,7 @@ class Handler:
             "auth_user": session.auth_data.login.decode() if session.auth_data else None,
             "text": text.get_content() if text is not None else None,
             "html": html.get_content() if html is not None else None,
+            "received_at": time.time(),
         }
         line = json.dumps(record) + "\n"
         with self.lock:
@@ -169,6 +187,10 @@ def main():
     parser.add_argument("--smtps", action="store_true", help="TLS from the first byte instead of STARTTLS")
     parser.add_argument("--auth", help="USER:PASSWORD to require (AUTH PLAIN or LOGIN, over TLS)")
     parser.add_argument("--greeting-delay", type=float, default=0.0, help="seconds before each greeting")
+    parser.add_argument("--throttle-every", type=int, default=0,
+                        help="answer 454 4.7.0 (throttling) to every Nth message...")
+    parser.add_argument("--throttle-for", type=float, default=60.0,
+                        help="...for this many seconds after the first message")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
     options = {}
@@ -189,7 +211,7 @@ def main():
         options.update(authenticator=authenticate, auth_required=True)
     SlowGreetingSMTP.greeting_delay = args.greeting_delay
     controller = SlowGreetingController(
-        Handler(args.spool, args.defer_all, not args.no_pipelining), hostname="127.0.0.1", port=args.port,
+        Handler(args.spool, args.defer_all, not args.no_pipelining, args.throttle_every, args.throttle_for), hostname="127.0.0.1", port=args.port,
         ready_timeout=10, **options
     )
     controller.start()

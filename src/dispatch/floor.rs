@@ -1,0 +1,204 @@
+//! Where a claim starts scanning the due index.
+//!
+//! A row that is sent leaves its entries in the due index until vacuum removes them, and
+//! vacuum cannot while any transaction in the database is older than the row's last
+//! change. One `REPEATABLE READ` transaction left open by an application would make a
+//! claim that scans from the start of the index walk every message sent since it began
+//! (linear growth, 30 ms after five minutes at 200/s). So a claim scans from a floor: the
+//! lowest `next_attempt_at` of the last batch claimed. No due row below it was left
+//! behind, and rows claimed, retried or released get a `next_attempt_at` of now or later.
+//!
+//! A row can still appear below the floor: a producer's transaction that commits late
+//! (its `now()` is when it began), a `not_before` in the past, an operator's retry. The
+//! insert trigger notifies the due time (in milliseconds) of every row it inserts, and the floor drops to
+//! it; a notification without one (an operator's retry, an older trigger) or a lost LISTEN
+//! connection clears the floor. Without LISTEN there is no floor at all. A full scan every
+//! [`FULL_SCAN_EVERY`] covers what nobody announces (a claim rolled back by a replica that
+//! died in the middle of it).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use crate::lock::lock;
+
+/// How often a claim ignores the floor and scans the due index from its start.
+pub(super) const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
+
+/// The floor, shared by the claim (which raises it) and the wake-ups (which lower it).
+#[derive(Debug)]
+pub(super) struct ClaimFloor {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    floor: Option<DateTime<Utc>>,
+    /// A floor is kept only while notifications can lower it.
+    listening: bool,
+    /// Counts every lowering, so that a claim that started before one does not raise
+    /// the floor over the row that lowered it.
+    lowerings: u64,
+    next_full_scan: Instant,
+}
+
+/// What a claim started from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ScanStart {
+    pub floor: Option<DateTime<Utc>>,
+    lowerings: u64,
+}
+
+/// What the notifications heard during a wait said about rows below the floor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Heard {
+    /// The lowest due time a notification named.
+    pub lowest_due: Option<DateTime<Utc>>,
+    /// A notification named none, or some may have been missed.
+    pub unknown: bool,
+}
+
+impl Heard {
+    /// Adds one notification's payload: the due time in milliseconds since the epoch, or
+    /// anything else (unknown).
+    pub fn payload(&mut self, payload: &str) {
+        match payload
+            .parse::<i64>()
+            .ok()
+            .and_then(DateTime::from_timestamp_millis)
+        {
+            Some(due) => self.lowest_due = Some(self.lowest_due.map_or(due, |l| l.min(due))),
+            None => self.unknown = true,
+        }
+    }
+}
+
+impl ClaimFloor {
+    pub fn new() -> Self {
+        Self {
+            state: Mutex::new(State {
+                floor: None,
+                listening: false,
+                lowerings: 0,
+                next_full_scan: Instant::now() + FULL_SCAN_EVERY,
+            }),
+        }
+    }
+
+    /// Where the next claim scans from: `None` (the start) when not listening, when no
+    /// floor is known, or when a full scan is due.
+    pub fn start(&self) -> ScanStart {
+        let mut state = self.lock();
+        let full_scan = Instant::now() >= state.next_full_scan;
+        if full_scan {
+            state.next_full_scan = Instant::now() + FULL_SCAN_EVERY;
+        }
+        ScanStart {
+            floor: state.floor.filter(|_| state.listening && !full_scan),
+            lowerings: state.lowerings,
+        }
+    }
+
+    /// A claim that started at `start` took rows from `lowest_due` up: the floor moves
+    /// there, unless a notification lowered it meanwhile.
+    pub fn claimed(&self, start: ScanStart, lowest_due: Option<DateTime<Utc>>) {
+        let mut state = self.lock();
+        if let Some(lowest) = lowest_due
+            && state.listening
+            && state.lowerings == start.lowerings
+        {
+            state.floor = Some(lowest);
+        }
+    }
+
+    /// Rows may have appeared below the floor.
+    pub fn heard(&self, heard: Heard) {
+        let mut state = self.lock();
+        if heard.unknown {
+            state.floor = None;
+        } else if let Some(due) = heard.lowest_due {
+            state.floor = state.floor.map(|floor| floor.min(due));
+        } else {
+            return;
+        }
+        state.lowerings += 1;
+    }
+
+    /// LISTEN started or stopped: either way, what happened meanwhile is unknown.
+    pub fn listening(&self, listening: bool) {
+        let mut state = self.lock();
+        state.listening = listening;
+        state.floor = None;
+        state.lowerings += 1;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(millis: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(millis).expect("a valid time")
+    }
+
+    fn listening_floor_at(millis: i64) -> ClaimFloor {
+        let floor = ClaimFloor::new();
+        floor.listening(true);
+        floor.claimed(floor.start(), Some(at(millis)));
+        floor
+    }
+
+    #[test]
+    fn there_is_no_floor_without_listen() {
+        let floor = ClaimFloor::new();
+        floor.claimed(floor.start(), Some(at(100)));
+        assert_eq!(floor.start().floor, None);
+    }
+
+    #[test]
+    fn a_claim_raises_the_floor_to_its_lowest_row_and_an_empty_one_keeps_it() {
+        let floor = listening_floor_at(100);
+        assert_eq!(floor.start().floor, Some(at(100)));
+        floor.claimed(floor.start(), None);
+        assert_eq!(floor.start().floor, Some(at(100)));
+    }
+
+    #[test]
+    fn a_notified_due_time_lowers_the_floor_and_an_unknown_one_clears_it() {
+        let floor = listening_floor_at(100);
+        let mut heard = Heard::default();
+        heard.payload("150");
+        heard.payload("40");
+        floor.heard(heard);
+        assert_eq!(floor.start().floor, Some(at(40)));
+        let mut heard = Heard::default();
+        heard.payload("");
+        floor.heard(heard);
+        assert_eq!(floor.start().floor, None);
+    }
+
+    #[test]
+    fn a_claim_started_before_a_lowering_does_not_undo_it() {
+        let floor = listening_floor_at(100);
+        let start = floor.start();
+        let mut heard = Heard::default();
+        heard.payload("40");
+        floor.heard(heard);
+        floor.claimed(start, Some(at(120)));
+        assert_eq!(floor.start().floor, Some(at(40)));
+    }
+
+    #[test]
+    fn losing_listen_clears_the_floor() {
+        let floor = listening_floor_at(100);
+        floor.listening(false);
+        floor.listening(true);
+        assert_eq!(floor.start().floor, None);
+    }
+}

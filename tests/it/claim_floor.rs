@@ -1,0 +1,88 @@
+//! Claims scan the due index from a floor (so that a transaction left open elsewhere does
+//! not make them walk every row sent since). Rows that commit below the floor must still
+//! go out at once: the insert trigger tells the dispatcher their due time.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+
+use crate::helpers::{SmtpServer, TestDb, app, verification};
+
+#[tokio::test]
+async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    // Ten minutes between polls, and a full scan once a minute: within 30 s, only the
+    // trigger's notification can explain a delivery.
+    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "10m"]).await;
+    let dispatcher = app.dispatcher.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    db.wait_for_listener().await;
+
+    // A producer's transaction begins (its row will be due when it began) and stays open
+    // while later rows are committed and sent, moving the floor past it.
+    let mut late = db.pool.begin().await.unwrap();
+    outboxd::enqueue(
+        &mut *late,
+        outboxd::NewMessage::new("account_verification", verification("late@example.com")),
+    )
+    .await
+    .unwrap();
+    for n in 0..3 {
+        db.enqueue(
+            "account_verification",
+            verification(&format!("on-time-{n}@example.com")),
+        )
+        .await;
+    }
+    smtp.wait_for(3, Duration::from_secs(30)).await;
+    late.commit().await.unwrap();
+    let received = smtp.wait_for(4, Duration::from_secs(30)).await;
+    assert!(
+        received
+            .iter()
+            .any(|m| m.rcpt_tos.iter().any(|r| r == "late@example.com"))
+    );
+
+    // A producer may also ask for a time long past.
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, not_before) \
+         VALUES ('account_verification', $1, now() - interval '1 hour')",
+    )
+    .bind(verification("overdue@example.com"))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let received = smtp.wait_for(5, Duration::from_secs(30)).await;
+    assert!(
+        received
+            .iter()
+            .any(|m| m.rcpt_tos.iter().any(|r| r == "overdue@example.com"))
+    );
+
+    app.shutdown.stop.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_insert_trigger_notifies_the_due_time_of_what_it_inserts() {
+    let db = TestDb::new().await;
+    let mut listener = PgListener::connect_with(&db.pool).await.unwrap();
+    listener
+        .listen(outboxd::store::NOTIFY_CHANNEL)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, not_before) \
+         VALUES ('account_verification', $1, '2026-01-01T00:00:00.750Z')",
+    )
+    .bind(verification("a@example.com"))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a notification")
+        .unwrap();
+    assert_eq!(notification.payload(), "1767225600750");
+}

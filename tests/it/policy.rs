@@ -1,0 +1,303 @@
+//! Delivery policy for real relays: a send-rate limit all replicas share, throttling
+//! replies that slow the pace without costing attempts, priorities, expiry and
+//! idempotent enqueue.
+
+use std::time::Duration;
+
+use outboxd::dispatch::{BatchReport, Step};
+
+use crate::helpers::{
+    Outboxd, SmtpServer, TestDb, app, eventually, http_get, outboxd, verification,
+};
+
+/// The most messages the server took in any one-second window.
+fn busiest_second(mut times: Vec<f64>) -> usize {
+    times.sort_by(f64::total_cmp);
+    (0..times.len())
+        .map(|i| {
+            times[i..]
+                .iter()
+                .take_while(|&&t| t < times[i] + 1.0)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+async fn enqueue_many(db: &TestDb, prefix: &str, n: usize) {
+    for i in 0..n {
+        db.enqueue(
+            "account_verification",
+            verification(&format!("{prefix}-{i}@example.com")),
+        )
+        .await;
+    }
+}
+
+fn replicas(db: &TestDb, smtp: &SmtpServer, n: usize, limit: &str) -> Vec<Outboxd> {
+    (0..n)
+        .map(|i| {
+            let worker = format!("replica-{i}");
+            let flags = [
+                "--smtp-url",
+                &smtp.url(),
+                "--from",
+                "Acme <no-reply@acme.example>",
+                "--rate-limit",
+                limit,
+                "--worker-id",
+                &worker,
+                "--batch-size",
+                "100",
+            ];
+            Outboxd::start_unready(&db.url, &flags, &[])
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn two_and_four_replicas_together_stay_under_a_global_rate_limit() {
+    const LIMIT: usize = 50;
+    for count in [2, 4] {
+        let db = TestDb::new().await;
+        let smtp = SmtpServer::start();
+        enqueue_many(&db, &format!("r{count}"), 300).await;
+        let running = replicas(&db, &smtp, count, "50/s");
+        let received = smtp.wait_for(300, Duration::from_secs(60)).await;
+        drop(running);
+        let times: Vec<f64> = received.iter().map(|m| m.received_at).collect();
+        let span = times.iter().copied().fold(f64::MIN, f64::max)
+            - times.iter().copied().fold(f64::MAX, f64::min);
+        // The documented bound: the limit plus a tenth of it (the bucket's burst), plus a
+        // little for how unevenly sends take their time after their tokens were drawn.
+        let busiest = busiest_second(times);
+        assert!(
+            busiest <= LIMIT + LIMIT / 10 + 3,
+            "{count} replicas: {busiest} messages in one second under a limit of {LIMIT}/s"
+        );
+        assert!(
+            span >= 300.0 / LIMIT as f64 - 1.5,
+            "{count} replicas sent 300 messages in {span:.1} s at {LIMIT}/s"
+        );
+        assert_eq!(db.count("dispatched").await, 300);
+    }
+}
+
+#[tokio::test]
+async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
+    let db = TestDb::new().await;
+    // A quarter of the messages get `454 4.7.0 Throttling failure` for the first 8 s.
+    let smtp = SmtpServer::start_with(
+        crate::helpers::free_port(),
+        &["--throttle-every", "4", "--throttle-for", "8"],
+    );
+    enqueue_many(&db, "t", 300).await;
+    let flags = [
+        "--smtp-url",
+        &smtp.url(),
+        "--from",
+        "Acme <no-reply@acme.example>",
+        "--rate-limit",
+        "40/s",
+        "--max-attempts",
+        "1",
+    ];
+    let outboxd = Outboxd::start(&db.url, &flags, &[]).await;
+    let pace = |body: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    // The pace drops below the limit while the relay pushes back.
+    eventually(
+        Duration::from_secs(30),
+        "the pace cut below 40/s",
+        || async {
+            let (_, body) = http_get(&outboxd.http, "/metrics").await;
+            pace(&body).is_some_and(|p| p > 0.0 && p < 30.0)
+        },
+    )
+    .await;
+    smtp.wait_for(300, Duration::from_secs(120)).await;
+    assert!(smtp.throttled() > 0);
+    let (_, body) = http_get(&outboxd.http, "/metrics").await;
+    let throttled: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("outbox_throttled_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("outbox_throttled_total");
+    assert_eq!(throttled as usize, smtp.throttled());
+    // With one attempt allowed, any counted attempt would have dead-lettered a message.
+    assert_eq!(db.count("dead").await, 0);
+    let attempts: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(attempts), 0) FROM outbox_messages")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 0);
+}
+
+#[tokio::test]
+async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_is_not_starved() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload) \
+         SELECT 'account_verification', jsonb_build_object('to', 'bulk' || g || '@example.com', \
+                'name', 'Bulk', 'verify_url', 'https://app.example/v') \
+         FROM generate_series(1, 5000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut urgent =
+        outboxd::NewMessage::new("account_verification", verification("urgent@example.com"));
+    urgent.priority = 10;
+    let urgent_id = outboxd::enqueue(&db.pool, urgent).await.unwrap();
+    let app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let first_batch = smtp.messages();
+    assert_eq!(first_batch.len(), 25);
+    assert!(
+        first_batch
+            .iter()
+            .any(|m| m.outbox_id == urgent_id.to_string()),
+        "the priority-10 message was not in the first batch"
+    );
+
+    // Aging: a priority point is a minute. A message that has waited twenty minutes goes
+    // before a priority-10 one that has just arrived.
+    sqlx::query("DELETE FROM outbox_messages")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let old: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, not_before) \
+         VALUES ('account_verification', $1, now() - interval '20 minutes') RETURNING id",
+    )
+    .bind(verification("patient@example.com"))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut urgent =
+        outboxd::NewMessage::new("account_verification", verification("urgent2@example.com"));
+    urgent.priority = 10;
+    outboxd::enqueue(&db.pool, urgent).await.unwrap();
+    let app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let last = smtp.messages().pop().expect("a message");
+    assert_eq!(last.outbox_id, old.to_string());
+}
+
+#[tokio::test]
+async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let mut late =
+        outboxd::NewMessage::new("account_verification", verification("late@example.com"));
+    late.expires_at = Some(chrono::Utc::now() - chrono::Duration::seconds(1));
+    let own_deadline = outboxd::enqueue(&db.pool, late).await.unwrap();
+    // A kind's default lifetime counts from created_at.
+    let by_kind: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, created_at) \
+         VALUES ('workspace_invite', $1, now() - interval '2 hours') RETURNING id",
+    )
+    .bind(
+        serde_json::json!({"to": "old@example.com", "inviter_name": "Ada",
+                             "workspace_name": "Engines", "accept_url": "https://app.example/i/1"}),
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let fresh = db
+        .enqueue("account_verification", verification("fresh@example.com"))
+        .await;
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--expire-after", "workspace_invite=1h"],
+    )
+    .await;
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 3,
+            sent: 1,
+            expired: 2,
+            ..BatchReport::default()
+        })
+    );
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].outbox_id, fresh.to_string());
+    for id in [own_deadline, by_kind] {
+        let detail = outboxd::store::admin::message(&db.pool, id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(detail.state.as_str(), "expired");
+        assert_eq!(detail.end_reason.as_deref(), Some("expired"));
+    }
+    // Not a dead letter: the gauge and the dead-letter list leave it out.
+    let sample = outboxd::store::sample(&db.pool).await.unwrap();
+    assert_eq!(sample.dead_letters, 0);
+    assert_eq!(sample.pending, 0);
+    let stats = outboxd::store::stats::stats(&db.pool).await.unwrap();
+    assert_eq!(stats.expired_last_hour, 2);
+    let cli = outboxd()
+        .args(["stats", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&cli.stdout);
+    assert!(table.contains("EXPIRED LAST HOUR"), "{table}");
+}
+
+#[tokio::test]
+async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let keyed = || {
+        let mut message =
+            outboxd::NewMessage::new("account_verification", verification("once@example.com"));
+        message.idempotency_key = Some("signup-42".into());
+        message
+    };
+    let first = outboxd::enqueue(&db.pool, keyed()).await.unwrap();
+    let again = outboxd::enqueue(&db.pool, keyed()).await.unwrap();
+    assert_eq!(first, again);
+    // A producer in any language: a plain INSERT ... ON CONFLICT DO NOTHING.
+    let inserted = sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, idempotency_key) \
+         VALUES ('account_verification', $1, 'signup-42') ON CONFLICT DO NOTHING",
+    )
+    .bind(verification("once@example.com"))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(inserted.rows_affected(), 0);
+    // And the CLI.
+    for _ in 0..2 {
+        let output = outboxd()
+            .args([
+                "enqueue",
+                "--database-url",
+                &db.url,
+                "--kind",
+                "account_verification",
+            ])
+            .args(["--payload", &verification("once@example.com").to_string()])
+            .args(["--idempotency-key", "signup-42"])
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            first.to_string()
+        );
+    }
+    assert_eq!(db.count("all").await, 1);
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(smtp.messages().len(), 1);
+}
