@@ -12,6 +12,7 @@ Scenarios:
   lease     the lease-overrun reproduction (5 s leases, 1 s SMTP timeout, a server slow to
             greet and to answer, a connection reset after the body), two replicas, N rounds
   smtp      the SMTP server dies for a while under steady traffic, then comes back
+  throttle  the relay answers 454 4.7.0 to every fourth message for a minute, 2 replicas, 50/s
   database  a private PostgreSQL cluster stops for 60 s under steady traffic, then restarts
   longtx    a REPEATABLE READ transaction held open for 10 minutes under 200 messages/s
   memory    peak memory draining 500 000 pending messages
@@ -220,6 +221,41 @@ def scenario_smtp(args):
              f"{recovered:.1f}"]]
 
 
+def scenario_throttle(args):
+    """A relay that answers `454 4.7.0 Throttling failure` to every fourth message for a
+    minute, under a 50/s limit shared by two replicas, while 40 messages a second are
+    committed: nothing lost, no attempt spent, the pace cut and recovered."""
+    import threading
+    limit = 50
+    flags = ["--rate-limit", f"{limit}/s"]
+    with bench.database("outboxd_reliability_throttle") as url, \
+            smtp_server(flags=["--throttle-every", "4", "--throttle-for", str(args.throttle)]) as (port, spool, _, _):
+        procs = [start_outboxd(url, port, flags, f"r{i}") for i in range(2)]
+        result, paces = {}, []
+        started = time.time()
+        stop_at = started + args.throttle + 20
+        inserting = threading.Thread(target=lambda: result.setdefault("sent", steady_inserts(url, "t", 40, stop_at)))
+        inserting.start()
+        while inserting.is_alive():
+            pace = bench.psql(url, "SELECT coalesce(min(pace), 0) FROM outbox_send_rate")
+            paces.append(float(pace or 0))
+            time.sleep(1)
+        inserting.join()
+        wait_until(lambda: settled(url), 600, "the throttled backlog to drain")
+        wall = time.time() - started
+        attempts = bench.psql(url, "SELECT coalesce(sum(attempts), 0) FROM outbox_messages")
+        dead = bench.psql(url, "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL")
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+        throttled_path = os.path.join(spool, "throttled.jsonl")
+        throttled = sum(1 for _ in open(throttled_path)) if os.path.exists(throttled_path) else 0
+        lost, duplicates = tally(result["sent"], received(spool))
+    lowest = min((p for p in paces if p > 0), default=0)
+    return [[f"{args.throttle}", f"{len(result['sent'])}", f"{throttled}", f"{lost}", f"{duplicates}", attempts,
+             dead, f"{limit}", f"{lowest:.1f}", f"{wall:.0f}"]]
+
+
 def scenario_database(args):
     """A private cluster stops for 60 s while 50 messages a second are committed (inserts
     fail meanwhile, as the application's would); outboxd rides it out."""
@@ -273,6 +309,10 @@ SCENARIOS = {
     "smtp": ("SMTP server down under 50 messages a second",
              ["outage s", "messages", "lost", "duplicates", "attempts counted", "dead letters",
               "drained s after it came back"], scenario_smtp),
+    "throttle": ("A relay throttling every fourth message under a 50/s limit shared by 2 replicas, "
+                 "40 messages a second committed",
+                 ["throttling s", "messages", "throttling replies", "lost", "duplicates", "attempts counted",
+                  "dead letters", "limit /s", "lowest pace /s", "wall s"], scenario_throttle),
     "database": ("Database stopped under 50 messages a second (private cluster, default settings)",
                  ["outage s", "messages", "lost", "duplicates", "drained s after it came back"],
                  scenario_database),
@@ -295,6 +335,7 @@ def main():
     args.db_outage = 5 if args.small else 60
     args.pending = 20_000 if args.small else 500_000
     args.longtx = 30 if args.small else 600
+    args.throttle = 10 if args.small else 60
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
     sections = {}

@@ -7,7 +7,7 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
-Scenarios: drain, latency, longtx, idle, bigtable, replicas, baseline. Needs: cargo, psql,
+Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, baseline. Needs: cargo, psql,
 PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's `postfix`), and
 psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
 it afterwards. Nothing here asserts a time: it measures and prints.
@@ -191,11 +191,11 @@ def drain_rate(url, after_id=0):
     return int(count) / max(float(seconds), 1e-6)
 
 
-def run_drain(url, messages, flags, replicas=1, dump=None):
+def run_drain(url, messages, flags, replicas=1, dump=None, env=None):
     insert_pending(url, messages)
     with smtp_sink(dump) as port:
         started = time.time()
-        procs = [Outboxd(url, port, *flags, "--worker-id", f"bench-{i}") for i in range(replicas)]
+        procs = [Outboxd(url, port, *flags, "--worker-id", f"bench-{i}", env=env) for i in range(replicas)]
         pg_before, sink_before = cpu_by_program(["postgres"]), cpu_by_program(["smtp-sink"])
         wait_drained(url, messages)
         wall = time.time() - started
@@ -300,6 +300,24 @@ def scenario_drain(args):
           [[f"{per_msg['outboxd']:.3f}", f"{per_msg['PostgreSQL']:.3f}", f"{per_msg['smtp-sink']:.3f}", f"{total:.3f}",
             f"{bound:.0f}", f"{0.8 * median['ceiling']:.0f}", f"{median['rate'] / bound:.2f}"]])
     return median
+
+
+def scenario_defaults(args, drain_result):
+    """The drain with no flags at all, and outboxd's default log level (info): what a new
+    user gets, against the tuned drain."""
+    runs = []
+    for _ in range(args.repeat):
+        with database("outboxd_bench_defaults") as url:
+            runs.append(run_drain(url, args.messages, [], env={"RUST_LOG": "info"}))
+    runs.sort(key=lambda r: r["rate"])
+    median = runs[len(runs) // 2]
+    tuned = drain_result["rate"] if drain_result else None
+    table(f"Defaults: {args.messages} pending messages, no flags (batch 25 growing to 400, 4 connections), "
+          f"RUST_LOG=info, {len(runs)} runs",
+          ["run", "msg/s", "outboxd CPU ms/msg", "tuned drain msg/s (median)", "defaults / tuned"],
+          [[f"{i + 1}", f"{r['rate']:.0f}", f"{1000 * r['cpu'] / r['messages']:.3f}",
+            f"{tuned:.0f}" if tuned else "not run", f"{r['rate'] / tuned:.2f}" if tuned else ""]
+           for i, r in enumerate(runs)])
 
 
 def scenario_latency(args):
@@ -593,7 +611,7 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "latency", "longtx", "idle", "bigtable", "replicas", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
     parser.add_argument("--big-rows", type=int, default=10_000_000)
@@ -622,6 +640,8 @@ def main():
         log(f"== {name}")
         if name == "drain":
             drain_result = scenario_drain(args)
+        elif name == "defaults":
+            scenario_defaults(args, drain_result)
         elif name == "latency":
             scenario_latency(args)
         elif name == "idle":

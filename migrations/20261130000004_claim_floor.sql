@@ -13,7 +13,11 @@ CREATE OR REPLACE FUNCTION outbox_messages_set_next_attempt() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     NEW.next_attempt_at := coalesce(NEW.next_attempt_at, NEW.not_before);
-    PERFORM pg_notify('outbox_messages', floor(extract(epoch FROM NEW.next_attempt_at) * 1000)::bigint::text);
+    -- An infinite time (never, or always due) has no number: tell dispatchers to rescan.
+    PERFORM pg_notify('outbox_messages',
+        CASE WHEN isfinite(NEW.next_attempt_at)
+             THEN floor(extract(epoch FROM NEW.next_attempt_at) * 1000)::bigint::text
+             ELSE '' END);
     RETURN NEW;
 END
 $$;

@@ -112,7 +112,7 @@ pub struct RunArgs {
     pub expire_after: Option<ExpireAfter>,
 
     /// SMTP connections, and so sends in flight at once.
-    #[arg(long, env = "OUTBOXD_SMTP_CONCURRENCY", default_value_t = 4,
+    #[arg(long, env = "OUTBOXD_SMTP_CONCURRENCY", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub smtp_concurrency: u32,
 

@@ -116,6 +116,29 @@ pub struct ClaimedMessage {
     /// The producer's deadline, if it set one.
     pub expires_at: Option<DateTime<Utc>>,
     pub priority: i16,
+    /// Throttling replies met so far, each released without an attempt.
+    pub throttled_releases: i32,
+}
+
+#[cfg(test)]
+impl ClaimedMessage {
+    /// A fresh message of `kind` with this payload text, as a claim would return it.
+    pub(crate) fn for_tests(kind: &str, payload: &str) -> Self {
+        Self {
+            id: 7,
+            kind: kind.into(),
+            payload: ClaimedPayload::from(Some(payload.to_owned())),
+            payload_bytes: i32::try_from(payload.len()).unwrap_or(i32::MAX),
+            attempts: 0,
+            traceparent: None,
+            reclaimed: false,
+            due_at: chrono::Utc::now(),
+            created_at: chrono::Utc::now(),
+            expires_at: None,
+            priority: 0,
+            throttled_releases: 0,
+        }
+    }
 }
 
 /// A claimed row's payload, as the text PostgreSQL sent, or nothing where the text was

@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::pace::Slots;
+
 use super::Step;
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, Outcome};
@@ -26,6 +28,8 @@ pub(super) struct LeasedBatch {
     /// The most rows the claim asked for: the batch size, or fewer under a rate limit.
     /// A batch this full means more may be due.
     pub requested: u32,
+    /// Under a rate limit, when each message may be sent (from `lease_start`).
+    pub slots: Option<Slots>,
 }
 
 /// One message's outcome, decided when its send ended and waiting to be written.

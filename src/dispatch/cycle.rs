@@ -6,12 +6,13 @@ use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
 use super::pace::Allowance;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
+use crate::message::ClaimedBatch;
 use crate::store::{self, ClaimRequest};
 use crate::telemetry::metrics::DatabaseOperation;
 
@@ -199,7 +200,7 @@ impl Dispatcher {
         {
             return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
         }
-        let requested = match self
+        let (requested, slots) = match self
             .pace
             .allowance(
                 &self.pool,
@@ -209,17 +210,44 @@ impl Dispatcher {
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?
         {
-            Allowance::Take(rows) => rows,
+            Allowance::Take { rows, slots } => (rows, slots),
             Allowance::Wait(_) => return Ok(NextBatch::Empty),
         };
         // The lease starts in the database during the claim; counting from before it
-        // errs on the safe side.
+        // errs on the safe side. The send slots count from the booking, just before.
         let lease_start = Instant::now();
+        let claimed = self.claim_rows(requested, due_by).await?;
+        let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
+        self.adapt_claim_size(taken >= requested);
+        let unused = requested.saturating_sub(taken);
+        if let Err(e) = self.pace.unused(&self.pool, slots.as_ref(), unused).await {
+            // The rows are claimed: send them. The schedule only runs a little slow.
+            self.metrics.database_error(DatabaseOperation::Claim);
+            warn!(error = %e, slots = unused, "could not hand unused send slots back");
+        }
+        Ok(if claimed.messages.is_empty() {
+            NextBatch::Empty
+        } else {
+            NextBatch::Leased(LeasedBatch {
+                claimed,
+                lease_start,
+                requested,
+                slots,
+            })
+        })
+    }
+
+    /// Claims up to `limit` due rows from the claim floor up, and moves the floor.
+    async fn claim_rows(
+        &self,
+        limit: u32,
+        due_by: Option<DateTime<Utc>>,
+    ) -> Result<ClaimedBatch, DispatchError> {
         let scan = self.floor.start();
         let claimed = store::claim(
             &self.pool,
             &ClaimRequest {
-                limit: i64::from(requested),
+                limit: i64::from(limit),
                 lease: self.settings.lease,
                 worker_id: &self.settings.worker_id,
                 due_by,
@@ -231,21 +259,6 @@ impl Dispatcher {
         .await
         .map_err(DispatchError::database(DatabaseOperation::Claim))?;
         self.floor.claimed(scan, claimed.lowest_due);
-        let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
-        self.adapt_claim_size(taken >= requested);
-        let unused = requested.saturating_sub(taken);
-        self.pace
-            .unused(&self.pool, unused)
-            .await
-            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
-        Ok(if claimed.messages.is_empty() {
-            NextBatch::Empty
-        } else {
-            NextBatch::Leased(LeasedBatch {
-                claimed,
-                lease_start,
-                requested,
-            })
-        })
+        Ok(claimed)
     }
 }

@@ -1,12 +1,15 @@
 //! How fast the dispatcher may send: the send-rate limit all replicas share, cut when the
 //! relay says it is throttling and recovering after.
 //!
-//! With `OUTBOXD_RATE_LIMIT`, every claim first draws tokens from a bucket in the database
-//! ([`store::send_rate`]) and claims no more rows than it got, so that any number of
-//! replicas together stay under the limit. A throttling reply releases its message
-//! without an attempt and halves the shared pace (at most once a second); the pace then
-//! recovers by [`RECOVERY_PER_SECOND`] of the limit each second. Without a limit there is
-//! no shared pace: a throttling reply pauses this replica's claims for [`UNLIMITED_PAUSE`].
+//! With `OUTBOXD_RATE_LIMIT`, every claim first books send slots from a schedule in the
+//! database ([`crate::store::send_rate`]), one every `1 / pace` seconds and up to
+//! [`HORIZON_SECONDS`] ahead, claims no more rows than it booked, and each send waits for
+//! its slot: any number of replicas together stay under the limit, and one replica still
+//! keeps all its connections busy when the relay is slow to answer. A throttling reply
+//! releases its message without an attempt and halves the shared pace (at most once a
+//! second); the pace then recovers by [`RECOVERY_PER_SECOND`] of the limit each second.
+//! Without a limit there is no shared pace: a throttling reply pauses this replica's
+//! claims for [`UNLIMITED_PAUSE`].
 
 use std::fmt;
 use std::sync::Mutex;
@@ -17,14 +20,13 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 
 use crate::lock::lock;
-use crate::store::send_rate::{self, TokenRequest};
+use crate::store::send_rate::{self, Booking, SlotRequest};
 use crate::telemetry::metrics::Metrics;
 
-/// The bucket `OUTBOXD_RATE_LIMIT` draws from.
+/// The schedule `OUTBOXD_RATE_LIMIT` books from.
 const BUCKET: &str = "global";
-/// The bucket holds a tenth of a second of the pace (at least one message): the most a
-/// sink can see above the limit in any one-second window.
-pub const BURST_SECONDS: f64 = 0.1;
+/// How far ahead a claim may book send slots: a second's worth of messages at most.
+pub const HORIZON_SECONDS: f64 = 1.0;
 /// After throttling, the pace grows back by this share of the limit per second.
 pub const RECOVERY_PER_SECOND: f64 = 0.02;
 /// Throttling never cuts the pace below this share of the limit.
@@ -74,12 +76,33 @@ impl fmt::Display for RateLimit {
     }
 }
 
-/// How many rows the next claim may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How many rows the next claim may take, and when each may be sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Allowance {
-    Take(u32),
+    Take {
+        rows: u32,
+        /// `None` without a limit: send at once.
+        slots: Option<Slots>,
+    },
     /// None yet: look again after this long.
     Wait(Duration),
+}
+
+/// The send slots a claim booked: the `i`-th message of the batch may be sent `first +
+/// i × spacing` after the booking.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Slots {
+    pub first: Duration,
+    pub spacing: Duration,
+    booking: Booking,
+}
+
+impl Slots {
+    /// When the message at `index` of a batch booked at `booked` may be sent.
+    pub fn slot(&self, booked: Instant, index: usize) -> Instant {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        booked + self.first + self.spacing.saturating_mul(index)
+    }
 }
 
 /// The dispatcher's side of the pace: the limit, and whether a reply since the last claim
@@ -105,7 +128,7 @@ impl Pace {
         self.throttled.store(true, Ordering::Relaxed);
     }
 
-    /// Before a claim of up to `wanted` rows: how many it may take now.
+    /// Before a claim of up to `wanted` rows: how many it may take now, and their slots.
     pub async fn allowance(
         &self,
         pool: &PgPool,
@@ -117,38 +140,55 @@ impl Pace {
             return Ok(if throttled {
                 self.wait(UNLIMITED_PAUSE)
             } else {
-                Allowance::Take(wanted)
+                Allowance::Take {
+                    rows: wanted,
+                    slots: None,
+                }
             });
         };
         if throttled {
             send_rate::slow_down(pool, BUCKET, limit.per_second * MIN_PACE_SHARE).await?;
         }
-        let grant = send_rate::take(
+        let booking = send_rate::book(
             pool,
-            &TokenRequest {
+            &SlotRequest {
                 bucket: BUCKET,
                 limit: limit.per_second,
                 wanted: i64::from(wanted),
-                burst_seconds: BURST_SECONDS,
+                horizon_seconds: HORIZON_SECONDS,
                 recovery_per_second: RECOVERY_PER_SECOND,
             },
         )
         .await?;
-        metrics.send_rate_limit(grant.pace);
-        Ok(match u32::try_from(grant.granted) {
-            Ok(granted) if granted > 0 => Allowance::Take(granted),
-            _ => self.wait(Duration::from_secs_f64(
-                ((1.0 - grant.left) / grant.pace).clamp(0.001, 3600.0),
-            )),
+        metrics.send_rate_limit(booking.pace);
+        let spacing = 1.0 / booking.pace;
+        Ok(match u32::try_from(booking.granted) {
+            Ok(rows) if rows > 0 => Allowance::Take {
+                rows,
+                slots: Some(Slots {
+                    first: seconds(booking.starts_in),
+                    spacing: seconds(spacing),
+                    booking,
+                }),
+            },
+            // The horizon is full: the next slot opens when the first booked one is due.
+            _ => self.wait(seconds(booking.starts_in - HORIZON_SECONDS + spacing)),
         })
     }
 
-    /// A claim took fewer rows than it was allowed: the rest go back to the bucket.
-    pub async fn unused(&self, pool: &PgPool, tokens: u32) -> Result<(), sqlx::Error> {
-        if self.limit.is_none() || tokens == 0 {
-            return Ok(());
+    /// A claim took fewer rows than it booked slots for: the rest go back.
+    pub async fn unused(
+        &self,
+        pool: &PgPool,
+        slots: Option<&Slots>,
+        unused: u32,
+    ) -> Result<(), sqlx::Error> {
+        match slots {
+            Some(slots) if unused > 0 => {
+                send_rate::hand_back(pool, BUCKET, &slots.booking, i64::from(unused)).await
+            }
+            _ => Ok(()),
         }
-        send_rate::give_back(pool, BUCKET, i64::from(tokens)).await
     }
 
     /// How long the loop should wait before claiming again, if the pace said so.
@@ -158,6 +198,7 @@ impl Pace {
     }
 
     fn wait(&self, wait: Duration) -> Allowance {
+        let wait = wait.max(Duration::from_millis(1));
         *self.lock() = Some(Instant::now() + wait);
         Allowance::Wait(wait)
     }
@@ -165,6 +206,11 @@ impl Pace {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
         lock(&self.resume_at)
     }
+}
+
+/// A duration from seconds that may be negative or not finite (then zero), at most an hour.
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value.clamp(0.0, 3600.0)).unwrap_or_default()
 }
 
 #[cfg(test)]

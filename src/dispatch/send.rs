@@ -14,7 +14,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
-use super::pace::Pace;
+use super::pace::{Pace, Slots};
 use super::{DispatchError, Dispatcher};
 use crate::mailer::{Mailer, SendError};
 use crate::message::{
@@ -22,6 +22,7 @@ use crate::message::{
 };
 use crate::render::{RenderError, Renderer};
 use crate::store;
+use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
 use crate::trace_context::parse_traceparent;
 
@@ -58,6 +59,8 @@ struct InFlight {
     start_deadline: Instant,
     /// The database's clock at the claim: expiry is judged against it.
     claimed_at: DateTime<Utc>,
+    /// Under a rate limit, each message waits for its send slot.
+    slots: Option<Slots>,
     /// Some send reached the server, or some found it unreachable: together they tell an
     /// outage (every send unreachable) from a message's own failure.
     reached: AtomicBool,
@@ -73,10 +76,11 @@ impl Dispatcher {
         let LeasedBatch {
             claimed,
             lease_start,
+            slots,
             ..
         } = leased;
         let span = self.batch_span(&claimed);
-        let batch = Arc::new(self.in_flight(&claimed, lease_start));
+        let batch = Arc::new(self.in_flight(&claimed, lease_start, slots));
         self.send_and_record(claimed, batch, span).await
     }
 
@@ -92,7 +96,12 @@ impl Dispatcher {
         )
     }
 
-    fn in_flight(&self, claimed: &ClaimedBatch, lease_start: Instant) -> InFlight {
+    fn in_flight(
+        &self,
+        claimed: &ClaimedBatch,
+        lease_start: Instant,
+        slots: Option<Slots>,
+    ) -> InFlight {
         // A send may take up to two send timeouts (a connection and a transaction; the
         // mailer bounds them, replacing a dead connection included), so none starts after
         // this point: the row is given back rather than sent after another replica could
@@ -109,6 +118,7 @@ impl Dispatcher {
             lease_start,
             start_deadline,
             claimed_at: claimed.claimed_at,
+            slots,
             reached: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
         }
@@ -196,6 +206,11 @@ impl Dispatcher {
     }
 }
 
+/// Throttling replies one message may meet without an attempt counted; after them, one
+/// more is an ordinary deferral (attempt counted), so that a refusal that only looks like
+/// throttling cannot loop forever.
+const MAX_THROTTLED_RELEASES: i32 = 20;
+
 /// The outcome an attempt comes to. A send that found the server unreachable before it took
 /// anything is released without an attempt, whatever the rest of the batch met: an outage
 /// is not the message's fault, even when it starts half-way through a batch.
@@ -211,10 +226,14 @@ fn outcome_of(message: &ClaimedMessage, attempt: AttemptResult, retry: &RetryPol
             reason: ReleaseReason::SmtpUnavailable,
             error: Some(e.to_string()),
         },
-        AttemptResult::SendFailed(e) if e.is_throttling() => Outcome::Release {
-            reason: ReleaseReason::Throttled,
-            error: Some(e.to_string()),
-        },
+        AttemptResult::SendFailed(e)
+            if e.is_throttling() && message.throttled_releases < MAX_THROTTLED_RELEASES =>
+        {
+            Outcome::Release {
+                reason: ReleaseReason::Throttled,
+                error: Some(e.to_string()),
+            }
+        }
         AttemptResult::SendFailed(e) => match e.failure_type() {
             FailureType::Permanent => Outcome::DeadLetter {
                 error: e.to_string(),
@@ -248,6 +267,8 @@ impl MessageSender {
             batch.outcomes.started(index);
             let attempt = if self.expire_after.expired(message, batch.claimed_at) {
                 AttemptResult::Expired
+            } else if !self.wait_for_slot(batch, index).await {
+                AttemptResult::NotStarted
             } else {
                 self.render_and_send(message, batch.start_deadline).await
             };
@@ -278,15 +299,19 @@ impl MessageSender {
         }
     }
 
-    /// One message: render and send, in a span that links to the request that enqueued it.
-    async fn render_and_send(
-        &self,
-        message: &ClaimedMessage,
-        start_deadline: Instant,
-    ) -> AttemptResult {
-        if self.stop.is_cancelled() || Instant::now() >= start_deadline {
-            return AttemptResult::NotStarted;
+    /// Waits for the message's send slot under a rate limit; false when shutting down.
+    async fn wait_for_slot(&self, batch: &InFlight, index: usize) -> bool {
+        let Some(slots) = &batch.slots else {
+            return true;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(slots.slot(batch.lease_start, index)) => true,
+            () = self.stop.cancelled() => false,
         }
+    }
+
+    /// The span of one send, linked to the request that enqueued the message.
+    fn send_span(&self, message: &ClaimedMessage) -> tracing::Span {
         let span = info_span!(
             "send",
             otel.name = format!("send {}", message.kind),
@@ -304,6 +329,25 @@ impl MessageSender {
         if let Some(producer) = message.traceparent.as_deref().and_then(parse_traceparent) {
             span.add_link(producer);
         }
+        span
+    }
+
+    /// One message: render and send, in a span that links to the request that enqueued it.
+    async fn render_and_send(
+        &self,
+        message: &ClaimedMessage,
+        start_deadline: Instant,
+    ) -> AttemptResult {
+        if self.stop.is_cancelled() || Instant::now() >= start_deadline {
+            return AttemptResult::NotStarted;
+        }
+        // Built only when traces are exported: at the default level its fields cost about a
+        // sixth of the drain's CPU, for nobody (BENCHMARKS.md).
+        let span = if telemetry::spans_exported() {
+            self.send_span(message)
+        } else {
+            tracing::Span::none()
+        };
         let attempt = async {
             let email = match self.renderer.render_claimed(message) {
                 Ok(email) => email,
@@ -331,5 +375,48 @@ impl MessageSender {
             span.record("error.type", error_type);
         }
         attempt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{AttemptResult, MAX_THROTTLED_RELEASES, outcome_of};
+    use crate::mailer::SendError;
+    use crate::message::{ClaimedMessage, Outcome, ReleaseReason, RetryPolicy};
+
+    fn message(throttled_releases: i32) -> ClaimedMessage {
+        ClaimedMessage {
+            throttled_releases,
+            ..ClaimedMessage::for_tests("account_verification", "{}")
+        }
+    }
+
+    fn throttled() -> AttemptResult {
+        AttemptResult::SendFailed(SendError::Deferred {
+            code: Some("454".into()),
+            message: "454 4.7.0 Throttling failure: Maximum sending rate exceeded.".into(),
+        })
+    }
+
+    #[test]
+    fn throttling_costs_no_attempt_until_a_message_has_met_too_much_of_it() {
+        let retry = RetryPolicy {
+            max_attempts: 5,
+            base: Duration::from_secs(30),
+            max: Duration::from_secs(3600),
+        };
+        assert!(matches!(
+            outcome_of(&message(0), throttled(), &retry),
+            Outcome::Release {
+                reason: ReleaseReason::Throttled,
+                ..
+            }
+        ));
+        assert!(matches!(
+            outcome_of(&message(MAX_THROTTLED_RELEASES), throttled(), &retry),
+            Outcome::Retry { .. }
+        ));
     }
 }

@@ -64,8 +64,9 @@ impl Wakeups {
         }
     }
 
-    /// Waits for `wait`, for shutdown, or, when `notified` is set, for a notification,
-    /// which may lower the claim's floor.
+    /// Waits for `wait`, or for shutdown; when `notified` is set, a notification ends the
+    /// wait too. Notifications are read either way, so that what they say lowers the
+    /// claim's floor even while the loop waits for the pace or a back-off.
     pub async fn wait(
         &mut self,
         wait: Duration,
@@ -73,23 +74,29 @@ impl Wakeups {
         stop: &CancellationToken,
         floor: &ClaimFloor,
     ) -> Woken {
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return Woken::Stopped,
-            woke = next_notifications(&mut self.listener), if notified && self.listener.is_some() => {
-                match woke {
-                    Ok(heard) => floor.heard(heard),
-                    Err(e) => {
-                        self.metrics.database_error(DatabaseOperation::Listen);
-                        warn!(error = %e, "lost the LISTEN connection; reconnecting");
-                        self.listener = None;
-                        floor.listening(false);
+        let timer = tokio::time::sleep(wait);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return Woken::Stopped,
+                woke = next_notifications(&mut self.listener), if self.listener.is_some() => {
+                    match woke {
+                        Ok(heard) => floor.heard(heard),
+                        Err(e) => {
+                            self.metrics.database_error(DatabaseOperation::Listen);
+                            warn!(error = %e, "lost the LISTEN connection; reconnecting");
+                            self.listener = None;
+                            floor.listening(false);
+                        }
+                    }
+                    if notified {
+                        return Woken::Look;
                     }
                 }
+                () = &mut timer => return Woken::Look,
             }
-            () = tokio::time::sleep(wait) => {}
         }
-        Woken::Look
     }
 }
 

@@ -32,6 +32,7 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/v1/dead-letters/{id}", get(show))
         .route("/api/v1/dead-letters/{id}/retry", post(retry_one))
         .route("/api/v1/dead-letters/{id}/discard", post(discard_one))
+        .route("/api/v1/messages/{id}", get(show_any))
         .route("/api/v1/stats", get(stats))
 }
 
@@ -173,6 +174,18 @@ async fn list(
     Ok(Json(
         json!({"dead_letters": page, "next_after": next_after}),
     ))
+}
+
+/// Any message, in any state (pending, dispatched, dead_lettered, discarded, expired).
+async fn show_any(
+    State(state): State<AdminState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    match admin::message(&state.pool, id).await? {
+        Some(message) => Ok(Json(json!(message))),
+        None => Err(ActionError::NotFound(id).into()),
+    }
 }
 
 async fn show(

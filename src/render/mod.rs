@@ -395,7 +395,6 @@ fn read_template_dir(dir: &Path) -> Result<Vec<(String, String)>, TemplateLoadEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ClaimedPayload;
     use serde_json::json;
 
     fn renderer() -> Renderer {
@@ -527,21 +526,10 @@ mod tests {
 
     #[test]
     fn an_email_past_the_size_limit_is_refused_after_rendering() {
-        let message = ClaimedMessage {
-            id: 7,
-            kind: "account_verification".into(),
-            payload: ClaimedPayload::from(Some(
-                r#"{"to": "ada@example.com", "name": "Ada", "verify_url": "https://v"}"#.to_owned(),
-            )),
-            payload_bytes: 66,
-            attempts: 0,
-            traceparent: None,
-            reclaimed: false,
-            due_at: chrono::Utc::now(),
-            created_at: chrono::Utc::now(),
-            expires_at: None,
-            priority: 0,
-        };
+        let message = ClaimedMessage::for_tests(
+            "account_verification",
+            r#"{"to": "ada@example.com", "name": "Ada", "verify_url": "https://v"}"#,
+        );
         let small = RenderLimits {
             max_message_bytes: 1024,
             ..RenderLimits::default()

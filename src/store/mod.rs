@@ -326,6 +326,7 @@ const CLAIM: &str = "\
     FROM due \
     WHERE m.id = due.id \
     RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
+              m.throttled_releases, \
               CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
               octet_length(due.payload_text) AS payload_bytes, \
               due.previous_lease IS NOT NULL AS reclaimed, \
@@ -350,7 +351,13 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedB
     let claimed_at = rows
         .first()
         .map_or_else(|| request.due_by.unwrap_or_else(Utc::now), |r| r.claimed_at);
-    let lowest_due = rows.iter().map(|r| r.was_due_at).min();
+    // Only the priority-0 tier scans from the floor; a row of the priority tier may be due
+    // after priority-0 rows left behind, so it must not raise the floor over them.
+    let lowest_due = rows
+        .iter()
+        .filter(|r| r.message.priority == 0)
+        .map(|r| r.was_due_at)
+        .min();
     let mut messages: Vec<ClaimedMessage> = rows.into_iter().map(|r| r.message).collect();
     messages.sort_unstable_by_key(|m| (std::cmp::Reverse(m.priority), m.due_at, m.id));
     Ok(ClaimedBatch {
@@ -394,9 +401,15 @@ pub async fn record_outcomes(
         delays.push(outcome.delay().as_secs_f64());
         error_classes.push(outcome.error_class());
     }
+    // A release makes its row due now, which may be below another dispatcher's claim
+    // floor (its claim began before this commit): the same statement tells them, as the
+    // insert trigger does for new rows.
     sqlx::query_scalar(
-        "UPDATE outbox_messages AS m \
+        "WITH updated AS ( \
+         UPDATE outbox_messages AS m \
          SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+             throttled_releases = m.throttled_releases \
+                 + CASE WHEN o.action = 'release' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \
              error_class = coalesce(o.error_class, m.error_class), \
              dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
@@ -411,7 +424,12 @@ pub async fn record_outcomes(
          FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[]) \
               AS o(id, action, error, delay_secs, error_class) \
          WHERE m.id = o.id AND m.claim_token = $1 \
-         RETURNING m.id",
+         RETURNING m.id, o.action \
+         ), notified AS ( \
+             SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text) \
+             FROM updated WHERE action = 'release' LIMIT 1 \
+         ) \
+         SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0",
     )
     .bind(token)
     .bind(&ids)
@@ -419,6 +437,7 @@ pub async fn record_outcomes(
     .bind(&errors)
     .bind(&delays)
     .bind(&error_classes)
+    .bind(NOTIFY_CHANNEL)
     .fetch_all(pool)
     .await
 }

@@ -1,67 +1,73 @@
-//! The token bucket that all replicas draw from before they claim, so that a send-rate
-//! limit holds for the table, not per process.
+//! The send schedule all replicas book from before they claim, so that a send-rate limit
+//! holds for the table, not per process (see the migration that creates
+//! `outbox_send_rate`).
 
+use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 
-/// One draw from a bucket.
+/// One booking.
 #[derive(Debug, Clone, Copy)]
-pub struct TokenRequest<'a> {
+pub struct SlotRequest<'a> {
     pub bucket: &'a str,
     /// The configured limit, in messages per second: the most the pace recovers to.
     pub limit: f64,
-    /// The most tokens to take (the batch size).
+    /// The most slots to book (the claim size).
     pub wanted: i64,
-    /// The bucket holds at most this many seconds of the pace (at least one token).
-    pub burst_seconds: f64,
+    /// How far ahead of now slots may be booked, in seconds.
+    pub horizon_seconds: f64,
     /// How much of the limit the pace recovers per second after throttling.
     pub recovery_per_second: f64,
 }
 
-/// What a draw got.
+/// What a booking got: `granted` slots, the first `starts_in` seconds from now, then one
+/// every `1 / pace` seconds.
 #[derive(Debug, Clone, Copy, PartialEq, FromRow)]
-pub struct Grant {
+pub struct Booking {
     pub granted: i64,
-    /// Tokens left after the draw (less than one when nothing was granted).
-    pub left: f64,
+    pub starts_in: f64,
     /// The pace now, in messages per second.
     pub pace: f64,
+    /// The first free slot after this booking: slots are handed back only while it is
+    /// still the last booking.
+    pub ends_at: DateTime<Utc>,
 }
 
-/// Refills the bucket for the time since its last draw, then takes up to `wanted` whole
-/// tokens. One statement; the row lock serializes replicas for its duration only.
-pub async fn take(pool: &PgPool, request: &TokenRequest<'_>) -> Result<Grant, sqlx::Error> {
+/// Books up to `wanted` consecutive slots within the horizon. One statement; the row lock
+/// serializes replicas for its duration only.
+pub async fn book(pool: &PgPool, request: &SlotRequest<'_>) -> Result<Booking, sqlx::Error> {
     loop {
-        let grant: Option<Grant> = sqlx::query_as(
+        let booking: Option<Booking> = sqlx::query_as(
             "WITH current AS ( \
-                 SELECT name, tokens, pace, \
-                        greatest(0, extract(epoch FROM clock_timestamp() - updated_at))::float8 AS elapsed \
+                 SELECT name, clock_timestamp() AS now, \
+                        greatest(next_slot, clock_timestamp()) AS start, \
+                        least($2, pace + $2 * $5 * \
+                              greatest(0, extract(epoch FROM clock_timestamp() - updated_at))) AS pace \
                  FROM outbox_send_rate WHERE name = $1 FOR UPDATE \
-             ), recovered AS ( \
-                 SELECT name, tokens, elapsed, least($2, pace + $2 * $5 * elapsed) AS pace FROM current \
-             ), available AS ( \
-                 SELECT name, pace, least(greatest(1, pace * $4), tokens + pace * elapsed) AS tokens \
-                 FROM recovered \
+             ), granted AS ( \
+                 SELECT name, now, start, pace, \
+                        least($3, greatest(0, floor(($4 - extract(epoch FROM start - now)) * pace)))::int8 AS n \
+                 FROM current \
              ) \
              UPDATE outbox_send_rate AS b \
-             SET tokens = a.tokens - least($3, floor(a.tokens)), pace = a.pace, \
-                 updated_at = clock_timestamp() \
-             FROM available AS a WHERE b.name = a.name \
-             RETURNING least($3, floor(a.tokens))::int8 AS granted, \
-                       (a.tokens - least($3, floor(a.tokens)))::float8 AS left, a.pace::float8 AS pace",
+             SET next_slot = g.start + make_interval(secs => g.n / g.pace), pace = g.pace, \
+                 updated_at = g.now \
+             FROM granted AS g WHERE b.name = g.name \
+             RETURNING g.n AS granted, extract(epoch FROM g.start - g.now)::float8 AS starts_in, \
+                       g.pace::float8 AS pace, b.next_slot AS ends_at",
         )
         .bind(request.bucket)
         .bind(request.limit)
         .bind(request.wanted)
-        .bind(request.burst_seconds)
+        .bind(request.horizon_seconds)
         .bind(request.recovery_per_second)
         .fetch_optional(pool)
         .await?;
-        if let Some(grant) = grant {
-            return Ok(grant);
+        if let Some(booking) = booking {
+            return Ok(booking);
         }
-        // The first draw on this table: an empty bucket at the full pace.
+        // The first booking on this table: the schedule starts now, at the full pace.
         sqlx::query(
-            "INSERT INTO outbox_send_rate (name, tokens, pace) VALUES ($1, 0, $2) \
+            "INSERT INTO outbox_send_rate (name, pace) VALUES ($1, $2) \
              ON CONFLICT (name) DO NOTHING",
         )
         .bind(request.bucket)
@@ -71,13 +77,23 @@ pub async fn take(pool: &PgPool, request: &TokenRequest<'_>) -> Result<Grant, sq
     }
 }
 
-/// Returns tokens a claim took but found no rows for.
-pub async fn give_back(pool: &PgPool, bucket: &str, tokens: i64) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE outbox_send_rate SET tokens = tokens + $2 WHERE name = $1")
-        .bind(bucket)
-        .bind(tokens as f64)
-        .execute(pool)
-        .await?;
+/// Hands back the last `slots` of a booking a claim could not fill, unless another booking
+/// came after it (then they stay unused: slower, never faster).
+pub async fn hand_back(
+    pool: &PgPool,
+    bucket: &str,
+    booking: &Booking,
+    slots: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outbox_send_rate SET next_slot = next_slot - make_interval(secs => $3) \
+         WHERE name = $1 AND next_slot = $2",
+    )
+    .bind(bucket)
+    .bind(booking.ends_at)
+    .bind(slots as f64 / booking.pace)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

@@ -33,6 +33,15 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// Whether spans leave the process (an OTLP exporter is set up). Per-message spans are
+/// built only then: the log lines name the message themselves.
+static SPANS_EXPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether per-message spans are worth building: an OTLP exporter is set up.
+pub fn spans_exported() -> bool {
+    SPANS_EXPORTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Logs to stderr (`RUST_LOG`, default `info`), and spans over OTLP when
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set: HTTP/protobuf, or gRPC
 /// with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`. The SDK reads the other standard `OTEL_*`
@@ -56,6 +65,7 @@ pub fn init(format: LogFormat) -> TelemetryGuard {
     if let Err(e) = installed {
         eprintln!("warning: logging was already set up: {e}");
     }
+    SPANS_EXPORTED.store(provider.is_some(), std::sync::atomic::Ordering::Relaxed);
     if let Some(e) = otel_error {
         tracing::warn!(error = %e, "OpenTelemetry export is off: the exporter could not be built");
     } else if provider.is_some() {

@@ -12,7 +12,11 @@ use crate::helpers::{
 const TOKEN: &str = "test-admin-token-0123456789";
 
 /// A running app with the admin surface on, and its address.
-async fn admin_app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> (App, String) {
+pub(crate) async fn admin_app(
+    db: &TestDb,
+    smtp_url: Option<&str>,
+    extra: &[&str],
+) -> (App, String) {
     let mut flags = vec!["--admin-token", TOKEN];
     flags.extend(extra);
     let mut app = app(db, smtp_url, &flags).await;
@@ -22,7 +26,7 @@ async fn admin_app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> (App,
     (app, addr)
 }
 
-async fn api(addr: &str, method: &str, path: &str, body: Option<Value>) -> HttpResponse {
+pub(crate) async fn api(addr: &str, method: &str, path: &str, body: Option<Value>) -> HttpResponse {
     let auth = format!("Bearer {TOKEN}");
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     http_full(

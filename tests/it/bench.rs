@@ -39,6 +39,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     for table in [
         "### Drain",
+        "### Defaults",
         "### Latency",
         "### Long transaction",
         "### Idle",

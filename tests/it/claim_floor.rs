@@ -72,17 +72,24 @@ async fn the_insert_trigger_notifies_the_due_time_of_what_it_inserts() {
         .listen(outboxd::store::NOTIFY_CHANNEL)
         .await
         .unwrap();
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload, not_before) \
-         VALUES ('account_verification', $1, '2026-01-01T00:00:00.750Z')",
-    )
-    .bind(verification("a@example.com"))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+    for (not_before, payload) in [
+        ("2026-01-01T00:00:00.750Z", "1767225600750"),
+        // A time with no number still inserts; its notification makes dispatchers rescan.
+        ("infinity", ""),
+    ] {
+        sqlx::query(
+            "INSERT INTO outbox_messages (kind, payload, not_before) \
+             VALUES ('account_verification', $1, $2::timestamptz)",
+        )
+        .bind(verification("a@example.com"))
+        .bind(not_before)
+        .execute(&db.pool)
         .await
-        .expect("a notification")
         .unwrap();
-    assert_eq!(notification.payload(), "1767225600750");
+        let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .expect("a notification")
+            .unwrap();
+        assert_eq!(notification.payload(), payload, "{not_before}");
+    }
 }

@@ -317,8 +317,10 @@ impl SmtpServer {
 
     pub fn messages(&self) -> Vec<Received> {
         match std::fs::read_to_string(self.spool.path().join("messages.jsonl")) {
+            // Only whole lines: the server may be writing the next one right now.
             Ok(text) => text
-                .lines()
+                .split_inclusive('\n')
+                .filter(|l| l.ends_with('\n'))
                 .map(|l| serde_json::from_str(l).expect("spool line"))
                 .collect(),
             Err(_) => Vec::new(),
