@@ -312,7 +312,7 @@ def scenario_defaults(args, drain_result):
     runs.sort(key=lambda r: r["rate"])
     median = runs[len(runs) // 2]
     tuned = drain_result["rate"] if drain_result else None
-    table(f"Defaults: {args.messages} pending messages, no flags (batch 25 growing to 400, 4 connections), "
+    table(f"Defaults: {args.messages} pending messages, no flags (batch 25 growing to 400, 8 connections), "
           f"RUST_LOG=info, {len(runs)} runs",
           ["run", "msg/s", "outboxd CPU ms/msg", "tuned drain msg/s (median)", "defaults / tuned"],
           [[f"{i + 1}", f"{r['rate']:.0f}", f"{1000 * r['cpu'] / r['messages']:.3f}",
@@ -436,7 +436,7 @@ def measure_longtx(args):
                         "RETURNING id", (n,)).fetchone()
                     committed.append((row[0], time.time(), w))
                     n += 1
-                claims = statement_stats(stats, "WITH due AS%")
+                claims = statement_stats(stats, "%regular_head%")
                 sampler = statement_stats(stats, "%AS oldest_ready_age%")
                 dead = stats.execute("SELECT n_dead_tup FROM pg_stat_user_tables "
                                      "WHERE relname = 'outbox_messages'").fetchone()[0]

@@ -470,6 +470,7 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
            (SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before))), 0)::float8 \
               FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+               AND greatest(created_at, not_before) IS NOT NULL \
                AND greatest(created_at, not_before) <= now()) AS oldest_pending_age, \
            (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8 \
               FROM outbox_messages \
