@@ -265,7 +265,13 @@ async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
     let table = String::from_utf8_lossy(&cli.stdout);
     assert!(table.contains("EXPIRED LAST HOUR"), "{table}");
     let cli = outboxd()
-        .args(["dead-letters", "show", &by_kind.to_string(), "--database-url", &db.url])
+        .args([
+            "dead-letters",
+            "show",
+            &by_kind.to_string(),
+            "--database-url",
+            &db.url,
+        ])
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&cli.stdout);

@@ -1,0 +1,126 @@
+//! The claim: due rows taken under a lease, in two tiers (priorities, then the due index
+//! from the claim floor).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgPool};
+use uuid::Uuid;
+
+use crate::message::{ClaimedBatch, ClaimedMessage};
+
+/// A request for a batch of due rows.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub limit: i64,
+    pub lease: Duration,
+    pub worker_id: &'a str,
+    /// Only rows due at or before this time; `None` means now. A drain passes the time of
+    /// its first claim, so that a row retried with no delay waits for the next cycle.
+    pub due_by: Option<DateTime<Utc>>,
+    /// A payload whose text is longer stays in the database: the row comes back without
+    /// it, to be dead-lettered, and costs no memory here.
+    pub max_payload_bytes: i64,
+    /// Only rows due at or after this time; `None` scans from the start. Below the floor
+    /// the due index may hold only the entries of rows already sent, which PostgreSQL
+    /// cannot remove while a transaction elsewhere is older than them.
+    pub floor: Option<DateTime<Utc>>,
+}
+
+/// The claim, in two tiers. `urgent` takes due rows with a priority from their own small
+/// index, in order of due time less a minute per priority point, but only those that
+/// would go before the oldest due row without one: a point is a minute of waiting, so
+/// priority-0 rows are never starved. `regular` fills the rest of the batch from the due
+/// index, from the floor up (see `dispatch::floor`). Both are index scans whatever the mix.
+///
+/// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
+/// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
+/// claimed row leaves the due range, and comes back by itself if its claimer dies.
+const CLAIM: &str = "\
+    WITH regular_head AS ( \
+        SELECT next_attempt_at FROM outbox_messages \
+        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+        ORDER BY next_attempt_at, id LIMIT 1 \
+    ), urgent AS ( \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
+        FROM outbox_messages \
+        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND priority > 0 \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at - make_interval(mins => priority) \
+              <= coalesce((SELECT next_attempt_at FROM regular_head), 'infinity') \
+        ORDER BY next_attempt_at - make_interval(mins => priority), id \
+        LIMIT $1 \
+        FOR UPDATE SKIP LOCKED \
+    ), regular AS ( \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
+        FROM outbox_messages \
+        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+        ORDER BY next_attempt_at, id \
+        LIMIT $1 - (SELECT count(*) FROM urgent) \
+        FOR UPDATE SKIP LOCKED \
+    ), due AS ( \
+        SELECT * FROM urgent UNION ALL SELECT * FROM regular \
+    ) \
+    UPDATE outbox_messages AS m \
+    SET locked_until = now() + make_interval(secs => $2), \
+        next_attempt_at = now() + make_interval(secs => $2), \
+        locked_by = $3, \
+        claim_token = $5 \
+    FROM due \
+    WHERE m.id = due.id \
+    RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
+              m.throttled_releases, \
+              CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
+              octet_length(due.payload_text) AS payload_bytes, \
+              due.previous_lease IS NOT NULL AS reclaimed, \
+              greatest(m.created_at, m.not_before) AS due_at, \
+              now() AS claimed_at, due.next_attempt_at AS was_due_at";
+
+/// Claims up to `limit` due rows, highest priority and oldest due first, under a new
+/// lease (see [`CLAIM`]).
+pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
+    let token = Uuid::new_v4();
+    let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
+        .bind(request.limit)
+        .bind(request.lease.as_secs_f64())
+        .bind(request.worker_id)
+        .bind(request.due_by)
+        .bind(token)
+        .bind(request.max_payload_bytes)
+        .bind(request.floor)
+        .fetch_all(pool)
+        .await?;
+
+    let claimed_at = rows
+        .first()
+        .map_or_else(|| request.due_by.unwrap_or_else(Utc::now), |r| r.claimed_at);
+    // Only the priority-0 tier scans from the floor; a row of the priority tier may be due
+    // after priority-0 rows left behind, so it must not raise the floor over them.
+    let lowest_due = rows
+        .iter()
+        .filter(|r| r.message.priority == 0)
+        .map(|r| r.was_due_at)
+        .min();
+    let mut messages: Vec<ClaimedMessage> = rows.into_iter().map(|r| r.message).collect();
+    messages.sort_unstable_by_key(|m| (std::cmp::Reverse(m.priority), m.due_at, m.id));
+    Ok(ClaimedBatch {
+        token,
+        claimed_at,
+        lowest_due,
+        messages: messages.into(),
+    })
+}
+
+/// A claimed row, with the database's clock at the claim.
+#[derive(FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    message: ClaimedMessage,
+    claimed_at: DateTime<Utc>,
+    /// `next_attempt_at` before the claim moved it to the lease's end.
+    was_due_at: DateTime<Utc>,
+}
