@@ -11,7 +11,6 @@
 //! Without a limit there is no shared pace: a throttling reply pauses this replica's
 //! claims for [`UNLIMITED_PAUSE`].
 
-use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -67,12 +66,6 @@ impl RateLimit {
 
     pub fn per_second(self) -> f64 {
         self.per_second
-    }
-}
-
-impl fmt::Display for RateLimit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/s", self.per_second)
     }
 }
 
