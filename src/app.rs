@@ -60,19 +60,14 @@ impl App {
     /// Loads the templates, connects, and checks the schema: everything that can be
     /// wrong is found here, before the first message is claimed.
     pub async fn build(config: RunConfig) -> anyhow::Result<Self> {
-        let renderer = Renderer::new(
-            config.templates.as_deref(),
-            config.from.clone(),
-            config.message_id_domain.clone(),
-        )?
-        .with_limits(config.limits);
+        let renderer = renderer(&config)?;
         let mailer = Mailer::new(config.smtp.clone())
             .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
         let (listener, admin_listener) = bind_listeners(&config).await?;
         let http_addr = listener.local_addr()?;
         let admin_addr = match &admin_listener {
             Some(listener) => Some(listener.local_addr()?),
-            None => config.admin_token.as_ref().map(|_| http_addr),
+            None => (config.admin_token.is_some() || config.feedback.any()).then_some(http_addr),
         };
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
@@ -149,6 +144,16 @@ impl App {
             self.config.admin_token.as_ref().map(|token| {
                 http::admin_router(self.surface_pool.clone(), token, self.kinds.clone())
             });
+        // The webhooks go where the admin surface goes: providers reach them there.
+        let webhooks = http::webhooks::router(
+            self.surface_pool.clone(),
+            Arc::clone(&self.config.feedback),
+            Arc::clone(&self.metrics),
+        );
+        let admin = match (admin, webhooks) {
+            (Some(admin), Some(webhooks)) => Some(admin.merge(webhooks)),
+            (admin, webhooks) => admin.or(webhooks),
+        };
         let mut main = http::router(self.prometheus.clone(), Arc::clone(&self.health));
         match (admin, self.admin_listener.take()) {
             (Some(admin), Some(listener)) => tasks.push(http::server::spawn(
@@ -227,9 +232,14 @@ impl App {
             );
         }
         info!(address = %self.http_addr, "serving /metrics, /livez and /readyz");
-        match self.admin_addr {
-            Some(address) => info!(%address, "serving the admin page (/admin) and API (/api/v1)"),
-            None => info!("admin page and API are off: OUTBOXD_ADMIN_TOKEN is not set"),
+        match (self.admin_addr, self.config.admin_token.is_some()) {
+            (Some(address), true) => {
+                info!(%address, "serving the admin page (/admin) and API (/api/v1)");
+            }
+            _ => info!("admin page and API are off: OUTBOXD_ADMIN_TOKEN is not set"),
+        }
+        if let Some(address) = self.admin_addr.filter(|_| self.config.feedback.any()) {
+            info!(%address, "serving the bounce and complaint webhooks (/webhooks/...)");
         }
         let background_stop = CancellationToken::new();
         let background = self.spawn_background(background_stop.clone());
@@ -255,6 +265,22 @@ impl App {
         // A dispatcher that died must not look like a clean stop to the supervisor.
         ran.map_err(|e| anyhow::anyhow!("the dispatcher failed: {e}"))
     }
+}
+
+/// The templates, parsed, with the limits and the DKIM key.
+pub fn renderer(config: &RunConfig) -> anyhow::Result<Renderer> {
+    let renderer = Renderer::new(
+        config.templates.as_deref(),
+        config.from.clone(),
+        config.message_id_domain.clone(),
+    )?
+    .with_limits(config.limits);
+    Ok(match &config.dkim {
+        Some(key) => renderer
+            .with_dkim(key)
+            .map_err(|e| anyhow::anyhow!("invalid DKIM settings: {e}"))?,
+        None => renderer,
+    })
 }
 
 /// The metrics and probes address, and the admin one when it is separate.

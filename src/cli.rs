@@ -13,6 +13,8 @@ use crate::store::admin::{self, Action, Selection};
 use crate::telemetry::{self, LogFormat};
 use crate::{app, store};
 
+mod suppressions;
+
 /// outboxd delivers the emails your application commits to its outbox table.
 #[derive(Debug, Parser)]
 #[command(name = "outboxd", version, about, long_about = None)]
@@ -39,6 +41,8 @@ pub enum Command {
     DeadLetters(DeadLettersArgs),
     /// Pending, due, in-flight and dead-lettered messages, and sends in the last hour, per kind.
     Stats(StatsArgs),
+    /// List, add and remove addresses on the suppression list, directly in the database.
+    Suppressions(suppressions::SuppressionsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +190,12 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         Command::DeadLetters(args) => {
             let pool = app::connect_checked(&args.database.validate()?).await?;
             let result = dead_letters(&pool, args.command).await;
+            pool.close().await;
+            result
+        }
+        Command::Suppressions(args) => {
+            let pool = app::connect_checked(&args.database.validate()?).await?;
+            let result = suppressions::run(&pool, args.command, &cli_actor()).await;
             pool.close().await;
             result
         }

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -15,10 +16,15 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::background::retention::Retention;
 use crate::dispatch::{DispatchSettings, ExpireAfter, RateLimit};
+use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
 use crate::message::RetryPolicy;
-use crate::render::RenderLimits;
+use crate::render::{DkimKey, RenderLimits};
 use crate::text::redact_url;
+
+mod deliverability;
+
+pub use deliverability::DeliverabilityArgs;
 
 /// The database a fresh machine with a local PostgreSQL can use as it is.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outboxd";
@@ -172,6 +178,9 @@ pub struct RunArgs {
     /// Name written to locked_by on claimed rows. Default: host name and process id.
     #[arg(long, env = "OUTBOXD_WORKER_ID")]
     pub worker_id: Option<String>,
+
+    #[command(flatten)]
+    pub deliverability: DeliverabilityArgs,
 }
 
 impl std::fmt::Debug for RunArgs {
@@ -248,6 +257,10 @@ pub struct RunConfig {
     pub admin_token: Option<SecretString>,
     pub admin_listen: Option<SocketAddr>,
     pub retention: Retention,
+    /// Signs every email when set.
+    pub dkim: Option<DkimKey>,
+    /// The bounce and complaint webhooks turned on.
+    pub feedback: Arc<FeedbackSettings>,
 }
 
 impl RunConfig {
@@ -299,6 +312,7 @@ impl RunArgs {
             limits: RenderLimits {
                 max_recipients: self.max_recipients as usize,
                 max_message_bytes: self.max_message_bytes,
+                max_attachment_bytes: self.deliverability.max_attachment_bytes,
             },
             listen: self.listen,
             sample_interval: self.sample_interval,
@@ -306,6 +320,8 @@ impl RunArgs {
             admin_listen: self.admin_listen,
             retention: self.retention,
             shutdown_timeout: self.shutdown_timeout,
+            dkim: self.deliverability.dkim()?,
+            feedback: Arc::new(self.deliverability.feedback()?),
         })
     }
 
@@ -430,6 +446,7 @@ impl RunArgs {
             max_payload_bytes: self.max_message_bytes,
             rate_limit: self.rate_limit,
             expire_after: self.expire_after.clone().unwrap_or_default(),
+            suppress_hard_bounces: self.deliverability.suppress_hard_bounces,
         })
     }
 }

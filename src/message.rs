@@ -5,6 +5,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::suppression::SuppressionReason;
+
 /// How much of an error is kept on the row, as the original design did.
 pub const MAX_ERROR_CHARS: usize = 500;
 
@@ -269,6 +271,13 @@ pub enum Outcome {
     /// Not sent because its `expires_at` (or its kind's `OUTBOXD_EXPIRE_AFTER`) passed:
     /// it ends with `end_reason = 'expired'`, not as a dead letter.
     Expired,
+    /// Not sent because every recipient is on the suppression list: it ends with
+    /// `end_reason = 'suppressed'`, not as a dead letter. `reason` is the first
+    /// recipient's.
+    Suppressed {
+        reason: SuppressionReason,
+        error: String,
+    },
 }
 
 /// Why a claimed message was given back unsent: the `reason` label of
@@ -328,13 +337,16 @@ impl Outcome {
             Outcome::DeadLetter { .. } => "dead",
             Outcome::Release { .. } => "release",
             Outcome::Expired => "expired",
+            Outcome::Suppressed { .. } => "suppressed",
         }
     }
 
     pub fn error(&self) -> Option<&str> {
         match self {
             Outcome::Sent { .. } | Outcome::Expired => None,
-            Outcome::Retry { error, .. } | Outcome::DeadLetter { error, .. } => Some(error),
+            Outcome::Retry { error, .. }
+            | Outcome::DeadLetter { error, .. }
+            | Outcome::Suppressed { error, .. } => Some(error),
             Outcome::Release { error, .. } => error.as_deref(),
         }
     }
@@ -353,6 +365,7 @@ impl Outcome {
                 reason: ReleaseReason::Throttled,
                 ..
             } => Some("throttled"),
+            Outcome::Suppressed { .. } => Some("suppressed"),
             _ => None,
         }
     }

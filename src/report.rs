@@ -2,6 +2,7 @@
 
 use crate::store::admin::DeadLetter;
 use crate::store::stats::Stats;
+use crate::store::suppressions::Suppression;
 use crate::text::cut_with_ellipsis;
 
 /// Columns padded to their widest cell; the last column is left ragged.
@@ -89,6 +90,7 @@ pub fn stats_table(stats: &Stats) -> String {
                 k.dead_letters.to_string(),
                 k.sent_last_hour.to_string(),
                 k.expired_last_hour.to_string(),
+                k.suppressed_last_hour.to_string(),
             ]
         })
         .collect();
@@ -100,6 +102,7 @@ pub fn stats_table(stats: &Stats) -> String {
         stats.dead_letters.to_string(),
         stats.sent_last_hour.to_string(),
         stats.expired_last_hour.to_string(),
+        stats.suppressed_last_hour.to_string(),
     ]);
     let mut out = table(
         &[
@@ -110,6 +113,7 @@ pub fn stats_table(stats: &Stats) -> String {
             "DEAD LETTERS",
             "SENT LAST HOUR",
             "EXPIRED LAST HOUR",
+            "SUPPRESSED LAST HOUR",
         ],
         &rows,
     );
@@ -118,4 +122,26 @@ pub fn stats_table(stats: &Stats) -> String {
         stats.oldest_pending_age_seconds
     ));
     out
+}
+
+/// The suppression list as a table; the next page's `--after` when it is full.
+pub fn suppression_table(page: &[Suppression]) -> String {
+    let rows: Vec<Vec<String>> = page
+        .iter()
+        .map(|s| {
+            vec![
+                s.address.clone(),
+                s.reason.0.as_str().to_owned(),
+                s.source.clone(),
+                s.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                s.suppressed_until
+                    .map_or_else(|| "-".to_owned(), |u| u.format("%Y-%m-%d %H:%M").to_string()),
+                clip(s.detail.as_deref().unwrap_or(""), 50),
+            ]
+        })
+        .collect();
+    table(
+        &["ADDRESS", "REASON", "SOURCE", "SINCE", "UNTIL", "DETAIL"],
+        &rows,
+    )
 }

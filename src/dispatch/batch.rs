@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::pace::Slots;
+use super::suppress::Suppressed;
 
 use super::Step;
 use crate::lock::lock;
@@ -30,6 +31,9 @@ pub(super) struct LeasedBatch {
     pub requested: u32,
     /// Under a rate limit, when each message may be sent (from `lease_start`).
     pub slots: Option<Slots>,
+    /// The batch's recipients on the suppression list; `None` when the lookup failed,
+    /// and then nothing is sent.
+    pub suppressed: Option<Suppressed>,
 }
 
 /// One message's outcome, decided when its send ended and waiting to be written.
@@ -39,6 +43,8 @@ pub(super) struct Decided {
     pub outcome: Outcome,
     /// From the start of the lease to the end of the send.
     pub after: Duration,
+    /// The recipient the server said does not exist, to suppress (lower-cased).
+    pub bounced: Option<String>,
 }
 
 /// Where one message of a batch being sent stands.
@@ -115,6 +121,7 @@ impl OutcomeQueue {
                     index,
                     outcome,
                     after,
+                    bounced: None,
                 })
             })
             .collect()
@@ -190,6 +197,8 @@ pub struct BatchReport {
     pub released: usize,
     /// Messages past their expiry, ended unsent.
     pub expired: usize,
+    /// Messages whose every recipient is suppressed, ended unsent.
+    pub suppressed: usize,
     /// Outcomes not recorded because another claimer took the rows over.
     pub lost: usize,
     /// Rows whose previous claimer's lease ran out without an outcome.
@@ -204,6 +213,7 @@ impl BatchReport {
         self.dead_lettered += other.dead_lettered;
         self.released += other.released;
         self.expired += other.expired;
+        self.suppressed += other.suppressed;
         self.lost += other.lost;
         self.reclaimed += other.reclaimed;
     }

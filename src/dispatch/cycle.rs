@@ -225,16 +225,25 @@ impl Dispatcher {
             self.metrics.database_error(DatabaseOperation::Claim);
             warn!(error = %e, slots = unused, "could not hand unused send slots back");
         }
-        Ok(if claimed.messages.is_empty() {
-            NextBatch::Empty
-        } else {
-            NextBatch::Leased(LeasedBatch {
-                claimed,
-                lease_start,
-                requested,
-                slots,
-            })
-        })
+        if claimed.messages.is_empty() {
+            return Ok(NextBatch::Empty);
+        }
+        // Without the lookup nothing of the batch is sent: each message is released.
+        let suppressed = match self.suppressed_in(&claimed).await {
+            Ok(suppressed) => Some(suppressed),
+            Err(e) => {
+                self.metrics.database_error(DatabaseOperation::Claim);
+                warn!(error = %e, "could not look the batch's recipients up in the suppression list; releasing it");
+                None
+            }
+        };
+        Ok(NextBatch::Leased(LeasedBatch {
+            claimed,
+            lease_start,
+            requested,
+            slots,
+            suppressed,
+        }))
     }
 
     /// Claims up to `limit` due rows from the claim floor up, and moves the floor.

@@ -12,6 +12,7 @@
 //! - [`breaker`]: the SMTP circuit breaker;
 //! - [`wake`]: what ends a wait: LISTEN/NOTIFY, the poll interval, back-off;
 //! - [`pace`]: the send-rate limit replicas share, and throttling;
+//! - [`suppress`]: the suppression list at send time;
 //! - [`floor`]: where a claim starts scanning, so that a transaction left open elsewhere
 //!   does not make claims walk every row sent since it began.
 
@@ -23,6 +24,7 @@ mod floor;
 mod pace;
 mod record;
 mod send;
+mod suppress;
 mod wake;
 
 use std::sync::atomic::AtomicU32;
@@ -70,6 +72,8 @@ pub struct DispatchSettings {
     pub rate_limit: Option<RateLimit>,
     /// Default lifetimes per kind, for messages without their own `expires_at`.
     pub expire_after: ExpireAfter,
+    /// Add a recipient to the suppression list when its server says it does not exist.
+    pub suppress_hard_bounces: bool,
 }
 
 /// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on
@@ -147,6 +151,7 @@ impl Dispatcher {
             stop: shutdown.stop.clone(),
             pace: Arc::clone(&pace),
             expire_after: settings.expire_after.clone(),
+            suppress_hard_bounces: settings.suppress_hard_bounces,
         });
         Self {
             pool,

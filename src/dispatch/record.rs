@@ -12,6 +12,7 @@ use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Delivery, Outcome};
 use crate::store;
+use crate::suppression::{BounceType, FeedbackSource};
 use crate::telemetry::metrics::DatabaseOperation;
 use crate::text::mask_addresses;
 
@@ -150,9 +151,13 @@ impl Dispatcher {
         claimed: &ClaimedBatch,
         decided: &[Decided],
     ) -> Result<BatchReport, DispatchError> {
-        let rows: Vec<(i64, &Outcome)> = decided
+        let rows: Vec<store::OutcomeRow<'_>> = decided
             .iter()
-            .map(|d| (claimed.messages[d.index].id, &d.outcome))
+            .map(|d| store::OutcomeRow {
+                id: claimed.messages[d.index].id,
+                outcome: &d.outcome,
+                bounced: d.bounced.as_deref(),
+            })
             .collect();
         let recorded: HashSet<i64> = store::record_outcomes(&self.pool, claimed.token, &rows)
             .await
@@ -167,6 +172,7 @@ impl Dispatcher {
             index,
             outcome,
             after,
+            bounced,
         } in decided
         {
             let message = &claimed.messages[*index];
@@ -196,6 +202,9 @@ impl Dispatcher {
             )
             .then(|| latency(claimed, message, *after));
             self.metrics.outcome(kind, outcome, sent_latency);
+            if bounced.is_some() {
+                self.metrics.bounce(FeedbackSource::Smtp, BounceType::Hard);
+            }
             count(&mut report, outcome);
             log_outcome(message, outcome, sent_latency);
         }
@@ -216,6 +225,7 @@ fn count(report: &mut BatchReport, outcome: &Outcome) {
         Outcome::DeadLetter { .. } => report.dead_lettered += 1,
         Outcome::Release { .. } => report.released += 1,
         Outcome::Expired => report.expired += 1,
+        Outcome::Suppressed { .. } => report.suppressed += 1,
     }
 }
 
@@ -265,5 +275,11 @@ fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: Option<Dura
             debug!(outbox.id = id, outbox.kind = %kind, reason = reason.as_str(), "released unsent");
         }
         Outcome::Expired => info!(outbox.id = id, outbox.kind = %kind, "expired unsent"),
+        Outcome::Suppressed { reason, .. } => info!(
+            outbox.id = id,
+            outbox.kind = %kind,
+            reason = reason.as_str(),
+            "not sent: every recipient is suppressed"
+        ),
     }
 }

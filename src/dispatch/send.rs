@@ -15,6 +15,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
+use super::suppress::{Filtered, Suppressed};
 use super::{DispatchError, Dispatcher};
 use crate::mailer::{Mailer, SendError};
 use crate::message::{
@@ -22,6 +23,7 @@ use crate::message::{
 };
 use crate::render::{RenderError, Renderer};
 use crate::store;
+use crate::suppression::SuppressionReason;
 use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
 use crate::trace_context::parse_traceparent;
@@ -37,6 +39,8 @@ pub(super) enum AttemptResult {
     NotStarted,
     /// Not started: past its expiry when claimed.
     Expired,
+    /// Not sent: every recipient is on the suppression list.
+    Suppressed(SuppressionReason, usize),
 }
 
 /// What the send tasks share: everything one message's render, send and outcome need.
@@ -48,6 +52,7 @@ pub(super) struct MessageSender {
     pub stop: CancellationToken,
     pub pace: Arc<Pace>,
     pub expire_after: ExpireAfter,
+    pub suppress_hard_bounces: bool,
 }
 
 /// One batch being sent, shared by its send tasks.
@@ -61,6 +66,8 @@ struct InFlight {
     claimed_at: DateTime<Utc>,
     /// Under a rate limit, each message waits for its send slot.
     slots: Option<Slots>,
+    /// Recipients not to mail; `None` when the lookup failed: nothing is sent.
+    suppressed: Option<Suppressed>,
     /// Some send reached the server, or some found it unreachable: together they tell an
     /// outage (every send unreachable) from a message's own failure.
     reached: AtomicBool,
@@ -77,10 +84,13 @@ impl Dispatcher {
             claimed,
             lease_start,
             slots,
+            suppressed,
             ..
         } = leased;
         let span = self.batch_span(&claimed);
-        let batch = Arc::new(self.in_flight(&claimed, lease_start, slots));
+        let mut in_flight = self.in_flight(&claimed, lease_start, slots);
+        in_flight.suppressed = suppressed;
+        let batch = Arc::new(in_flight);
         self.send_and_record(claimed, batch, span).await
     }
 
@@ -119,6 +129,7 @@ impl Dispatcher {
             start_deadline,
             claimed_at: claimed.claimed_at,
             slots,
+            suppressed: Some(Suppressed::default()),
             reached: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
         }
@@ -252,6 +263,12 @@ fn outcome_of(message: &ClaimedMessage, attempt: AttemptResult, retry: &RetryPol
         },
         AttemptResult::NotStarted => Outcome::not_started(),
         AttemptResult::Expired => Outcome::Expired,
+        AttemptResult::Suppressed(reason, recipients) => Outcome::Suppressed {
+            reason,
+            error: format!(
+                "not sent: every recipient ({recipients}) is on the suppression list ({reason})"
+            ),
+        },
     }
 }
 
@@ -269,8 +286,11 @@ impl MessageSender {
                 AttemptResult::Expired
             } else if !self.wait_for_slot(batch, index).await {
                 AttemptResult::NotStarted
+            } else if let Some(suppressed) = &batch.suppressed {
+                self.render_and_send(message, suppressed, batch.start_deadline)
+                    .await
             } else {
-                self.render_and_send(message, batch.start_deadline).await
+                AttemptResult::NotStarted
             };
             match &attempt {
                 AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
@@ -280,6 +300,12 @@ impl MessageSender {
                 AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
                 _ => {}
             }
+            let bounced = match &attempt {
+                AttemptResult::SendFailed(e) if self.suppress_hard_bounces => {
+                    e.unknown_recipient().map(str::to_lowercase)
+                }
+                _ => None,
+            };
             let outcome = outcome_of(message, attempt, &self.retry);
             if matches!(
                 outcome,
@@ -294,6 +320,7 @@ impl MessageSender {
                 index,
                 outcome,
                 after: batch.lease_start.elapsed(),
+                bounced,
             };
             batch.outcomes.finished(decided);
         }
@@ -336,6 +363,7 @@ impl MessageSender {
     async fn render_and_send(
         &self,
         message: &ClaimedMessage,
+        suppressed: &Suppressed,
         start_deadline: Instant,
     ) -> AttemptResult {
         if self.stop.is_cancelled() || Instant::now() >= start_deadline {
@@ -353,8 +381,16 @@ impl MessageSender {
                 Ok(email) => email,
                 Err(e) => return AttemptResult::RenderFailed(e),
             };
+            let fewer = match suppressed.filter(&email.envelope) {
+                Filtered::Unchanged => None,
+                Filtered::Fewer(envelope) => Some(envelope),
+                Filtered::AllSuppressed(reason, recipients) => {
+                    return AttemptResult::Suppressed(reason, recipients);
+                }
+            };
+            let envelope = fewer.as_ref().unwrap_or(&email.envelope);
             let started = Instant::now();
-            let sent = self.mailer.send(&email.envelope, &email.bytes).await;
+            let sent = self.mailer.send(envelope, &email.bytes).await;
             if self.mailer.is_enabled() {
                 self.metrics.smtp_send(started.elapsed());
             }

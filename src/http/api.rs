@@ -34,6 +34,7 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/v1/dead-letters/{id}/discard", post(discard_one))
         .route("/api/v1/messages/{id}", get(show_any))
         .route("/api/v1/stats", get(stats))
+        .merge(super::suppressions::routes())
 }
 
 /// An API error, rendered as JSON with a stable shape.
@@ -45,7 +46,15 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             code: "bad_request",

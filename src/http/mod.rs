@@ -5,6 +5,8 @@ pub mod api;
 pub mod auth;
 pub mod page;
 pub mod server;
+pub mod suppressions;
+pub mod webhooks;
 
 use std::sync::Arc;
 

@@ -22,6 +22,8 @@ use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
 use crate::store::stats;
 use crate::text::cut_with_ellipsis;
 
+mod suppressions;
+
 /// Errors longer than this are folded behind "more".
 const FOLD_AT: usize = 140;
 
@@ -30,6 +32,8 @@ pub fn routes() -> Router<AdminState> {
         .route("/admin", get(page))
         .route("/admin/dead-letters/bulk", post(bulk))
         .route("/admin/dead-letters/{id}/{action}", post(one))
+        .route("/admin/suppressions", post(suppressions::add))
+        .route("/admin/suppressions/remove", post(suppressions::remove))
 }
 
 fn environment() -> &'static Environment<'static> {
@@ -121,14 +125,20 @@ impl Row {
 async fn page(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(mut query): Query<HashMap<String, String>>,
 ) -> Response {
+    let suppressed = query.remove("suppressed");
     let list = match ListQuery::parse(&query) {
         Ok(list) => list,
         Err(e) => return plain(StatusCode::BAD_REQUEST, e),
     };
     let nonce = style_nonce();
-    match render(&state, &actor, &list, query.get("notice"), &nonce).await {
+    let shown = Shown {
+        list: &list,
+        notice: query.get("notice"),
+        suppressed: suppressed.as_deref(),
+    };
+    match render(&state, &actor, &shown, &nonce).await {
         Ok(html) => {
             let policy = format!(
                 "default-src 'none'; style-src 'nonce-{nonce}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -157,14 +167,23 @@ fn style_nonce() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// What the page was asked to show.
+struct Shown<'a> {
+    list: &'a ListQuery,
+    notice: Option<&'a String>,
+    /// The suppression list's search.
+    suppressed: Option<&'a str>,
+}
+
 async fn render(
     state: &AdminState,
     actor: &Actor,
-    list: &ListQuery,
-    notice: Option<&String>,
+    shown: &Shown<'_>,
     nonce: &str,
 ) -> anyhow::Result<String> {
+    let (list, notice) = (shown.list, shown.notice);
     let now = Utc::now();
+    let suppressions = suppressions::rows(&state.pool, shown.suppressed, now).await?;
     let stats = stats::stats(&state.pool).await?;
     let groups = admin::groups(&state.pool).await?;
     let page =
@@ -208,6 +227,9 @@ async fn render(
         after => list.after,
         next_after,
         audit,
+        suppressions,
+        suppressed => shown.suppressed.unwrap_or_default(),
+        reasons => suppressions::reasons(),
         csrf => state.auth.csrf_token(actor),
         nonce => nonce,
     })?;
@@ -230,9 +252,18 @@ struct BulkForm {
 }
 
 fn back(kind: &str, notice: &str) -> Response {
+    if kind.is_empty() {
+        back_to(&[], notice)
+    } else {
+        back_to(&[("kind", kind)], notice)
+    }
+}
+
+/// Back to the page with these parameters and a notice.
+fn back_to(pairs: &[(&str, &str)], notice: &str) -> Response {
     let mut url = url::form_urlencoded::Serializer::new(String::new());
-    if !kind.is_empty() {
-        url.append_pair("kind", kind);
+    for (key, value) in pairs {
+        url.append_pair(key, value);
     }
     url.append_pair("notice", notice);
     Redirect::to(&format!("/admin?{}", url.finish())).into_response()

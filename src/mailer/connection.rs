@@ -114,9 +114,9 @@ impl Connection {
             let mail_reply = self.smtp.command(&group).await;
             mail_reply.map_err(|e| before_message(e, false))?;
             self.mail_accepted = true;
-            for _ in envelope.to() {
+            for to in envelope.to() {
                 let reply = self.smtp.read_response().await;
-                reply.map_err(|e| before_message(e, true))?;
+                reply.map_err(|e| refused_recipient(before_message(e, true), to))?;
             }
             let reply = self.smtp.read_response().await;
             reply.map_err(|e| before_message(e, true))?;
@@ -124,9 +124,9 @@ impl Connection {
             let mail_reply = self.smtp.command(mail).await;
             mail_reply.map_err(|e| before_message(e, false))?;
             self.mail_accepted = true;
-            for rcpt in recipients {
+            for (rcpt, to) in recipients.zip(envelope.to()) {
                 let reply = self.smtp.command(rcpt).await;
-                reply.map_err(|e| before_message(e, true))?;
+                reply.map_err(|e| refused_recipient(before_message(e, true), to))?;
             }
             let reply = self.smtp.command(Data).await;
             reply.map_err(|e| before_message(e, true))?;
@@ -248,6 +248,14 @@ impl Connection {
             mail_accepted: false,
             watch,
         })
+    }
+}
+
+/// A refused RCPT is about its recipient.
+fn refused_recipient(error: TransactionError, to: &lettre::Address) -> TransactionError {
+    match error {
+        TransactionError::Refused(e) => TransactionError::Refused(e.about(to)),
+        other => other,
     }
 }
 

@@ -24,6 +24,9 @@ pub enum SendError {
     Rejected {
         code: Option<String>,
         message: String,
+        /// The recipient the reply was about: the one whose RCPT it answered, or the only
+        /// one of the envelope.
+        recipient: Option<String>,
     },
     /// A 4xx reply, or a reply outboxd could not make sense of.
     #[error("SMTP server deferred the message: {message}")]
@@ -84,6 +87,30 @@ impl SendError {
         !greylisted && ((policy_code && policy_status) || (code.starts_with('4') && speaks_of_rate))
     }
 
+    /// The recipient a permanent reply said does not exist (`550 5.1.1` and the like):
+    /// the one to add to the suppression list.
+    pub fn unknown_recipient(&self) -> Option<&str> {
+        match self {
+            SendError::Rejected {
+                message,
+                recipient: Some(recipient),
+                ..
+            } if crate::suppression::says_mailbox_unknown(message) => Some(recipient),
+            _ => None,
+        }
+    }
+
+    /// Names the recipient of a rejection that does not name one yet.
+    #[must_use]
+    fn about(mut self, to: &lettre::Address) -> Self {
+        if let SendError::Rejected { recipient, .. } = &mut self
+            && recipient.is_none()
+        {
+            *recipient = Some(to.to_string());
+        }
+        self
+    }
+
     /// Whether the server answered or took the message, which tells a message's own
     /// failure from an outage.
     pub fn reached_server(&self) -> bool {
@@ -104,6 +131,7 @@ impl SendError {
             SendError::Rejected {
                 code,
                 message: text,
+                recipient: None,
             }
         } else if error.is_transient() || error.is_response() || error.is_client() {
             SendError::Deferred {
@@ -166,14 +194,15 @@ impl Mailer {
         }
     }
 
-    /// Sends an email's bytes to the envelope's recipients.
+    /// Sends an email's bytes to the envelope's recipients. A rejection of a message with
+    /// one recipient is about that recipient, whenever the server said it.
     pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Delivery, SendError> {
         match self {
-            Mailer::Smtp(smtp) => smtp
-                .pool
-                .send(envelope, email)
-                .await
-                .map(|()| Delivery::Smtp),
+            Mailer::Smtp(smtp) => match (smtp.pool.send(envelope, email).await, envelope.to()) {
+                (Ok(()), _) => Ok(Delivery::Smtp),
+                (Err(e), [only]) => Err(e.about(only)),
+                (Err(e), _) => Err(e),
+            },
             Mailer::Disabled => Ok(Delivery::LoggedOnly),
         }
     }
@@ -253,6 +282,7 @@ mod tests {
             SendError::Rejected {
                 code: Some("554".into()),
                 message: "554 4.7.0 throttled".into(),
+                recipient: None,
             },
         ] {
             assert!(!own_failure.is_throttling(), "{own_failure}");

@@ -57,6 +57,23 @@ pub(super) fn add(
     Ok(builder)
 }
 
+/// The envelope addresses of a payload (`to`, `cc`, `bcc`), as the suppression list keeps
+/// them (see [`crate::suppression`]); a field that does not parse is left out, since
+/// rendering refuses it anyway.
+pub(super) fn envelope_keys(payload: &Value) -> Vec<String> {
+    ["to", "cc", "bcc"]
+        .iter()
+        .filter_map(|field| recipients(payload, field).ok())
+        .flatten()
+        .map(|mailbox| suppression_key(&mailbox.email))
+        .collect()
+}
+
+/// An envelope address as the suppression list keeps it: lower-cased.
+pub fn suppression_key(address: &Address) -> String {
+    AsRef::<str>::as_ref(address).to_lowercase()
+}
+
 /// Refuses a payload with more than `max` addresses in `to`, `cc`, `bcc` and `reply_to`
 /// together, before anything is parsed or rendered.
 pub(super) fn check_count(payload: &Value, max: usize) -> Result<(), RenderError> {

@@ -5,7 +5,7 @@
 //! payload contains reaches headers only through lettre's typed headers, after CR and LF
 //! have been refused, so a payload can never add a header.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use lettre::Message;
@@ -19,6 +19,12 @@ use serde_json::Value;
 use crate::message::{ClaimedMessage, validate_kind};
 
 mod addresses;
+mod dkim;
+mod extras;
+
+pub use addresses::suppression_key;
+pub use dkim::DkimKey;
+use extras::DeclaredHeader;
 
 /// The templates shipped in the binary, for the kinds the first application sends.
 const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
@@ -101,6 +107,17 @@ pub enum RenderError {
     TooManyRecipients { count: usize, max: usize },
     #[error("the email is {bytes} bytes: more than the limit of {max} (OUTBOXD_MAX_MESSAGE_BYTES)")]
     TooLarge { bytes: usize, max: usize },
+    /// A header the kind declares, or an attachment, that cannot go into the email.
+    #[error("{what} {reason}")]
+    Declared {
+        what: String,
+        reason: String,
+        class: &'static str,
+    },
+    #[error(
+        "the attachments are {bytes} bytes: more than the limit of {max} (OUTBOXD_MAX_ATTACHMENT_BYTES)"
+    )]
+    AttachmentsTooLarge { bytes: usize, max: usize },
 }
 
 impl RenderError {
@@ -114,6 +131,8 @@ impl RenderError {
             RenderError::Payload(_) => "payload",
             RenderError::TooManyRecipients { .. } => "too_many_recipients",
             RenderError::TooLarge { .. } => "too_large",
+            RenderError::Declared { class, .. } => class,
+            RenderError::AttachmentsTooLarge { .. } => "attachment_too_large",
         }
     }
 }
@@ -143,6 +162,10 @@ pub struct Renderer {
     from: Mailbox,
     message_id_domain: String,
     limits: RenderLimits,
+    /// The headers each kind declares in its `headers.txt`.
+    declared: BTreeMap<String, Vec<DeclaredHeader>>,
+    /// Signs every email when a DKIM key is configured.
+    dkim: Option<lettre::message::dkim::DkimConfig>,
 }
 
 /// What one message may be: bounds on the work and memory any single row can cost.
@@ -152,6 +175,9 @@ pub struct RenderLimits {
     pub max_recipients: usize,
     /// The largest payload text, and the largest email (`OUTBOXD_MAX_MESSAGE_BYTES`).
     pub max_message_bytes: usize,
+    /// The most bytes a payload's attachments may decode to together
+    /// (`OUTBOXD_MAX_ATTACHMENT_BYTES`).
+    pub max_attachment_bytes: usize,
 }
 
 impl Default for RenderLimits {
@@ -159,6 +185,7 @@ impl Default for RenderLimits {
         Self {
             max_recipients: 1000,
             max_message_bytes: 4 * 1024 * 1024,
+            max_attachment_bytes: 2 * 1024 * 1024,
         }
     }
 }
@@ -199,15 +226,21 @@ impl Renderer {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
         let mut names = BTreeSet::new();
-        for (name, source) in BUILTIN_TEMPLATES {
-            add_template(&mut env, (*name).to_owned(), (*source).to_owned())?;
-            names.insert((*name).to_owned());
-        }
-        if let Some(dir) = templates_dir {
-            for (name, source) in read_template_dir(dir)? {
-                add_template(&mut env, name.clone(), source)?;
-                names.insert(name);
+        let mut headers_files = BTreeMap::new();
+        let builtin = BUILTIN_TEMPLATES
+            .iter()
+            .map(|(name, source)| ((*name).to_owned(), (*source).to_owned()));
+        let from_dir = match templates_dir {
+            Some(dir) => read_template_dir(dir)?,
+            None => Vec::new(),
+        };
+        for (name, source) in builtin.chain(from_dir) {
+            if let Some(kind) = name.strip_suffix("/headers.txt") {
+                headers_files.insert(kind.to_owned(), source);
+                continue;
             }
+            add_template(&mut env, name.clone(), source)?;
+            names.insert(name);
         }
         let mut kinds = BTreeSet::new();
         for name in &names {
@@ -221,13 +254,45 @@ impl Renderer {
                 kinds.insert(kind.to_owned());
             }
         }
+        let mut declared = BTreeMap::new();
+        for (kind, source) in headers_files {
+            if !kinds.contains(&kind) {
+                return Err(TemplateLoadError::Layout(
+                    kind,
+                    "has headers.txt but no subject.txt".to_owned(),
+                ));
+            }
+            let parsed = extras::parse_headers_file(&kind, &source)
+                .map_err(|reason| TemplateLoadError::Layout(kind.clone(), reason))?;
+            let mut headers = Vec::with_capacity(parsed.len());
+            for (header, value) in parsed {
+                add_template(&mut env, header.template.clone(), value)?;
+                headers.push(header);
+            }
+            declared.insert(kind, headers);
+        }
         Ok(Self {
             env,
             kinds,
             from,
             message_id_domain,
             limits: RenderLimits::default(),
+            declared,
+            dkim: None,
         })
+    }
+
+    /// Signs every email with this key, over the usual headers and every header a kind
+    /// declares.
+    pub fn with_dkim(mut self, key: &DkimKey) -> Result<Self, String> {
+        let declared: Vec<String> = self
+            .declared
+            .values()
+            .flatten()
+            .map(|header| header.name.clone())
+            .collect();
+        self.dkim = Some(key.config(&declared)?);
+        Ok(self)
     }
 
     /// Refuses messages past these limits.
@@ -243,7 +308,10 @@ impl Renderer {
         let payload = message
             .read_payload(self.limits.max_message_bytes)
             .map_err(RenderError::Payload)?;
-        let email = self.render(message.id, &message.kind, &payload)?;
+        let mut email = self.render(message.id, &message.kind, &payload)?;
+        if let Some(dkim) = &self.dkim {
+            email.sign(dkim);
+        }
         let bytes = email.formatted();
         if bytes.len() > self.limits.max_message_bytes {
             return Err(RenderError::TooLarge {
@@ -255,6 +323,15 @@ impl Renderer {
             envelope: email.envelope().clone(),
             bytes,
         })
+    }
+
+    /// The envelope addresses of a claimed row, as the suppression list keeps them; none
+    /// when the payload cannot be read (rendering will say why).
+    pub fn suppression_keys(&self, message: &ClaimedMessage) -> Vec<String> {
+        message
+            .read_payload(self.limits.max_message_bytes)
+            .map(|payload| addresses::envelope_keys(&payload))
+            .unwrap_or_default()
     }
 
     /// The kinds this renderer knows, sorted.
@@ -303,13 +380,32 @@ impl Renderer {
             .message_id(Some(self.message_id(id)))
             .header(XOutboxId(id));
         builder = addresses::add(builder, payload, &self.from)?;
-        let built = match html {
-            Some(html) => builder.multipart(MultiPart::alternative_plain_html(text, html)),
-            None => builder.singlepart(
-                SinglePart::builder()
-                    .header(ContentType::TEXT_PLAIN)
-                    .body(text),
-            ),
+        for header in self.declared.get(kind).into_iter().flatten() {
+            let value = self.render_template(&header.template, &context)?;
+            if let Some(value) = extras::header_value(&header.name, &value)? {
+                builder = builder.raw_header(value);
+            }
+        }
+        let attachments = extras::attachments(payload, self.limits.max_attachment_bytes)?;
+        let text_part = || {
+            SinglePart::builder()
+                .header(ContentType::TEXT_PLAIN)
+                .body(text.clone())
+        };
+        let built = match (html, attachments.is_empty()) {
+            (Some(html), true) => builder.multipart(MultiPart::alternative_plain_html(text, html)),
+            (None, true) => builder.singlepart(text_part()),
+            (html, false) => {
+                let mut mixed = match html {
+                    Some(html) => MultiPart::mixed()
+                        .multipart(MultiPart::alternative_plain_html(text.clone(), html)),
+                    None => MultiPart::mixed().singlepart(text_part()),
+                };
+                for attachment in attachments {
+                    mixed = mixed.singlepart(attachment);
+                }
+                builder.multipart(mixed)
+            }
         };
         built.map_err(|e| RenderError::Build(e.to_string()))
     }

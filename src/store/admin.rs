@@ -44,6 +44,8 @@ pub enum MessageState {
     Discarded,
     /// Ended unsent because its expiry passed (`end_reason = 'expired'`).
     Expired,
+    /// Ended unsent because every recipient is suppressed (`end_reason = 'suppressed'`).
+    Suppressed,
 }
 
 impl MessageState {
@@ -54,6 +56,7 @@ impl MessageState {
             MessageState::DeadLettered => "dead_lettered",
             MessageState::Discarded => "discarded",
             MessageState::Expired => "expired",
+            MessageState::Suppressed => "suppressed",
         }
     }
 }
@@ -74,6 +77,7 @@ impl TryFrom<String> for MessageState {
             MessageState::DeadLettered,
             MessageState::Discarded,
             MessageState::Expired,
+            MessageState::Suppressed,
         ]
         .into_iter()
         .find(|s| s.as_str() == state)
@@ -119,8 +123,12 @@ pub struct MessageDetail {
     pub priority: i16,
     pub expires_at: Option<DateTime<Utc>>,
     pub idempotency_key: Option<String>,
-    /// Why it ended unsent, when that was not a failure: `expired`.
+    /// Why it ended unsent, when that was not a failure: `expired` or `suppressed`.
     pub end_reason: Option<String>,
+    /// What a provider or the receiving server reported after the send: `hard_bounce`,
+    /// `soft_bounce` or `complaint`, and when.
+    pub feedback: Option<String>,
+    pub feedback_at: Option<DateTime<Utc>>,
 }
 
 /// Dead letters of one kind that failed the same way.
@@ -248,7 +256,7 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
                 ELSE 'discarded' END AS state, \
            attempts, last_error, error_class, created_at, not_before, next_attempt_at, \
            dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent, \
-           priority, expires_at, idempotency_key, end_reason \
+           priority, expires_at, idempotency_key, end_reason, feedback, feedback_at \
          FROM outbox_messages WHERE id = $1"
     ))
     .bind(id)
@@ -355,7 +363,7 @@ pub async fn apply_one(
     }
 }
 
-async fn audit(
+pub(super) async fn audit(
     tx: &mut Transaction<'_, Postgres>,
     actor: &str,
     action: &str,

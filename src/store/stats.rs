@@ -15,6 +15,8 @@ pub struct KindStats {
     pub sent_last_hour: i64,
     /// Ended unsent in the last hour because their expiry passed.
     pub expired_last_hour: i64,
+    /// Ended unsent in the last hour because every recipient is suppressed.
+    pub suppressed_last_hour: i64,
 }
 
 /// The state of the outbox at a glance.
@@ -27,6 +29,7 @@ pub struct Stats {
     pub oldest_pending_age_seconds: f64,
     pub sent_last_hour: i64,
     pub expired_last_hour: i64,
+    pub suppressed_last_hour: i64,
     pub kinds: BTreeMap<String, KindStats>,
 }
 
@@ -53,7 +56,7 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         let oldest: f64 = row.try_get("oldest")?;
         stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
     }
-    let per_kind: [(&str, CountOf); 3] = [
+    let per_kind: [(&str, CountOf); 4] = [
         (
             "WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL",
             |k| &mut k.dead_letters,
@@ -64,6 +67,10 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         (
             "WHERE discarded_at > now() - interval '1 hour' AND end_reason = 'expired'",
             |k| &mut k.expired_last_hour,
+        ),
+        (
+            "WHERE discarded_at > now() - interval '1 hour' AND end_reason = 'suppressed'",
+            |k| &mut k.suppressed_last_hour,
         ),
     ];
     for (filter, field) in per_kind {
@@ -78,6 +85,7 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         stats.dead_letters += kind.dead_letters;
         stats.sent_last_hour += kind.sent_last_hour;
         stats.expired_last_hour += kind.expired_last_hour;
+        stats.suppressed_last_hour += kind.suppressed_last_hour;
     }
     Ok(stats)
 }

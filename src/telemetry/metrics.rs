@@ -13,6 +13,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::message::{Delivery, FailureType, Outcome, ReleaseReason};
 use crate::store::{Prunable, Sample};
+use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
 
 pub const OLDEST_PENDING_AGE: &str = "outbox_oldest_pending_age_seconds";
 pub const OLDEST_READY_AGE: &str = "outbox_oldest_ready_age_seconds";
@@ -37,6 +38,10 @@ pub const BACKGROUND_RESTARTS: &str = "outbox_background_task_restarts_total";
 pub const THROTTLED: &str = "outbox_throttled_total";
 pub const EXPIRED: &str = "outbox_messages_expired_total";
 pub const SEND_RATE_LIMIT: &str = "outbox_send_rate_limit_per_second";
+pub const SUPPRESSED: &str = "outbox_messages_suppressed_total";
+pub const BOUNCES: &str = "outbox_bounces_received_total";
+pub const COMPLAINTS: &str = "outbox_complaints_received_total";
+pub const WEBHOOK_REQUESTS: &str = "outbox_webhook_requests_total";
 
 /// A metric's Prometheus type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,8 +209,66 @@ pub const ALL: &[MetricDef] = {
             None,
             "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling and recovering); 0 when there is no limit.",
         ),
+        def(
+            SUPPRESSED,
+            Counter,
+            None,
+            "Messages not sent because every recipient is on the suppression list, by the first recipient's reason; not dead letters.",
+        ),
+        def(
+            BOUNCES,
+            Counter,
+            None,
+            "Bounces received, by source (smtp: a 5xx reply saying the mailbox does not exist; ses, postmark, webhook: a provider's notification) and type (hard, soft, undetermined). Hard bounces suppress their address.",
+        ),
+        def(
+            COMPLAINTS,
+            Counter,
+            None,
+            "Spam complaints received from a provider, by source; each suppresses its address.",
+        ),
+        def(
+            WEBHOOK_REQUESTS,
+            Counter,
+            None,
+            "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).",
+        ),
     ]
 };
+
+/// The `result` label of `outbox_webhook_requests_total`: accepted, or why it was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookResult {
+    Accepted,
+    /// Credentials or signature missing or wrong.
+    Unauthorized,
+    /// Not the provider's format, or a notification this endpoint does not take.
+    Invalid,
+    /// Over the size limit.
+    TooLarge,
+    /// Could not be recorded (database) or checked (the signing certificate).
+    Failed,
+}
+
+impl WebhookResult {
+    pub const ALL: [WebhookResult; 5] = [
+        WebhookResult::Accepted,
+        WebhookResult::Unauthorized,
+        WebhookResult::Invalid,
+        WebhookResult::TooLarge,
+        WebhookResult::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookResult::Accepted => "accepted",
+            WebhookResult::Unauthorized => "unauthorized",
+            WebhookResult::Invalid => "invalid",
+            WebhookResult::TooLarge => "too_large",
+            WebhookResult::Failed => "failed",
+        }
+    }
+}
 
 /// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
 pub const OTHER_KIND: &str = "other";
@@ -308,6 +371,26 @@ fn describe() {
     }
 }
 
+/// The bounce, complaint and webhook counters at 0 for every source that can report them.
+fn register_feedback_counters() {
+    for source in FeedbackSource::ALL {
+        if source == FeedbackSource::Operator {
+            continue;
+        }
+        for bounce_type in BounceType::ALL {
+            counter!(BOUNCES, "source" => source.as_str(), "type" => bounce_type.as_str())
+                .increment(0);
+        }
+        if source != FeedbackSource::Smtp {
+            counter!(COMPLAINTS, "source" => source.as_str()).increment(0);
+            for result in WebhookResult::ALL {
+                counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())
+                    .increment(0);
+            }
+        }
+    }
+}
+
 /// What the dispatcher reports as it goes; also the heartbeat the liveness probe reads.
 #[derive(Debug)]
 pub struct Metrics {
@@ -334,6 +417,10 @@ impl Metrics {
             drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned()));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
             counter!(EXPIRED, "kind" => kind.to_owned()).increment(0);
+            for reason in SuppressionReason::ALL {
+                counter!(SUPPRESSED, "kind" => kind.to_owned(), "reason" => reason.as_str())
+                    .increment(0);
+            }
             for failure_type in FailureType::ALL {
                 counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => failure_type.as_str())
                     .increment(0);
@@ -353,6 +440,7 @@ impl Metrics {
         for task in BackgroundTask::ALL {
             counter!(BACKGROUND_RESTARTS, "task" => task.as_str()).increment(0);
         }
+        register_feedback_counters();
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
         counter!(THROTTLED).increment(0);
@@ -410,7 +498,26 @@ impl Metrics {
                 counter!(RELEASED, "reason" => reason.as_str()).increment(1);
             }
             Outcome::Expired => counter!(EXPIRED, "kind" => kind).increment(1),
+            Outcome::Suppressed { reason, .. } => {
+                counter!(SUPPRESSED, "kind" => kind, "reason" => reason.as_str()).increment(1);
+            }
         }
+    }
+
+    /// Counts one bounce reported by a server or a provider.
+    pub fn bounce(&self, source: FeedbackSource, bounce_type: BounceType) {
+        counter!(BOUNCES, "source" => source.as_str(), "type" => bounce_type.as_str()).increment(1);
+    }
+
+    /// Counts one spam complaint reported by a provider.
+    pub fn complaint(&self, source: FeedbackSource) {
+        counter!(COMPLAINTS, "source" => source.as_str()).increment(1);
+    }
+
+    /// Counts one request to a feedback webhook.
+    pub fn webhook_request(&self, source: FeedbackSource, result: WebhookResult) {
+        counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())
+            .increment(1);
     }
 
     pub fn smtp_send(&self, duration: Duration) {

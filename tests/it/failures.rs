@@ -416,9 +416,17 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         via: Delivery::Smtp,
     };
     assert_eq!(
-        store::record_outcomes(&db.pool, fresh.token, &[(id, &sent)])
-            .await
-            .unwrap(),
+        store::record_outcomes(
+            &db.pool,
+            fresh.token,
+            &[store::OutcomeRow {
+                id,
+                outcome: &sent,
+                bounced: None
+            }]
+        )
+        .await
+        .unwrap(),
         [id]
     );
     let late = Outcome::Retry {
@@ -428,10 +436,18 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         delay: Duration::ZERO,
     };
     assert!(
-        store::record_outcomes(&db.pool, stale.token, &[(id, &late)])
-            .await
-            .unwrap()
-            .is_empty()
+        store::record_outcomes(
+            &db.pool,
+            stale.token,
+            &[store::OutcomeRow {
+                id,
+                outcome: &late,
+                bounced: None
+            }]
+        )
+        .await
+        .unwrap()
+        .is_empty()
     );
     let row = db.row(id).await;
     assert!(

@@ -1,0 +1,259 @@
+// outboxd's alerting rules. Each rule carries a static summary, a templated description and
+// (added below, from _config.runbookURLPattern) a runbook_url: every alert needs a section in
+// alerts/RUNBOOK.md and a scenario in tests/alerts/outboxd.rules.test.yml.
+//
+// A rule's hidden `comment::` is not part of the mixin's output: mixin/generate.py writes it
+// as a YAML comment above the rule in alerts/outboxd.rules.yml and the PrometheusRule.
+//
+// To add an alert: append an object to `rules` below (selector and thresholds from
+// $._config), run `python3 mixin/generate.py`, add its runbook section and unit test.
+{
+  local config = $._config,
+  local withRunbook(rule) = rule {
+    annotations+: { runbook_url: config.runbookURLPattern % std.asciiLower(rule.alert) },
+  },
+
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        name: 'outboxd',
+        rules: std.map(withRunbook, [
+          {
+            alert: 'OutboxDispatcherDown',
+            expr: 'absent(up{%(outboxdSelector)s} == 1)' % config,
+            'for': '5m',
+            labels: { severity: 'critical' } + config.outboxdSelectorLabels,
+            annotations: {
+              summary: 'No outboxd replica is up.',
+              description: (
+                if std.objectHas(config.outboxdSelectorLabels, 'job')
+                then 'No target of job "%s"' % config.outboxdSelectorLabels.job
+                else 'No target matching {%s}' % config.outboxdSelector
+              ) + ' has been scraped successfully for 5 minutes; no email is being delivered.',
+            },
+          },
+          {
+            comment:: |||
+              The oldest message that is due now and neither backing off nor leased: it grows only
+              when nothing is claiming. A message backing off after a temporary failure is not
+              "ready", so it cannot fire this while the rest flow (see the runbook). Pages about
+              9 minutes after claiming stops; a healthy burst drained in 3 minutes stays under.
+            |||,
+            alert: 'OutboxDispatcherStalled',
+            expr: 'max by (job) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(stalledReadyAgeSeconds)g' % config,
+            'for': '3m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'Outbox messages are due but nothing is sending them.',
+              description: 'The oldest ready outbox message of {{ $labels.job }} has waited {{ $value | humanizeDuration }} to be claimed; delivery has stopped.',
+            },
+          },
+          {
+            comment:: |||
+              A cycle ends at least every poll interval, and a batch within its lease: three
+              minutes without one is a hung loop. Pages about 6 minutes after it hangs.
+            |||,
+            alert: 'OutboxHeartbeatStale',
+            expr: |||
+              (time() - max by (job, instance) (max_over_time(outbox_last_cycle_timestamp_seconds{%(outboxdSelector)s}[5m]))) > %(heartbeatStaleSeconds)g
+              and on (job, instance) max by (job, instance) (max_over_time(up{%(outboxdSelector)s}[5m])) == 1
+            ||| % config,
+            'for': '2m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'An outboxd dispatch loop has stopped cycling.',
+              description: 'The dispatch loop of {{ $labels.instance }} has not completed a cycle for {{ $value | humanizeDuration }} while the process is up.',
+            },
+          },
+          {
+            alert: 'OutboxSmtpUnreachable',
+            expr: 'max by (job) (min_over_time(outbox_smtp_circuit_open{%(outboxdSelector)s}[3m])) == 1' % config,
+            'for': '3m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'outboxd cannot reach its SMTP server.',
+              description: 'The SMTP circuit breaker of {{ $labels.job }} has stayed open for over 5 minutes; claiming is paused and email is piling up.',
+            },
+          },
+          {
+            comment:: |||
+              Nearly every attempt failing (a server deferring everything), at a volume one
+              stubborn message cannot reach. Pages about 6 minutes after the failures start.
+            |||,
+            alert: 'OutboxSendFailing',
+            expr: |||
+              (
+                sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m]))
+                /
+                (sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m]))
+                  + sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[3m])))
+              ) > %(sendFailingRatio)g
+              and sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m])) > %(sendFailingMinRate)g
+            ||| % config,
+            'for': '3m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'Nearly every outbox send is failing.',
+              description: '{{ $value | humanizePercentage }} of the send attempts of {{ $labels.job }} failed over the last 3 minutes.',
+            },
+          },
+          {
+            comment:: |||
+              Claims failing while nothing is sent and messages are due: the rows may stay leased
+              by the failed claims, so no message looks "ready" and the stall alert cannot see it.
+              Pages about 6 minutes after the claims start failing.
+            |||,
+            alert: 'OutboxClaimsFailing',
+            expr: |||
+              sum by (job) (increase(outbox_database_errors_total{%(outboxdSelector)s,operation="claim"}[3m])) > 0
+              and on (job) sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s}[3m])) == 0
+              and on (job) max by (job) (outbox_oldest_pending_age_seconds{%(outboxdSelector)s}) > %(claimsFailingPendingAgeSeconds)g
+            ||| % config,
+            'for': '3m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: "outboxd's claims fail and nothing is sent.",
+              description: 'The claims of {{ $labels.job }} have been failing with nothing sent for 3 minutes while messages are due.',
+            },
+          },
+          {
+            comment:: |||
+              More arrives than is sent: the backlog grows and its oldest ready message waits.
+              A burst that drains shrinks instead. Pages about 7 minutes after the drain falls
+              behind by half; sooner the further behind.
+            |||,
+            alert: 'OutboxBacklogGrowing',
+            expr: |||
+              max by (job) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(backlogReadyAgeSeconds)g
+              and on (job) sum by (job) (deriv(outbox_pending_messages{%(outboxdSelector)s}[5m])) > 0
+            ||| % config,
+            'for': '4m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'The outbox backlog grows faster than outboxd sends.',
+              description: 'The backlog of {{ $labels.job }} keeps growing; its oldest ready message has waited {{ $value | humanizeDuration }}.',
+            },
+          },
+          {
+            comment:: |||
+              Rows taken over after their claimer's lease ran out: replicas crashing, stalling or
+              losing their database mid-batch (each such row may have been sent twice).
+            |||,
+            alert: 'OutboxRescuesSpiking',
+            expr: 'sum by (job) (increase(outbox_messages_reclaimed_total{%(outboxdSelector)s}[15m])) > %(rescuesPer15m)g' % config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'outboxd keeps taking over rows whose claimer vanished.',
+              description: '{{ $value | humanize }} rows of {{ $labels.job }} were taken over after their lease ran out in the last 15 minutes.',
+            },
+          },
+          {
+            comment:: |||
+              Sends fell to a fifth of the previous hour's pace while messages wait: a throttling
+              relay, a slow database, replicas gone.
+            |||,
+            alert: 'OutboxThroughputCollapsed',
+            expr: |||
+              sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[10m]))
+                < 0.2 * sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h] offset 10m))
+              and on (job) max by (job) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(throughputCollapsedReadyAgeSeconds)g
+            ||| % config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'outboxd sends far fewer messages than an hour ago while messages wait.',
+              description: '{{ $labels.job }} sends at less than a fifth of its pace of the hour before, with messages waiting.',
+            },
+          },
+          {
+            alert: 'OutboxSendFailuresHigh',
+            expr: |||
+              (
+                sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[15m]))
+                /
+                (sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[15m]))
+                  + sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[15m])))
+              ) > %(sendFailuresHighRatio)g
+              and sum by (job) (increase(outbox_send_failures_total{%(outboxdSelector)s}[15m])) > %(sendFailuresHighMinCount)g
+            ||| % config,
+            'for': '15m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Many outbox sends are failing.',
+              description: '{{ $value | humanizePercentage }} of the send attempts of {{ $labels.job }} failed over the last 15 minutes.',
+            },
+          },
+          {
+            comment:: |||
+              Throttling replies cost no attempts and slow the shared pace; persisting, they mean
+              the configured rate is above what the relay allows.
+            |||,
+            alert: 'OutboxRelayThrottling',
+            expr: 'sum by (job) (increase(outbox_throttled_total{%(outboxdSelector)s}[5m])) > 0' % config,
+            'for': '15m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'The SMTP relay keeps throttling outboxd.',
+              description: '{{ $labels.job }} got {{ $value | humanize }} throttling replies in the last 5 minutes, and throttling has not stopped for 15 minutes; the pace stays below OUTBOXD_RATE_LIMIT.',
+            },
+          },
+          {
+            alert: 'OutboxDeadLetters',
+            expr: 'max by (job) (max_over_time(outbox_dead_letter_messages{%(outboxdSelector)s}[15m])) > 0' % config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Outbox messages were dead-lettered.',
+              description: '{{ $labels.job }} holds {{ $value }} dead-lettered messages that will not be sent unless retried.',
+            },
+          },
+          {
+            alert: 'OutboxOldestPendingHigh',
+            // The summary says "over an hour": change both together.
+            expr: 'max by (job) (min_over_time(outbox_oldest_pending_age_seconds{%(outboxdSelector)s}[10m])) > 3600' % config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'An outbox message has been pending for over an hour.',
+              description: 'The oldest pending message of {{ $labels.job }} fell due {{ $value | humanizeDuration }} ago; it keeps failing or waiting.',
+            },
+          },
+          {
+            alert: 'OutboxDeliveryDisabled',
+            expr: 'max by (job, instance) (max_over_time(outbox_build_info{%(outboxdSelector)s,smtp_enabled="false"}[10m])) == 1' % config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'An outboxd replica runs without SMTP and only logs email.',
+              description: '{{ $labels.instance }} has no OUTBOXD_SMTP_URL: it marks messages dispatched without sending them.',
+            },
+          },
+          {
+            alert: 'OutboxDatabaseErrors',
+            expr: 'sum by (job, instance) (rate(outbox_database_errors_total{%(outboxdSelector)s}[5m])) > 0' % config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'outboxd keeps failing to reach its database.',
+              description: '{{ $labels.instance }} has had database errors for 10 minutes ({{ $value | humanize }} per second).',
+            },
+          },
+          {
+            alert: 'OutboxGaugesStale',
+            expr: |||
+              (time() - max by (job, instance) (max_over_time(outbox_last_sample_timestamp_seconds{%(outboxdSelector)s}[5m]))) > %(gaugesStaleSeconds)g
+              and on (job, instance) max by (job, instance) (max_over_time(up{%(outboxdSelector)s}[5m])) == 1
+            ||| % config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: "outboxd's database gauges are stale.",
+              description: '{{ $labels.instance }} has not sampled the outbox for {{ $value | humanizeDuration }}; the pending and age gauges show old values.',
+            },
+          },
+        ]),
+      },
+    ],
+  },
+}

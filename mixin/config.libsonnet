@@ -1,0 +1,40 @@
+// outboxd's monitoring mixin: the configuration. Override any field with
+//   (import 'mixin.libsonnet') + { _config+:: { outboxdSelector: 'job="mail-dispatcher"' } }
+// or `python3 mixin/generate.py --selector 'job="mail-dispatcher"' --out DIR`.
+local utils = import 'lib/utils.libsonnet';
+
+{
+  _config+:: {
+    // The label matchers that select outboxd's scrape targets, in every alert. With the
+    // Kubernetes base in deploy/kubernetes, the ServiceMonitor's jobLabel makes it job="outboxd".
+    outboxdSelector: 'job="outboxd"',
+
+    // The selector's name="value" matchers as labels: set on OutboxDispatcherDown, whose
+    // absent() has no series to take them from (Alertmanager's inhibit rules match on job).
+    outboxdSelectorLabels: utils.equalityLabels(self.outboxdSelector),
+
+    // The dashboard's default `job` (the variable still lists every job with outboxd's metrics).
+    dashboardJobDefault: std.get(self.outboxdSelectorLabels, 'job', ''),
+
+    // Where each alert's runbook_url points: the alert's name, lower-cased, fills the %s.
+    runbookURLPattern: 'https://github.com/outboxd/outboxd/blob/main/alerts/RUNBOOK.md#%s',
+    runbookURL: 'https://github.com/outboxd/outboxd/blob/main/alerts/RUNBOOK.md',
+
+    dashboardUid: 'outboxd-overview',
+    dashboardTags: ['outboxd', 'email', 'outbox'],
+
+    // Thresholds. The `for` durations and the texts that name a duration stay in
+    // alerts/alerts.libsonnet, beside the reasoning that chose them.
+    stalledReadyAgeSeconds: 300,  // OutboxDispatcherStalled: a due message unclaimed this long
+    heartbeatStaleSeconds: 180,  // OutboxHeartbeatStale: no dispatch cycle for this long
+    sendFailingRatio: 0.9,  // OutboxSendFailing: share of attempts failing over 3m
+    sendFailingMinRate: 0.05,  // ... at more than this many failures a second
+    claimsFailingPendingAgeSeconds: 60,  // OutboxClaimsFailing: the oldest pending message is older
+    backlogReadyAgeSeconds: 30,  // OutboxBacklogGrowing: the oldest ready message waits longer
+    rescuesPer15m: 10,  // OutboxRescuesSpiking: rows taken over after their lease in 15m
+    throughputCollapsedReadyAgeSeconds: 60,  // OutboxThroughputCollapsed: messages waiting this long
+    sendFailuresHighRatio: 0.2,  // OutboxSendFailuresHigh: share of attempts failing over 15m
+    sendFailuresHighMinCount: 10,  // ... and more failures than this in 15m
+    gaugesStaleSeconds: 300,  // OutboxGaugesStale: no sample of the database gauges for this long
+  },
+}

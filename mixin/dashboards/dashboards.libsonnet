@@ -1,0 +1,254 @@
+// outboxd's Grafana dashboards, by file name. To add a panel: put it in a row below (the
+// layout places it and numbers it), run `python3 mixin/generate.py`.
+local p = import 'panels.libsonnet';
+local s = p.selector;
+
+{
+  local config = $._config,
+  local datasource = { type: 'prometheus', uid: '${datasource}' },
+
+  // A histogram's quantile over the dashboard's rate interval.
+  local quantile(q, metric) =
+    p.target(
+      'histogram_quantile(%g, sum by (le) (rate(%s_bucket{%s}[$__rate_interval])))' % [q, metric, s],
+      'p%d' % std.round(q * 100),
+    ),
+
+  grafanaDashboards+:: {
+    'outboxd-overview.json': {
+      uid: config.dashboardUid,
+      title: 'outboxd / Overview',
+      description: 'Is outboxd delivering email? Backlog age, throughput, failures, latency and health of the transactional-outbox dispatcher.',
+      tags: config.dashboardTags,
+      timezone: '',
+      editable: true,
+      graphTooltip: 1,
+      schemaVersion: 39,
+      version: 1,
+      time: { from: 'now-6h', to: 'now' },
+      refresh: '30s',
+      links: [{ title: 'Runbook', type: 'link', url: config.runbookURL, targetBlank: true }],
+      annotations: { list: [] },
+      templating: {
+        list: [
+          {
+            name: 'datasource',
+            label: 'Data source',
+            type: 'datasource',
+            query: 'prometheus',
+            current: {},
+            hide: 0,
+            refresh: 1,
+            regex: '',
+            includeAll: false,
+            multi: false,
+          },
+          {
+            name: 'job',
+            label: 'Job',
+            type: 'query',
+            datasource: datasource,
+            query: { query: 'label_values(outbox_build_info, job)', refId: 'job' },
+            definition: 'label_values(outbox_build_info, job)',
+            refresh: 2,
+            includeAll: false,
+            multi: false,
+            // The job the mixin's selector names, when it names one.
+            current: if config.dashboardJobDefault == '' then {} else {
+              text: config.dashboardJobDefault,
+              value: config.dashboardJobDefault,
+            },
+            sort: 1,
+          },
+          {
+            name: 'instance',
+            label: 'Instance',
+            type: 'query',
+            datasource: datasource,
+            query: { query: 'label_values(outbox_build_info{job=~"$job"}, instance)', refId: 'instance' },
+            definition: 'label_values(outbox_build_info{job=~"$job"}, instance)',
+            refresh: 2,
+            includeAll: true,
+            allValue: '.*',
+            multi: true,
+            current: {},
+            sort: 1,
+          },
+        ],
+      },
+      panels: p.layout([
+        p.row('Is email flowing?', [
+          p.timeseries(
+            'Oldest pending age',
+            'How long the oldest pending message has been due, and the oldest message that is due now and not backing off (the stall alert pages when that one passes 10 minutes).',
+            's',
+            [
+              p.target('max(outbox_oldest_pending_age_seconds{%s})' % s, 'oldest pending'),
+              p.target('max(outbox_oldest_ready_age_seconds{%s})' % s, 'oldest ready (stall alert)'),
+            ],
+            w=12,
+            thresholds=[['green', null], ['red', 600]],
+          ),
+          p.stat(
+            'Pending messages',
+            'Messages neither dispatched nor dead-lettered, due or not (sampled from the database).',
+            'short',
+            [p.target('max(outbox_pending_messages{%s})' % s, 'pending')],
+            w=4,
+            thresholds=[['green', null], ['orange', 1000]],
+          ),
+          p.stat(
+            'Dead letters',
+            'Dead-lettered messages waiting for an operator.',
+            'short',
+            [p.target('max(outbox_dead_letter_messages{%s})' % s, 'dead letters')],
+            w=4,
+            thresholds=[['green', null], ['orange', 1]],
+          ),
+          p.stat(
+            'Replicas up / ready',
+            'Targets Prometheus scrapes successfully, and replicas whose database, schema and shutdown checks pass.',
+            'short',
+            [
+              p.target('sum(up{%s})' % s, 'up'),
+              p.target('sum(outbox_ready{%s})' % s, 'ready'),
+            ],
+            w=4,
+            thresholds=[['red', null], ['green', 1]],
+          ),
+        ]),
+        p.row('Throughput and failures', [
+          p.timeseries(
+            'Sent per second by kind',
+            'Messages the SMTP server accepted (delivery=smtp), or only logged because no SMTP server is configured (delivery=log).',
+            'ops',
+            [p.target('sum by (kind, delivery) (rate(outbox_messages_sent_total{%s}[$__rate_interval]))' % s, '{{kind}} ({{delivery}})')],
+            w=8,
+          ),
+          p.timeseries(
+            'Failed attempts per second by kind and class',
+            'Transient failures are retried with backoff; permanent ones are dead-lettered.',
+            'ops',
+            [p.target('sum by (kind, class) (rate(outbox_send_failures_total{%s}[$__rate_interval]))' % s, '{{kind}} {{class}}')],
+            w=8,
+          ),
+          p.timeseries(
+            'Failure ratio',
+            'Failed attempts over all attempts that reached a decision.',
+            'percentunit',
+            [p.target(
+              'sum(rate(outbox_send_failures_total{%(s)s}[$__rate_interval])) / (sum(rate(outbox_send_failures_total{%(s)s}[$__rate_interval])) + sum(rate(outbox_messages_sent_total{%(s)s}[$__rate_interval])))' % { s: s },
+              'failure ratio',
+            )],
+            w=8,
+            thresholds=[['green', null], ['orange', 0.2], ['red', 0.9]],
+          ),
+          p.timeseries(
+            'Dead-lettered per second',
+            'Messages given up on, by kind and the class of their last failure.',
+            'ops',
+            [p.target('sum by (kind, class) (rate(outbox_messages_dead_lettered_total{%s}[$__rate_interval]))' % s, '{{kind}} {{class}}')],
+            w=8,
+          ),
+          p.timeseries(
+            'Released per second',
+            'Claimed messages given back unsent: at shutdown, near the end of a lease, or during an SMTP outage (no attempt counted).',
+            'ops',
+            [p.target('sum by (reason) (rate(outbox_messages_released_total{%s}[$__rate_interval]))' % s, '{{reason}}')],
+            w=8,
+          ),
+          p.timeseries(
+            'Reclaimed and lost leases',
+            "Rows taken over after another replica's lease ran out, and outcomes a stalled replica could not record.",
+            'ops',
+            [
+              p.target('sum(rate(outbox_messages_reclaimed_total{%s}[$__rate_interval]))' % s, 'reclaimed'),
+              p.target('sum(rate(outbox_lease_lost_total{%s}[$__rate_interval]))' % s, 'lease lost'),
+            ],
+            w=8,
+          ),
+        ]),
+        p.row('Latency', [
+          p.timeseries(
+            'Delivery latency',
+            'From when a message fell due to when the SMTP server accepted it.',
+            's',
+            [quantile(q, 'outbox_delivery_latency_seconds') for q in [0.5, 0.9, 0.99]],
+            w=12,
+          ),
+          p.timeseries(
+            'SMTP send duration',
+            'One SMTP send, connection included.',
+            's',
+            [quantile(q, 'outbox_smtp_send_duration_seconds') for q in [0.5, 0.99]],
+            w=12,
+          ),
+        ]),
+        p.row('Health', [
+          p.timeseries(
+            'Heartbeat age',
+            "Seconds since each replica's dispatch loop last completed a cycle; the heartbeat alert fires past 5 minutes.",
+            's',
+            [p.target('time() - max by (instance) (outbox_last_cycle_timestamp_seconds{%s})' % s, '{{instance}}')],
+            w=8,
+            thresholds=[['green', null], ['red', 300]],
+          ),
+          p.timeseries(
+            'Gauge sample age',
+            'Seconds since each replica last sampled the database gauges.',
+            's',
+            [p.target('time() - max by (instance) (outbox_last_sample_timestamp_seconds{%s})' % s, '{{instance}}')],
+            w=8,
+            thresholds=[['green', null], ['red', 300]],
+          ),
+          p.timeseries(
+            'Database errors per second',
+            'Failed database operations, by operation.',
+            'ops',
+            [p.target('sum by (operation) (rate(outbox_database_errors_total{%s}[$__rate_interval]))' % s, '{{operation}}')],
+            w=8,
+          ),
+          p.timeseries(
+            'SMTP circuit open',
+            "1 while a replica's SMTP circuit breaker is open: the server is unreachable and claiming is paused.",
+            'bool',
+            [p.target('max by (instance) (outbox_smtp_circuit_open{%s})' % s, '{{instance}}')],
+            w=12,
+            thresholds=[['green', null], ['red', 1]],
+          ),
+          p.table(
+            'Versions and delivery mode',
+            "Each replica's version, and whether it sends over SMTP or only logs (development mode).",
+            'short',
+            [p.target(
+              'max by (instance, version, smtp_enabled) (outbox_build_info{%s})' % s,
+              '{{instance}} {{version}} smtp={{smtp_enabled}}',
+              { format: 'table', instant: true },
+            )],
+            w=12,
+          ),
+        ]),
+        p.row('Delivery policy', [
+          p.timeseries(
+            'Rate limit and throttling',
+            "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling; 0: no limit), what was sent, and the relay's throttling replies per second.",
+            'ops',
+            [
+              p.target('max(outbox_send_rate_limit_per_second{%s})' % s, 'pace (limit now)'),
+              p.target('sum(rate(outbox_messages_sent_total{%s}[$__rate_interval]))' % s, 'sent'),
+              p.target('sum(rate(outbox_throttled_total{%s}[$__rate_interval]))' % s, 'throttled'),
+            ],
+            w=12,
+          ),
+          p.timeseries(
+            'Expired per second',
+            'Messages not sent because their expiry passed first (expires_at or OUTBOXD_EXPIRE_AFTER); not dead letters.',
+            'ops',
+            [p.target('sum by (kind) (rate(outbox_messages_expired_total{%s}[$__rate_interval]))' % s, '{{kind}}')],
+            w=12,
+          ),
+        ]),
+      ]),
+    },
+  },
+}

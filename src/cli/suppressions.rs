@@ -1,0 +1,104 @@
+//! `outboxd suppressions list|add|remove`: the suppression list, directly in the database,
+//! each change audited like the API's.
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+
+use crate::config::DatabaseArgs;
+use crate::http::suppressions::AddRequest;
+use crate::store::suppressions;
+use crate::suppression::{SuppressionReason, normalize_address};
+
+#[derive(Debug, Args)]
+pub struct SuppressionsArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(subcommand)]
+    pub command: SuppressionsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SuppressionsCommand {
+    /// Suppressed addresses, in address order.
+    List {
+        /// Only addresses containing this text.
+        #[arg(long)]
+        search: Option<String>,
+        /// How many (1 to 500).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=crate::http::api::MAX_PAGE))]
+        limit: i64,
+        /// After this address (the last one of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// JSON for scripts instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop mailing an address.
+    Add {
+        address: String,
+        /// hard_bounce, complaint, manual or unsubscribe.
+        #[arg(long, default_value = "manual")]
+        reason: SuppressionReason,
+        /// A note kept with the entry.
+        #[arg(long)]
+        detail: Option<String>,
+        /// Suppressed until then (RFC 3339); for good without it.
+        #[arg(long)]
+        until: Option<DateTime<Utc>>,
+    },
+    /// Mail an address again.
+    Remove { address: String },
+}
+
+pub async fn run(
+    pool: &sqlx::PgPool,
+    command: SuppressionsCommand,
+    actor: &str,
+) -> anyhow::Result<()> {
+    match command {
+        SuppressionsCommand::List {
+            search,
+            limit,
+            after,
+            json,
+        } => {
+            let page = suppressions::list(
+                pool,
+                search.as_deref().map(str::to_lowercase).as_deref(),
+                after.as_deref().map(str::to_lowercase).as_deref(),
+                limit,
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&page)?);
+            } else {
+                print!("{}", crate::report::suppression_table(&page));
+            }
+        }
+        SuppressionsCommand::Add {
+            address,
+            reason,
+            detail,
+            until,
+        } => {
+            let request = AddRequest {
+                address,
+                reason: Some(reason),
+                detail,
+                until,
+            };
+            let entry = request.entry(Utc::now()).map_err(anyhow::Error::msg)?;
+            suppressions::add(pool, &entry, actor).await?;
+            println!("suppressed {} ({})", entry.address, entry.reason);
+        }
+        SuppressionsCommand::Remove { address } => {
+            let address = normalize_address(&address).map_err(anyhow::Error::msg)?;
+            if !suppressions::remove(pool, &address, actor).await? {
+                anyhow::bail!("{address} is not suppressed");
+            }
+            println!("removed {address}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! Options for deliverability: the suppression list, DKIM, attachments, and the bounce
+//! and complaint webhooks; validated into the settings of `render` and `feedback`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+use crate::feedback::postmark::PostmarkSettings;
+use crate::feedback::sns::{DEFAULT_CERTIFICATE_HOSTS, SnsSettings, parse_host_patterns};
+use crate::feedback::standard::StandardSettings;
+use crate::feedback::{FeedbackSettings, HttpsClient};
+use crate::render::DkimKey;
+
+use super::parse_bytes;
+
+#[derive(Clone, Args)]
+pub struct DeliverabilityArgs {
+    /// Add a recipient to the suppression list when its server answers that the mailbox
+    /// does not exist (550 5.1.1, 5.1.10, 5.2.1).
+    #[arg(long, env = "OUTBOXD_SUPPRESS_HARD_BOUNCES", default_value_t = true,
+          action = clap::ArgAction::Set, value_name = "true|false")]
+    pub suppress_hard_bounces: bool,
+
+    /// The most bytes a message's attachments may decode to, together (e.g. 2MiB); a
+    /// payload over it is dead-lettered (attachment_too_large).
+    #[arg(long, env = "OUTBOXD_MAX_ATTACHMENT_BYTES", default_value = "2MiB", value_parser = parse_bytes)]
+    pub max_attachment_bytes: usize,
+
+    /// Sign every email with DKIM for this domain (d=); needs the selector and the key.
+    #[arg(long, env = "OUTBOXD_DKIM_DOMAIN")]
+    pub dkim_domain: Option<String>,
+
+    /// The DKIM selector (s=): the key's TXT record is at <selector>._domainkey.<domain>.
+    #[arg(long, env = "OUTBOXD_DKIM_SELECTOR")]
+    pub dkim_selector: Option<String>,
+
+    /// The DKIM private key: RSA, PKCS#1 PEM (`openssl genrsa -traditional 2048`).
+    #[arg(long, env = "OUTBOXD_DKIM_PRIVATE_KEY_FILE")]
+    pub dkim_private_key_file: Option<PathBuf>,
+
+    /// Turns on /webhooks/sns for Amazon SES notifications from these SNS topics
+    /// (comma-separated ARNs); notifications from any other topic are refused.
+    #[arg(long, env = "OUTBOXD_SNS_TOPIC_ARNS", value_delimiter = ',')]
+    pub sns_topic_arns: Vec<String>,
+
+    /// Hosts an SNS signing certificate and subscription confirmation may come from;
+    /// `*` is one DNS label.
+    #[arg(long, env = "OUTBOXD_SNS_CERTIFICATE_HOSTS", default_value = DEFAULT_CERTIFICATE_HOSTS)]
+    pub sns_certificate_hosts: String,
+
+    /// PEM certificates to trust, besides the public roots, when fetching from those hosts.
+    #[arg(long, env = "OUTBOXD_SNS_CA_FILE")]
+    pub sns_ca_file: Option<PathBuf>,
+
+    /// Turns on /webhooks/postmark: the user:password Postmark sends (HTTP Basic).
+    #[arg(
+        long,
+        env = "OUTBOXD_POSTMARK_WEBHOOK_CREDENTIALS",
+        hide_env_values = true
+    )]
+    pub postmark_webhook_credentials: Option<String>,
+
+    /// Turns on /webhooks/standard: the Standard Webhooks secret (whsec_...).
+    #[arg(long, env = "OUTBOXD_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+}
+
+impl std::fmt::Debug for DeliverabilityArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliverabilityArgs")
+            .field("suppress_hard_bounces", &self.suppress_hard_bounces)
+            .field("dkim_domain", &self.dkim_domain)
+            .field("sns_topic_arns", &self.sns_topic_arns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeliverabilityArgs {
+    /// The DKIM key, when all three options are set; an error when only some are, or the
+    /// key cannot be used.
+    pub fn dkim(&self) -> anyhow::Result<Option<DkimKey>> {
+        match (
+            &self.dkim_domain,
+            &self.dkim_selector,
+            &self.dkim_private_key_file,
+        ) {
+            (None, None, None) => Ok(None),
+            (Some(domain), Some(selector), Some(path)) => {
+                let pem = std::fs::read_to_string(path).with_context(|| {
+                    format!(
+                        "cannot read --dkim-private-key-file / OUTBOXD_DKIM_PRIVATE_KEY_FILE {}",
+                        path.display()
+                    )
+                })?;
+                DkimKey::new(domain, selector, pem).map(Some).map_err(|e| {
+                    anyhow::anyhow!(
+                        "invalid DKIM settings (OUTBOXD_DKIM_DOMAIN, OUTBOXD_DKIM_SELECTOR, OUTBOXD_DKIM_PRIVATE_KEY_FILE {}): {e}",
+                        path.display()
+                    )
+                })
+            }
+            _ => bail!(
+                "DKIM needs all of OUTBOXD_DKIM_DOMAIN, OUTBOXD_DKIM_SELECTOR and OUTBOXD_DKIM_PRIVATE_KEY_FILE"
+            ),
+        }
+    }
+
+    /// The webhooks turned on, each checked.
+    pub fn feedback(&self) -> anyhow::Result<FeedbackSettings> {
+        let sns = if self.sns_topic_arns.iter().all(|arn| arn.trim().is_empty()) {
+            None
+        } else {
+            let topics: Vec<String> = self
+                .sns_topic_arns
+                .iter()
+                .map(|arn| arn.trim().to_owned())
+                .filter(|arn| !arn.is_empty())
+                .collect();
+            if let Some(bad) = topics.iter().find(|arn| !arn.starts_with("arn:")) {
+                bail!(
+                    "invalid --sns-topic-arns / OUTBOXD_SNS_TOPIC_ARNS: {bad:?} is not an ARN (arn:aws:sns:REGION:ACCOUNT:NAME)"
+                );
+            }
+            let certificate_hosts = parse_host_patterns(&self.sns_certificate_hosts)
+                .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SNS_CERTIFICATE_HOSTS: {e}"))?;
+            let extra_ca = match &self.sns_ca_file {
+                Some(path) => Some(std::fs::read(path).with_context(|| {
+                    format!("cannot read OUTBOXD_SNS_CA_FILE {}", path.display())
+                })?),
+                None => None,
+            };
+            let client = HttpsClient::new(extra_ca.as_deref())
+                .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SNS_CA_FILE: {e}"))?;
+            Some(SnsSettings {
+                topics,
+                certificate_hosts,
+                client,
+            })
+        };
+        let postmark = self
+            .postmark_webhook_credentials
+            .as_deref()
+            .map(PostmarkSettings::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_POSTMARK_WEBHOOK_CREDENTIALS: {e}"))?;
+        let standard = self
+            .webhook_secret
+            .as_deref()
+            .map(StandardSettings::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_WEBHOOK_SECRET: {e}"))?;
+        Ok(FeedbackSettings {
+            sns,
+            postmark,
+            standard,
+        })
+    }
+}

@@ -1,0 +1,78 @@
+//! The suppression list at send time: one lookup per batch of the addresses its messages
+//! go to, then each message's envelope without the suppressed ones.
+
+use std::collections::HashMap;
+
+use lettre::address::Envelope;
+
+use super::{DispatchError, Dispatcher};
+use crate::message::ClaimedBatch;
+use crate::render::suppression_key;
+use crate::store;
+use crate::suppression::SuppressionReason;
+use crate::telemetry::metrics::DatabaseOperation;
+
+/// The addresses of one batch that are on the list now.
+#[derive(Debug, Default)]
+pub(super) struct Suppressed(HashMap<String, SuppressionReason>);
+
+/// What is left of an envelope.
+#[derive(Debug)]
+pub(super) enum Filtered {
+    /// Nothing on the list: send as rendered.
+    Unchanged,
+    /// Some recipients dropped: send to the rest.
+    Fewer(Envelope),
+    /// Every recipient is on the list: the first one's reason, and how many there were.
+    AllSuppressed(SuppressionReason, usize),
+}
+
+impl Suppressed {
+    pub fn filter(&self, envelope: &Envelope) -> Filtered {
+        if self.0.is_empty() {
+            return Filtered::Unchanged;
+        }
+        let mut first_reason = None;
+        let kept: Vec<_> = envelope
+            .to()
+            .iter()
+            .filter(|to| match self.0.get(&suppression_key(to)) {
+                Some(reason) => {
+                    first_reason.get_or_insert(*reason);
+                    false
+                }
+                None => true,
+            })
+            .cloned()
+            .collect();
+        match first_reason {
+            None => Filtered::Unchanged,
+            Some(reason) if kept.is_empty() => Filtered::AllSuppressed(reason, envelope.to().len()),
+            // Dropping recipients from a valid envelope leaves a valid one.
+            Some(reason) => Envelope::new(envelope.from().cloned(), kept).map_or(
+                Filtered::AllSuppressed(reason, envelope.to().len()),
+                Filtered::Fewer,
+            ),
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Looks up, in one query, which addresses of a claimed batch are suppressed.
+    pub(super) async fn suppressed_in(
+        &self,
+        claimed: &ClaimedBatch,
+    ) -> Result<Suppressed, DispatchError> {
+        let mut addresses: Vec<String> = claimed
+            .messages
+            .iter()
+            .flat_map(|message| self.sender.renderer.suppression_keys(message))
+            .collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        let found = store::suppressions::suppressed_among(&self.pool, &addresses)
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+        Ok(Suppressed(found.into_iter().collect()))
+    }
+}

@@ -1,0 +1,115 @@
+//! One HTTPS GET, for SNS: the signing certificate, and the subscription's confirmation.
+//! Bounded in time and size; the public web's roots, and a private CA where one is set.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt as _, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// How long one fetch may take, connection included.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest response read: a certificate is a few kilobytes.
+const MAX_BODY: usize = 64 * 1024;
+
+/// An HTTPS client that trusts the public web's roots and, optionally, a private CA.
+#[derive(Clone)]
+pub struct HttpsClient {
+    tls: TlsConnector,
+}
+
+impl std::fmt::Debug for HttpsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpsClient")
+    }
+}
+
+impl HttpsClient {
+    /// `extra_ca`: PEM certificates trusted besides the public roots.
+    pub fn new(extra_ca: Option<&[u8]>) -> Result<Self, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(pem) = extra_ca {
+            let mut added = 0;
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| format!("cannot read a certificate: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("cannot trust a certificate: {e}"))?;
+                added += 1;
+            }
+            if added == 0 {
+                return Err("holds no PEM certificate".to_owned());
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Self {
+            tls: TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// GETs an `https://` URL; the body of a 200 answer, or why not.
+    pub async fn get(&self, url: &url::Url) -> Result<Bytes, String> {
+        tokio::time::timeout(TIMEOUT, self.get_now(url))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {}s", TIMEOUT.as_secs())))
+    }
+
+    async fn get_now(&self, url: &url::Url) -> Result<Bytes, String> {
+        if url.scheme() != "https" {
+            return Err("only https is fetched".to_owned());
+        }
+        let host = url.host_str().ok_or("the URL has no host")?.to_owned();
+        let port = url.port_or_known_default().unwrap_or(443);
+        let tcp = TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| format!("cannot connect to {host}: {e}"))?;
+        let name = ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+        let tls = self
+            .tls
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS with {host} failed: {e}"))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        let driver = tokio::spawn(connection);
+        let path = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let request = hyper::Request::get(path)
+            .header(hyper::header::HOST, host.as_str())
+            .header(
+                hyper::header::USER_AGENT,
+                concat!("outboxd/", env!("CARGO_PKG_VERSION")),
+            )
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map_err(|e| format!("cannot read the answer: {e}"))?
+            .to_bytes();
+        driver.abort();
+        if !status.is_success() {
+            return Err(format!("{host} answered {status}"));
+        }
+        Ok(body)
+    }
+}

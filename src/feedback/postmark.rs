@@ -1,0 +1,136 @@
+//! Postmark's bounce, spam-complaint and subscription-change webhooks, behind HTTP Basic
+//! credentials set in Postmark's webhook URL (`https://user:password@host/webhooks/postmark`).
+//!
+//! Postmark names its own message ids, not ours: a row is found only through metadata
+//! called `outbox_id` (the `X-PM-Metadata-outbox_id` header, where a kind sets it).
+
+use base64::Engine as _;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use subtle::ConstantTimeEq as _;
+
+use super::{Event, EventKind, FeedbackError, address};
+use crate::suppression::BounceType;
+
+/// The credentials Postmark must present.
+#[derive(Debug)]
+pub struct PostmarkSettings {
+    pub user: String,
+    pub password: SecretString,
+}
+
+impl PostmarkSettings {
+    /// `user:password`, as OUTBOXD_POSTMARK_WEBHOOK_CREDENTIALS gives them.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.split_once(':') {
+            Some((user, password)) if !user.is_empty() && password.len() >= 16 => Ok(Self {
+                user: user.to_owned(),
+                password: SecretString::from(password.to_owned()),
+            }),
+            _ => {
+                Err("expected user:password, with a password of at least 16 characters".to_owned())
+            }
+        }
+    }
+
+    /// Checks an `Authorization` header, in constant time.
+    pub fn authorize(&self, header: Option<&str>) -> Result<(), FeedbackError> {
+        let refused = || FeedbackError::Unauthorized("HTTP Basic credentials required".to_owned());
+        let encoded = header
+            .and_then(|h| h.strip_prefix("Basic "))
+            .ok_or_else(refused)?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|_| refused())?;
+        let expected = format!("{}:{}", self.user, self.password.expose_secret());
+        if bool::from(decoded.ct_eq(expected.as_bytes())) {
+            Ok(())
+        } else {
+            Err(FeedbackError::Unauthorized("wrong credentials".to_owned()))
+        }
+    }
+}
+
+/// The recipient one Postmark webhook reports; none for records that change nothing.
+pub fn events(body: &[u8]) -> Result<Vec<Event>, FeedbackError> {
+    let record: Value = serde_json::from_slice(body)
+        .map_err(|e| FeedbackError::Invalid(format!("not Postmark JSON: {e}")))?;
+    let record_type = record["RecordType"]
+        .as_str()
+        .ok_or_else(|| FeedbackError::Invalid("no RecordType".to_owned()))?;
+    let kind = match record_type {
+        "Bounce" => EventKind::Bounce(match record["Type"].as_str() {
+            Some("HardBounce" | "BadEmailAddress") => BounceType::Hard,
+            Some("SoftBounce" | "Transient" | "DnsError" | "AutoResponder") => BounceType::Soft,
+            _ => BounceType::Undetermined,
+        }),
+        "SpamComplaint" => EventKind::Complaint,
+        "SubscriptionChange" if record["SuppressSending"].as_bool() == Some(true) => {
+            EventKind::Unsubscribe
+        }
+        // Deliveries, opens, clicks, a subscription restored...: nothing to record.
+        _ => return Ok(Vec::new()),
+    };
+    let email = record["Email"]
+        .as_str()
+        .or_else(|| record["Recipient"].as_str())
+        .ok_or_else(|| FeedbackError::Invalid("no Email".to_owned()))?;
+    let message_id = match &record["Metadata"]["outbox_id"] {
+        Value::String(id) => id.trim().parse().ok(),
+        Value::Number(id) => id.as_i64(),
+        _ => None,
+    };
+    let detail = record["Details"]
+        .as_str()
+        .or_else(|| record["Description"].as_str())
+        .map(|d| crate::text::cut(d, 1000).to_owned());
+    Ok(vec![Event {
+        kind,
+        address: address(email)?,
+        message_id,
+        detail,
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hard_bounces_and_complaints_are_read_and_deliveries_ignored() {
+        let bounce = br#"{"RecordType":"Bounce","Type":"HardBounce","Email":"Zed@Example.com",
+                          "Details":"smtp;550 5.1.1","Metadata":{"outbox_id":"9"}}"#;
+        let events = events(bounce).unwrap();
+        assert_eq!(events[0].kind, EventKind::Bounce(BounceType::Hard));
+        assert_eq!(events[0].address, "zed@example.com");
+        assert_eq!(events[0].message_id, Some(9));
+        let spam =
+            br#"{"RecordType":"SpamComplaint","Type":"SpamComplaint","Email":"a@b.example"}"#;
+        assert_eq!(super::events(spam).unwrap()[0].kind, EventKind::Complaint);
+        assert!(
+            super::events(br#"{"RecordType":"Delivery"}"#)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(super::events(b"{}").is_err());
+    }
+
+    #[test]
+    fn only_the_configured_credentials_pass() {
+        let settings = PostmarkSettings::parse("postmark:0123456789abcdef").unwrap();
+        let basic = |text: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(text)
+            )
+        };
+        assert!(
+            settings
+                .authorize(Some(&basic("postmark:0123456789abcdef")))
+                .is_ok()
+        );
+        assert!(settings.authorize(Some(&basic("postmark:wrong"))).is_err());
+        assert!(settings.authorize(None).is_err());
+        assert!(PostmarkSettings::parse("nopassword").is_err());
+    }
+}

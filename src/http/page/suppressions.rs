@@ -1,0 +1,127 @@
+//! The admin page's suppression list: a search, the addresses found, a form to add one and
+//! a button to remove each; audited like every admin action.
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::{Extension, Form};
+use chrono::{DateTime, Utc};
+use minijinja::Value;
+use minijinja::context;
+use serde::Deserialize;
+use sqlx::PgPool;
+use tracing::info;
+
+use super::{ago, back_to, database_unavailable, refuse_forged};
+use crate::http::AdminState;
+use crate::http::api::check_text;
+use crate::http::auth::Actor;
+use crate::http::suppressions::AddRequest;
+use crate::store::suppressions;
+use crate::suppression::{SuppressionReason, normalize_address};
+
+/// Addresses the page shows at once.
+const SHOWN: i64 = 50;
+
+/// The section's rows: the addresses matching `search`, or the first ones.
+pub(super) async fn rows(
+    pool: &PgPool,
+    search: Option<&str>,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Vec<Value>> {
+    let search = search.map(str::trim).filter(|s| !s.is_empty());
+    if let Some(search) = search {
+        check_text("suppressed", search).map_err(anyhow::Error::msg)?;
+    }
+    let page = suppressions::list(pool, search.map(str::to_lowercase).as_deref(), None, SHOWN).await?;
+    Ok(page
+        .into_iter()
+        .map(|s| {
+            context! {
+                address => s.address,
+                reason => s.reason.0.as_str(),
+                source => s.source,
+                detail => s.detail.unwrap_or_default(),
+                since => s.created_at.to_rfc3339(),
+                since_ago => ago(s.created_at, now),
+                until => s.suppressed_until.map(|u| u.format("%Y-%m-%d %H:%M UTC").to_string()),
+                active => s.active,
+            }
+        })
+        .collect())
+}
+
+/// The reasons an operator may choose.
+pub(super) fn reasons() -> Vec<&'static str> {
+    SuppressionReason::ALL.iter().map(|r| r.as_str()).collect()
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct AddForm {
+    csrf: String,
+    address: String,
+    reason: SuppressionReason,
+    #[serde(default)]
+    detail: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RemoveForm {
+    csrf: String,
+    address: String,
+}
+
+fn back(notice: &str) -> Response {
+    back_to(&[], notice)
+}
+
+pub(super) async fn add(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    headers: HeaderMap,
+    Form(form): Form<AddForm>,
+) -> Response {
+    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
+        return refused;
+    }
+    let request = AddRequest {
+        address: form.address,
+        reason: Some(form.reason),
+        detail: Some(form.detail).filter(|d| !d.trim().is_empty()),
+        until: None,
+    };
+    let entry = match request.entry(Utc::now()) {
+        Ok(entry) => entry,
+        Err(e) => return back(&format!("Could not suppress: {e}.")),
+    };
+    match suppressions::add(&state.pool, &entry, &actor.0).await {
+        Ok(()) => {
+            info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
+            back(&format!("Suppressed {} ({}).", entry.address, entry.reason))
+        }
+        Err(e) => database_unavailable(&e),
+    }
+}
+
+pub(super) async fn remove(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    headers: HeaderMap,
+    Form(form): Form<RemoveForm>,
+) -> Response {
+    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
+        return refused;
+    }
+    let address = match normalize_address(&form.address) {
+        Ok(address) => address,
+        Err(e) => return back(&format!("Could not remove: {e}.")),
+    };
+    match suppressions::remove(&state.pool, &address, &actor.0).await {
+        Ok(true) => {
+            info!(actor = %actor.0, action = "unsuppress", "admin action");
+            back(&format!("Removed {address} from the suppression list."))
+        }
+        Ok(false) => back(&format!("Could not remove: {address} is not suppressed.")),
+        Err(e) => database_unavailable(&e),
+    }
+}

@@ -1,0 +1,168 @@
+//! The suppression list under `/api/v1/suppressions`: list (search, pages), show, add and
+//! remove; each change audited with the actor, as the dead-letter actions are.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::AdminState;
+use super::api::{ApiError, MAX_PAGE, check_text};
+use super::auth::Actor;
+use crate::store::suppressions::{self, Suppression};
+use crate::suppression::{FeedbackSource, NewSuppression, SuppressionReason, normalize_address};
+
+const DEFAULT_PAGE: i64 = 50;
+/// The longest note an operator may attach.
+const MAX_DETAIL_CHARS: usize = 1000;
+
+pub fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/api/v1/suppressions", get(list).post(add))
+        .route("/api/v1/suppressions/{address}", get(show).delete(remove))
+}
+
+/// `?search=&after=&limit=`, checked.
+pub struct SuppressionQuery {
+    pub search: Option<String>,
+    pub after: Option<String>,
+    pub limit: i64,
+}
+
+impl SuppressionQuery {
+    pub fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
+        for key in query.keys() {
+            if !matches!(key.as_str(), "search" | "after" | "limit") {
+                return Err(format!(
+                    "unknown parameter {key:?}: expected search, after or limit"
+                ));
+            }
+        }
+        let text = |name: &str| -> Result<Option<String>, String> {
+            match query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+                Some(value) => check_text(name, value).map(|()| Some(value.to_lowercase())),
+                None => Ok(None),
+            }
+        };
+        let limit = match query.get("limit") {
+            None => DEFAULT_PAGE,
+            Some(raw) => raw
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| format!("limit must be a number from 1 to {MAX_PAGE}"))?,
+        };
+        Ok(Self {
+            search: text("search")?,
+            after: text("after")?,
+            limit,
+        })
+    }
+
+    /// The `after` of the next page, when this one was full.
+    pub fn next_after(&self, page: &[Suppression]) -> Option<String> {
+        let full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= self.limit;
+        full.then(|| page.last().map(|s| s.address.clone()))
+            .flatten()
+    }
+}
+
+async fn list(
+    State(state): State<AdminState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let query = SuppressionQuery::parse(&query).map_err(ApiError::bad_request)?;
+    let page = suppressions::list(
+        &state.pool,
+        query.search.as_deref(),
+        query.after.as_deref(),
+        query.limit,
+    )
+    .await?;
+    Ok(Json(
+        json!({"next_after": query.next_after(&page), "suppressions": page}),
+    ))
+}
+
+fn address(raw: &str) -> Result<String, ApiError> {
+    normalize_address(raw).map_err(ApiError::bad_request)
+}
+
+async fn show(
+    State(state): State<AdminState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let address = address(&raw)?;
+    match suppressions::get(&state.pool, &address).await? {
+        Some(entry) => Ok(Json(json!(entry))),
+        None => Err(ApiError::not_found(format!("{address} is not suppressed"))),
+    }
+}
+
+/// What an operator posts to add an address.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddRequest {
+    pub address: String,
+    /// `manual` unless said otherwise.
+    pub reason: Option<SuppressionReason>,
+    pub detail: Option<String>,
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl AddRequest {
+    /// The entry to add, or why the request is refused.
+    pub fn entry(self, now: DateTime<Utc>) -> Result<NewSuppression, String> {
+        if let Some(detail) = &self.detail
+            && (detail.chars().count() > MAX_DETAIL_CHARS || detail.contains('\0'))
+        {
+            return Err(format!(
+                "detail must be at most {MAX_DETAIL_CHARS} characters of text"
+            ));
+        }
+        if self.until.is_some_and(|until| until <= now) {
+            return Err("until must be in the future".to_owned());
+        }
+        Ok(NewSuppression {
+            address: normalize_address(&self.address)?,
+            reason: self.reason.unwrap_or(SuppressionReason::Manual),
+            source: FeedbackSource::Operator,
+            detail: self.detail,
+            message_id: None,
+            until: self.until,
+        })
+    }
+}
+
+async fn add(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    body: Result<Json<AddRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let entry = request.entry(Utc::now()).map_err(ApiError::bad_request)?;
+    suppressions::add(&state.pool, &entry, &actor.0).await?;
+    info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
+    let stored = suppressions::get(&state.pool, &entry.address).await?;
+    Ok((StatusCode::CREATED, Json(json!(stored))))
+}
+
+async fn remove(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Path(raw): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let address = address(&raw)?;
+    if suppressions::remove(&state.pool, &address, &actor.0).await? {
+        info!(actor = %actor.0, action = "unsuppress", "admin action");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("{address} is not suppressed")))
+    }
+}

@@ -1,0 +1,189 @@
+//! SQL for the suppression list: the dispatcher's lookup, the operators' list, add and
+//! remove (each audited), and the bounces and complaints that providers report.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{FromRow, PgPool};
+
+use super::admin::audit;
+use crate::suppression::{NewSuppression, SuppressionReason};
+
+/// One address on the list.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Suppression {
+    pub address: String,
+    #[sqlx(try_from = "String")]
+    pub reason: ReasonColumn,
+    pub source: String,
+    pub detail: Option<String>,
+    pub message_id: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub created_by: Option<String>,
+    pub suppressed_until: Option<DateTime<Utc>>,
+    /// Whether it applies now (no `suppressed_until`, or one still ahead).
+    pub active: bool,
+}
+
+/// The `reason` column read back; a value outside the table's CHECK cannot occur.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ReasonColumn(pub SuppressionReason);
+
+impl TryFrom<String> for ReasonColumn {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse().map(ReasonColumn)
+    }
+}
+
+/// Which of these (normalized) addresses are suppressed now, with the reason of each.
+pub async fn suppressed_among(
+    pool: &PgPool,
+    addresses: &[String],
+) -> Result<Vec<(String, SuppressionReason)>, sqlx::Error> {
+    if addresses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT address, reason FROM outbox_suppressions \
+         WHERE address = ANY($1) AND (suppressed_until IS NULL OR suppressed_until > now())",
+    )
+    .bind(addresses)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(address, reason)| Some((address, reason.parse().ok()?)))
+        .collect())
+}
+
+/// The list in address order; `search` matches any part of the address, `after` is the
+/// last address of the previous page.
+pub async fn list(
+    pool: &PgPool,
+    search: Option<&str>,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Suppression>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT address, reason, source, detail, message_id, created_at, created_by, \
+                suppressed_until, (suppressed_until IS NULL OR suppressed_until > now()) AS active \
+         FROM outbox_suppressions \
+         WHERE ($1::text IS NULL OR strpos(address, lower($1)) > 0) \
+           AND ($2::text IS NULL OR address > $2) \
+         ORDER BY address LIMIT $3",
+    )
+    .bind(search)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// One address's entry, if any.
+pub async fn get(pool: &PgPool, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT address, reason, source, detail, message_id, created_at, created_by, \
+                suppressed_until, (suppressed_until IS NULL OR suppressed_until > now()) AS active \
+         FROM outbox_suppressions WHERE address = $1",
+    )
+    .bind(address)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Adds an address (or replaces its entry) for an operator, with the audit entry, in one
+/// transaction.
+pub async fn add(pool: &PgPool, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    upsert(&mut *tx, entry, Some(actor)).await?;
+    audit(&mut tx, actor, "suppress", &entry.address, 1).await?;
+    tx.commit().await
+}
+
+/// Removes an address for an operator, with the audit entry; false when it was not listed.
+pub async fn remove(pool: &PgPool, address: &str, actor: &str) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let removed = sqlx::query("DELETE FROM outbox_suppressions WHERE address = $1")
+        .bind(address)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    audit(
+        &mut tx,
+        actor,
+        "unsuppress",
+        address,
+        usize::try_from(removed).unwrap_or(0),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(removed > 0)
+}
+
+/// What a provider reported of one message's recipient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feedback {
+    /// `hard_bounce`, `soft_bounce` or `complaint`: the message row's `feedback`; `None`
+    /// for an unsubscribe.
+    pub mark: Option<&'static str>,
+    /// The outbox row it names, if it names one.
+    pub message_id: Option<i64>,
+    /// Added to the list (hard bounces and complaints), or nothing (soft bounces).
+    pub suppression: Option<NewSuppression>,
+}
+
+/// Records a provider's report: the suppression, and the mark on the message's row, in one
+/// transaction. A report for a row that retention already deleted still suppresses.
+pub async fn record_feedback(pool: &PgPool, feedback: &Feedback) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    if let Some(entry) = &feedback.suppression {
+        upsert(&mut *tx, entry, None).await?;
+    }
+    if let (Some(id), Some(mark)) = (feedback.message_id, feedback.mark) {
+        // A complaint outranks a bounce, and a hard bounce a soft one.
+        sqlx::query(
+            "UPDATE outbox_messages SET feedback = $2, feedback_at = now() \
+             WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
+                                OR (feedback = 'hard_bounce' AND $2 = 'complaint'))",
+        )
+        .bind(id)
+        .bind(mark)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// Inserts an entry, or replaces one that has lapsed or that an operator is replacing.
+/// An active entry added by outboxd keeps its first reason: a complaint after a hard
+/// bounce changes nothing that matters to sending.
+async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    entry: &NewSuppression,
+    actor: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO outbox_suppressions \
+             (address, reason, source, detail, message_id, created_by, suppressed_until) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) \
+         ON CONFLICT (address) DO UPDATE SET \
+             reason = excluded.reason, source = excluded.source, detail = excluded.detail, \
+             message_id = excluded.message_id, created_at = now(), \
+             created_by = excluded.created_by, suppressed_until = excluded.suppressed_until \
+         WHERE excluded.created_by IS NOT NULL \
+            OR (outbox_suppressions.suppressed_until IS NOT NULL \
+                AND outbox_suppressions.suppressed_until <= now())",
+    )
+    .bind(&entry.address)
+    .bind(entry.reason.as_str())
+    .bind(entry.source.as_str())
+    .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, 1000)))
+    .bind(entry.message_id)
+    .bind(actor)
+    .bind(entry.until)
+    .execute(executor)
+    .await?;
+    Ok(())
+}

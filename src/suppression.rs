@@ -1,0 +1,230 @@
+//! The suppression list's domain: which addresses outboxd will not mail, and why. No I/O.
+//!
+//! An address is kept lower-cased, local part included. RFC 5321 lets a server treat local
+//! parts case-sensitively, but no mail provider in use does, and the cost of the mistake
+//! is one-sided: a case-sensitive list would mail `Ada@example.com` after `ada@example.com`
+//! bounced or complained. Amazon SES and Postmark compare suppressions the same way.
+
+use chrono::{DateTime, Utc};
+
+/// The longest address the list accepts (RFC 5321: 64 + 1 + 255).
+pub const MAX_ADDRESS_CHARS: usize = 320;
+
+/// Why an address is on the list: the `reason` column and the `reason` label of
+/// `outbox_messages_suppressed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuppressionReason {
+    /// The receiving server said the mailbox does not exist.
+    HardBounce,
+    /// The recipient marked a message as spam.
+    Complaint,
+    /// An operator added it.
+    Manual,
+    /// The recipient asked not to be mailed.
+    Unsubscribe,
+}
+
+impl SuppressionReason {
+    pub const ALL: [SuppressionReason; 4] = [
+        SuppressionReason::HardBounce,
+        SuppressionReason::Complaint,
+        SuppressionReason::Manual,
+        SuppressionReason::Unsubscribe,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuppressionReason::HardBounce => "hard_bounce",
+            SuppressionReason::Complaint => "complaint",
+            SuppressionReason::Manual => "manual",
+            SuppressionReason::Unsubscribe => "unsubscribe",
+        }
+    }
+}
+
+impl std::str::FromStr for SuppressionReason {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == text)
+            .ok_or_else(|| {
+                let known: Vec<_> = Self::ALL.iter().map(|r| r.as_str()).collect();
+                format!("unknown reason {text:?}: one of {}", known.join(", "))
+            })
+    }
+}
+
+impl std::fmt::Display for SuppressionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a suppression came from: the `source` column, and the `source` label of the
+/// bounce and complaint counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FeedbackSource {
+    /// A reply to our own SMTP transaction.
+    Smtp,
+    /// Amazon SES, through an SNS notification.
+    Ses,
+    Postmark,
+    /// The Standard Webhooks form, signed with HMAC-SHA256.
+    Webhook,
+    /// An operator, through the API, the page or the CLI.
+    Operator,
+}
+
+impl FeedbackSource {
+    pub const ALL: [FeedbackSource; 5] = [
+        FeedbackSource::Smtp,
+        FeedbackSource::Ses,
+        FeedbackSource::Postmark,
+        FeedbackSource::Webhook,
+        FeedbackSource::Operator,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedbackSource::Smtp => "smtp",
+            FeedbackSource::Ses => "ses",
+            FeedbackSource::Postmark => "postmark",
+            FeedbackSource::Webhook => "webhook",
+            FeedbackSource::Operator => "operator",
+        }
+    }
+}
+
+/// What a bounce notification says of the address: the `type` label of
+/// `outbox_bounces_received_total`. Only a hard bounce suppresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BounceType {
+    Hard,
+    Soft,
+    Undetermined,
+}
+
+impl BounceType {
+    pub const ALL: [BounceType; 3] = [BounceType::Hard, BounceType::Soft, BounceType::Undetermined];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BounceType::Hard => "hard",
+            BounceType::Soft => "soft",
+            BounceType::Undetermined => "undetermined",
+        }
+    }
+}
+
+/// An address to add to the list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSuppression {
+    /// Normalized by [`normalize_address`].
+    pub address: String,
+    pub reason: SuppressionReason,
+    pub source: FeedbackSource,
+    /// What the server or the provider said, or the operator's note.
+    pub detail: Option<String>,
+    /// The outbox row that met it, when known.
+    pub message_id: Option<i64>,
+    /// Suppressed until then; `None` for good.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// An address as the list keeps it: its addr-spec (a `Name <addr>` form is reduced to
+/// `addr`), trimmed and lower-cased; refused unless it parses as an email address.
+pub fn normalize_address(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let spec = match (text.rfind('<'), text.strip_suffix('>')) {
+        (Some(open), Some(_)) => &text[open + 1..text.len() - 1],
+        _ => text,
+    };
+    if spec.chars().any(char::is_control) {
+        return Err("an address may not contain control characters".to_owned());
+    }
+    if spec.chars().count() > MAX_ADDRESS_CHARS {
+        return Err(format!(
+            "an address is at most {MAX_ADDRESS_CHARS} characters"
+        ));
+    }
+    let lowered = spec.to_lowercase();
+    lowered
+        .parse::<lettre::Address>()
+        .map_err(|e| format!("{spec:?} is not an email address: {e}"))?;
+    Ok(lowered)
+}
+
+/// Whether a permanent SMTP reply says the mailbox does not exist, which suppresses its
+/// recipient: enhanced status `5.1.1` (bad mailbox), `5.1.10` (null MX) or `5.2.1`
+/// (mailbox disabled), or the texts servers without enhanced codes use. A full mailbox,
+/// a policy refusal or spam rejection does not: the address is real.
+pub fn says_mailbox_unknown(reply: &str) -> bool {
+    let text = reply.to_ascii_lowercase();
+    let status = text
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .any(|w| matches!(w, "5.1.1" | "5.1.10" | "5.2.1"));
+    status
+        || [
+            "user unknown",
+            "unknown user",
+            "no such user",
+            "no such mailbox",
+            "mailbox does not exist",
+            "mailbox not found",
+            "address does not exist",
+            "recipient address rejected: user unknown",
+            "does not exist",
+        ]
+        .iter()
+        .any(|phrase| text.contains(phrase))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_reduced_to_their_spec_and_lower_cased() {
+        assert_eq!(
+            normalize_address(" Ada Lovelace <Ada@Example.COM> ").unwrap(),
+            "ada@example.com"
+        );
+        assert_eq!(normalize_address("BOB@x.org").unwrap(), "bob@x.org");
+        for bad in ["", "not an address", "a@b\r\nBcc: x@y", "<>"] {
+            assert!(normalize_address(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(normalize_address(&format!("{}@x.org", "a".repeat(400))).is_err());
+    }
+
+    #[test]
+    fn only_replies_that_say_the_mailbox_is_unknown_suppress() {
+        for unknown in [
+            "550 5.1.1 <bob@example.com>: Recipient address rejected: User unknown",
+            "550-5.1.1 The email account that you tried to reach does not exist.",
+            "556 5.1.10 Recipient address has null MX",
+            "550 5.2.1 The email account that you tried to reach is disabled.",
+            "550 No such user here",
+        ] {
+            assert!(says_mailbox_unknown(unknown), "{unknown}");
+        }
+        for real in [
+            "552 5.2.2 Mailbox full",
+            "554 5.7.1 Message rejected as spam",
+            "550 5.7.26 Unauthenticated email is not accepted",
+            "550 5.1.11 looks like a code but is not one of ours",
+        ] {
+            assert!(!says_mailbox_unknown(real), "{real}");
+        }
+    }
+
+    #[test]
+    fn reasons_round_trip_through_their_names() {
+        for reason in SuppressionReason::ALL {
+            assert_eq!(reason.as_str().parse::<SuppressionReason>(), Ok(reason));
+        }
+        assert!("bounce".parse::<SuppressionReason>().is_err());
+    }
+}
