@@ -134,8 +134,10 @@ pub fn suppression_table(page: &[Suppression]) -> String {
                 s.reason.0.as_str().to_owned(),
                 s.source.clone(),
                 s.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                s.suppressed_until
-                    .map_or_else(|| "-".to_owned(), |u| u.format("%Y-%m-%d %H:%M").to_string()),
+                s.suppressed_until.map_or_else(
+                    || "-".to_owned(),
+                    |u| u.format("%Y-%m-%d %H:%M").to_string(),
+                ),
                 clip(s.detail.as_deref().unwrap_or(""), 50),
             ]
         })

@@ -10,7 +10,9 @@ use lettre::message::header::HeaderName;
 use secrecy::{ExposeSecret, SecretString};
 
 /// Headers every signature covers; an absent one is signed as absent, so that nobody can
-/// add it on the way.
+/// add it on the way. Not `Content-Type`: lettre writes a MIME body's own headers after it
+/// signs, so it would sign that header as absent and every verifier would fail (the body
+/// hash still covers the parts).
 const SIGNED_HEADERS: &[&str] = &[
     "From",
     "Reply-To",
@@ -20,7 +22,6 @@ const SIGNED_HEADERS: &[&str] = &[
     "Cc",
     "Message-ID",
     "MIME-Version",
-    "Content-Type",
     "X-Outbox-Id",
 ];
 

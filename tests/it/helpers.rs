@@ -203,6 +203,15 @@ pub struct Received {
     pub auth_user: Option<String>,
     /// Unix time the server took the message.
     pub received_at: f64,
+    pub attachments: Vec<ReceivedAttachment>,
+}
+
+/// An attachment as the receiver decoded it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReceivedAttachment {
+    pub filename: Option<String>,
+    pub content_type: String,
+    pub content_base64: String,
 }
 
 impl Received {
@@ -222,7 +231,7 @@ pub fn python() -> &'static Path {
     PYTHON.get_or_init(|| {
         let has_aiosmtpd = |python: &Path| {
             Command::new(python)
-                .args(["-c", "import aiosmtpd, psycopg"])
+                .args(["-c", "import aiosmtpd, psycopg, dkim"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
@@ -309,6 +318,11 @@ impl SmtpServer {
             child,
             _stdin: stdin,
         }
+    }
+
+    /// Where the server writes what it received (`messages.jsonl`).
+    pub fn spool(&self) -> &Path {
+        self.spool.path()
     }
 
     pub fn url(&self) -> String {

@@ -1,7 +1,7 @@
 """A real SMTP server (aiosmtpd) for outboxd's tests, with replies chosen by recipient.
 
 Recipients whose local part starts with:
-  reject...   -> 550 at RCPT (permanent)
+  reject...   -> 550 5.7.1 at RCPT (permanent; the mailbox exists)
   defer...    -> 451 at RCPT (transient), every time
   deferlong...-> the same, with a reply of four long lines
   flakyN...   -> 451 at RCPT for the first N attempts at that address, then accepted
@@ -13,6 +13,7 @@ Recipients whose local part starts with:
                  SPOOL/reset.jsonl
   droprcpt... -> the connection is reset at RCPT, before the server takes anything
   lagN...     -> accepted after sleeping N milliseconds before the DATA reply
+  unknown...  -> 550 5.1.1 at RCPT: the mailbox does not exist
 anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
 decoded by Python's email package, so the tests check what a receiver would see.
 
@@ -33,6 +34,7 @@ Usage: smtp_server.py --port PORT --spool DIR [--defer-all] [--no-pipelining]
 
 import argparse
 import asyncio
+import base64
 import email
 import email.policy
 import json
@@ -105,8 +107,10 @@ class Handler:
             return "421 4.4.2 gone"
         if self.defer_all:
             return "451 4.3.2 System not accepting network messages"
+        if local.startswith("unknown"):
+            return "550 5.1.1 <%s>: Recipient address rejected: User unknown" % address
         if local.startswith("reject"):
-            return "550 5.1.1 <%s>: mailbox unavailable" % address
+            return "550 5.7.1 <%s>: refused by policy" % address
         if local.startswith("deferlong"):
             lines = ["4.3.0 line %d %s" % (i, "x" * 180) for i in range(4)]
             return "\r\n".join("451-" + l for l in lines[:-1]) + "\r\n451 " + lines[-1]
@@ -168,6 +172,12 @@ class Handler:
             "text": text.get_content() if text is not None else None,
             "html": html.get_content() if html is not None else None,
             "received_at": time.time(),
+            "raw": base64.b64encode(raw).decode(),
+            "attachments": [
+                {"filename": part.get_filename(), "content_type": part.get_content_type(),
+                 "content_base64": base64.b64encode(part.get_payload(decode=True) or b"").decode()}
+                for part in msg.iter_attachments()
+            ],
         }
         line = json.dumps(record) + "\n"
         with self.lock:

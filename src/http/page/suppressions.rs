@@ -33,7 +33,8 @@ pub(super) async fn rows(
     if let Some(search) = search {
         check_text("suppressed", search).map_err(anyhow::Error::msg)?;
     }
-    let page = suppressions::list(pool, search.map(str::to_lowercase).as_deref(), None, SHOWN).await?;
+    let page =
+        suppressions::list(pool, search.map(str::to_lowercase).as_deref(), None, SHOWN).await?;
     Ok(page
         .into_iter()
         .map(|s| {

@@ -1,0 +1,363 @@
+//! What an email carries beyond its templates: a DKIM signature an independent verifier
+//! accepts, the headers a kind declares, and attachments; and the refusals of each.
+
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::json;
+
+use crate::helpers::{SmtpServer, TestDb, app, outboxd, python};
+
+/// An RSA key made with openssl, in the PKCS#1 PEM DKIM wants, and its public half as the
+/// base64 DER a DKIM TXT record carries.
+struct DkimKeyPair {
+    dir: tempfile::TempDir,
+    public_der_base64: String,
+}
+
+impl DkimKeyPair {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("dkim.pem");
+        let made = Command::new("openssl")
+            .args(["genrsa", "-traditional", "-out"])
+            .arg(&key)
+            .arg("2048")
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        let public = Command::new("openssl")
+            .args(["rsa", "-pubout", "-outform", "DER", "-in"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(public.status.success(), "{public:?}");
+        Self {
+            dir,
+            public_der_base64: base64::engine::general_purpose::STANDARD.encode(public.stdout),
+        }
+    }
+
+    fn key_path(&self) -> String {
+        self.dir.path().join("dkim.pem").display().to_string()
+    }
+}
+
+fn pdf() -> Vec<u8> {
+    let mut bytes = b"%PDF-1.4\n".to_vec();
+    bytes.extend((0..=255u8).cycle().take(3000));
+    bytes
+}
+
+fn invoice_with(attachments: serde_json::Value) -> serde_json::Value {
+    let mut payload = outboxd::app::sample_messages()[2].payload.clone();
+    payload["attachments"] = attachments;
+    payload
+}
+
+#[tokio::test]
+async fn every_built_in_kind_arrives_with_a_dkim_signature_an_independent_verifier_accepts() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let keys = DkimKeyPair::new();
+    for message in outboxd::app::sample_messages() {
+        outboxd::enqueue(&db.pool, message).await.unwrap();
+    }
+    let pdf = base64::engine::general_purpose::STANDARD.encode(pdf());
+    db.enqueue(
+        "invoice_notice",
+        invoice_with(
+            json!([{"filename": "INV-2026-0042.pdf", "content_type": "application/pdf",
+                              "content_base64": pdf}]),
+        ),
+    )
+    .await;
+    let key = keys.key_path();
+    let flags = [
+        "--dkim-domain",
+        "example.test",
+        "--dkim-selector",
+        "s2026",
+        "--dkim-private-key-file",
+        &key,
+    ];
+    let app = app(&db, Some(&smtp.url()), &flags).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(smtp.messages().len(), 4);
+
+    let verified = Command::new(python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/dkim_verify.py"
+        ))
+        .arg(smtp.spool())
+        .args(["s2026", "example.test", &keys.public_der_base64])
+        .output()
+        .unwrap();
+    assert!(verified.status.success(), "{verified:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&verified.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    for line in &lines {
+        assert_eq!(
+            line["verified"],
+            true,
+            "{line}\n{}",
+            String::from_utf8_lossy(&verified.stderr)
+        );
+        assert_eq!(line["tampered_verified"], false, "{line}");
+        let signature = line["signature"].as_str().unwrap();
+        assert!(signature.contains("d=example.test"), "{signature}");
+        assert!(signature.contains("s=s2026"), "{signature}");
+        assert!(signature.contains("a=rsa-sha256"), "{signature}");
+    }
+}
+
+#[tokio::test]
+async fn a_dkim_key_that_cannot_sign_stops_outboxd_before_it_starts() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.pem");
+    std::fs::write(
+        &bad,
+        "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let bad = bad.display().to_string();
+    let missing = dir.path().join("missing.pem").display().to_string();
+    for (flags, says) in [
+        (
+            vec![
+                "--dkim-domain",
+                "example.test",
+                "--dkim-selector",
+                "s1",
+                "--dkim-private-key-file",
+                &bad,
+            ],
+            "RSA private key in PKCS#1 PEM",
+        ),
+        (
+            vec![
+                "--dkim-domain",
+                "example.test",
+                "--dkim-selector",
+                "s1",
+                "--dkim-private-key-file",
+                &missing,
+            ],
+            "cannot read --dkim-private-key-file",
+        ),
+        (vec!["--dkim-domain", "example.test"], "DKIM needs all of"),
+        (
+            vec![
+                "--dkim-domain",
+                "bad domain",
+                "--dkim-selector",
+                "s1",
+                "--dkim-private-key-file",
+                &bad,
+            ],
+            "not a DNS name",
+        ),
+    ] {
+        let output = outboxd()
+            .args(["run", "--database-url", &db.url])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flags:?} started");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
+    }
+}
+
+/// A template directory with a `newsletter` kind that declares the one-click unsubscribe
+/// headers Gmail wants.
+fn newsletter_templates() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let kind = dir.path().join("newsletter");
+    std::fs::create_dir(&kind).unwrap();
+    std::fs::write(kind.join("subject.txt"), "News for {{ name }}").unwrap();
+    std::fs::write(kind.join("body.txt"), "Hello {{ name }}").unwrap();
+    std::fs::write(
+        kind.join("headers.txt"),
+        "# RFC 8058 one-click unsubscribe\n\
+         List-Unsubscribe: <{{ unsubscribe_url }}>\n\
+         List-Unsubscribe-Post: List-Unsubscribe=One-Click\n\
+         X-Campaign: {% if campaign %}{{ campaign }}{% endif %}\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn declared_headers_arrive_intact_and_a_line_break_through_them_is_refused() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let templates = newsletter_templates();
+    let sent = db
+        .enqueue(
+            "newsletter",
+            json!({"to": "ada@example.com", "name": "Ada", "campaign": null,
+                   "unsubscribe_url": "https://app.example/unsubscribe?u=42&t=abc"}),
+        )
+        .await;
+    let injected = db
+        .enqueue(
+            "newsletter",
+            json!({"to": "eve@example.com", "name": "Eve", "campaign": null,
+                   "unsubscribe_url": "https://app.example/u\r\nBcc: victim@example.net"}),
+        )
+        .await;
+    let dir = templates.path().display().to_string();
+    let app = app(&db, Some(&smtp.url()), &["--templates", &dir]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].outbox_id, sent.to_string());
+    assert_eq!(
+        received[0].header("List-Unsubscribe"),
+        Some("<https://app.example/unsubscribe?u=42&t=abc>")
+    );
+    assert_eq!(
+        received[0].header("List-Unsubscribe-Post"),
+        Some("List-Unsubscribe=One-Click")
+    );
+    assert_eq!(
+        received[0].header("X-Campaign"),
+        None,
+        "an empty header is left out"
+    );
+    assert!(db.row(injected).await.dead);
+    assert_eq!(
+        db.error_class(injected).await.as_deref(),
+        Some("header_injection")
+    );
+    assert!(
+        !received
+            .iter()
+            .any(|r| r.rcpt_tos.iter().any(|t| t.contains("victim")))
+    );
+}
+
+#[tokio::test]
+async fn a_kind_may_not_declare_a_header_outboxd_writes() {
+    let db = TestDb::new().await;
+    let templates = newsletter_templates();
+    std::fs::write(
+        templates.path().join("newsletter/headers.txt"),
+        "From: someone@else.example\n",
+    )
+    .unwrap();
+    let output = outboxd()
+        .args(["run", "--database-url", &db.url, "--templates"])
+        .arg(templates.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("newsletter/headers.txt line 1: From is written by outboxd"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn an_attachment_arrives_intact_and_bad_ones_are_dead_lettered_with_a_clear_reason() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let bytes = pdf();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let attached = db
+        .enqueue(
+            "invoice_notice",
+            invoice_with(json!([{"filename": "Rechnung März.pdf",
+                                  "content_type": "application/pdf", "content_base64": b64}])),
+        )
+        .await;
+    let large = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 5000]);
+    let refused = [
+        (
+            json!([{"filename": "a.pdf\r\nBcc: victim@example.net", "content_type": "application/pdf",
+                    "content_base64": b64}]),
+            "header_injection",
+        ),
+        (
+            json!([{"filename": "a.pdf", "content_type": "application/pdf\r\nX-Evil: 1",
+                    "content_base64": b64}]),
+            "header_injection",
+        ),
+        (
+            json!([{"filename": "big.bin", "content_type": "application/octet-stream",
+                    "content_base64": large}]),
+            "attachment_too_large",
+        ),
+        (
+            json!([{"filename": "a.pdf", "content_type": "application/pdf", "content_base64": "%%%"}]),
+            "attachment",
+        ),
+        (json!([{"filename": "a.pdf"}]), "attachment"),
+        (json!("a.pdf"), "attachment"),
+    ];
+    let mut ids = Vec::new();
+    for (attachments, class) in &refused {
+        ids.push((
+            db.enqueue("invoice_notice", invoice_with(attachments.clone()))
+                .await,
+            *class,
+        ));
+    }
+    let app = app(&db, Some(&smtp.url()), &["--max-attachment-bytes", "4KiB"]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].outbox_id, attached.to_string());
+    let attachment = &received[0].attachments[0];
+    assert_eq!(attachment.filename.as_deref(), Some("Rechnung März.pdf"));
+    assert_eq!(attachment.content_type, "application/pdf");
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(&attachment.content_base64)
+            .unwrap(),
+        bytes
+    );
+    assert!(
+        received[0]
+            .text
+            .as_deref()
+            .unwrap()
+            .contains("INV-2026-0042")
+    );
+    for (id, class) in ids {
+        assert!(db.row(id).await.dead, "{class}");
+        assert_eq!(
+            db.error_class(id).await.as_deref(),
+            Some(class),
+            "message {id}"
+        );
+    }
+    let too_large = db
+        .row(ids_last_error(&db, "attachment_too_large").await)
+        .await;
+    assert!(
+        too_large
+            .last_error
+            .unwrap()
+            .contains("OUTBOXD_MAX_ATTACHMENT_BYTES"),
+        "the reason names the option"
+    );
+}
+
+async fn ids_last_error(db: &TestDb, class: &str) -> i64 {
+    sqlx::query_scalar("SELECT id FROM outbox_messages WHERE error_class = $1")
+        .bind(class)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}

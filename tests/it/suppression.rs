@@ -1,0 +1,345 @@
+//! The suppression list: suppressed recipients are never mailed, a reply saying the
+//! mailbox does not exist suppresses its recipient, and operators manage the list through
+//! the API, the page and the CLI, each change audited.
+
+use serde_json::json;
+
+use outboxd::store::suppressions;
+use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
+
+use crate::admin::{admin_app, api};
+use crate::helpers::{SmtpServer, TestDb, app, outboxd, verification};
+
+fn entry(address: &str, reason: SuppressionReason) -> NewSuppression {
+    NewSuppression {
+        address: address.to_owned(),
+        reason,
+        source: FeedbackSource::Operator,
+        detail: None,
+        message_id: None,
+        until: None,
+    }
+}
+
+async fn state_of(db: &TestDb, id: i64) -> (Option<String>, Option<String>) {
+    sqlx::query_as("SELECT end_reason, feedback FROM outbox_messages WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recipients_ends_suppressed()
+ {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    suppressions::add(
+        &db.pool,
+        &entry("gone@example.com", SuppressionReason::Complaint),
+        "test",
+    )
+    .await
+    .unwrap();
+    // Compared lower-cased, the display name left aside.
+    let only = db
+        .enqueue(
+            "account_verification",
+            verification("Gone <GONE@Example.com>"),
+        )
+        .await;
+    let mut mixed = verification("kept@example.com");
+    mixed["cc"] = json!(["gone@example.com"]);
+    let mixed = db.enqueue("account_verification", mixed).await;
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].rcpt_tos, ["kept@example.com"]);
+    assert_eq!(received[0].outbox_id, mixed.to_string());
+    assert_eq!(state_of(&db, only).await.0.as_deref(), Some("suppressed"));
+    // Not a dead letter: the gauge leaves it out; the detail says why.
+    let sample = outboxd::store::sample(&db.pool).await.unwrap();
+    assert_eq!((sample.dead_letters, sample.pending), (0, 0));
+    let detail = outboxd::store::admin::message(&db.pool, only)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(detail.state.as_str(), "suppressed");
+    assert!(detail.last_error.unwrap().contains("complaint"));
+    let stats = outboxd::store::stats::stats(&db.pool).await.unwrap();
+    assert_eq!(stats.suppressed_last_hour, 1);
+    // The recorder is the process's, shared by the tests running beside this one.
+    let rendered = outboxd::telemetry::metrics::install_recorder()
+        .unwrap()
+        .render();
+    let series =
+        r#"outbox_messages_suppressed_total{kind="account_verification",reason="complaint"} "#;
+    let counted: f64 = rendered
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{rendered}"));
+    assert!(counted >= 1.0, "{rendered}");
+}
+
+#[tokio::test]
+async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_the_next_message() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let first = db
+        .enqueue(
+            "account_verification",
+            verification("unknown-bob@example.com"),
+        )
+        .await;
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert!(
+        db.row(first).await.dead,
+        "the first message is dead-lettered"
+    );
+    assert_eq!(state_of(&db, first).await.1.as_deref(), Some("hard_bounce"));
+    let listed = suppressions::get(&db.pool, "unknown-bob@example.com")
+        .await
+        .unwrap()
+        .expect("suppressed");
+    assert_eq!(listed.reason.0, SuppressionReason::HardBounce);
+    assert_eq!(
+        (listed.source.as_str(), listed.message_id),
+        ("smtp", Some(first))
+    );
+    assert!(listed.detail.unwrap().contains("5.1.1"));
+
+    let next = db
+        .enqueue(
+            "account_verification",
+            verification("Unknown-Bob@example.com"),
+        )
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(state_of(&db, next).await.0.as_deref(), Some("suppressed"));
+    assert!(smtp.messages().is_empty());
+
+    // A refusal for another reason (5.7.1: the mailbox exists) suppresses nobody.
+    db.enqueue(
+        "account_verification",
+        verification("reject-carol@example.com"),
+    )
+    .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert!(
+        suppressions::get(&db.pool, "reject-carol@example.com")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn automatic_suppression_can_be_turned_off() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let id = db
+        .enqueue(
+            "account_verification",
+            verification("unknown-dan@example.com"),
+        )
+        .await;
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--suppress-hard-bounces", "false"],
+    )
+    .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert!(db.row(id).await.dead);
+    let listed = suppressions::list(&db.pool, None, None, 10).await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}
+
+#[tokio::test]
+async fn operators_list_add_and_remove_suppressions_through_the_api_with_an_audit_entry() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let added = api(
+        &addr,
+        "POST",
+        "/api/v1/suppressions",
+        Some(json!({"address": "Ada <ADA@example.com>", "reason": "unsubscribe", "detail": "asked by phone"})),
+    )
+    .await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert_eq!(added.json()["address"], "ada@example.com");
+    assert_eq!(added.json()["created_by"], "api:alice");
+    for address in ["b1@example.com", "b2@example.com", "b3@example.com"] {
+        let added = api(
+            &addr,
+            "POST",
+            "/api/v1/suppressions",
+            Some(json!({"address": address})),
+        )
+        .await;
+        assert_eq!(added.status, 201);
+        assert_eq!(added.json()["reason"], "manual");
+    }
+    let page = api(&addr, "GET", "/api/v1/suppressions?search=B&limit=2", None)
+        .await
+        .json();
+    assert_eq!(page["suppressions"].as_array().unwrap().len(), 2);
+    assert_eq!(page["next_after"], "b2@example.com");
+    let rest = api(
+        &addr,
+        "GET",
+        "/api/v1/suppressions?search=b&after=b2@example.com",
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(rest["suppressions"][0]["address"], "b3@example.com");
+    assert!(rest["next_after"].is_null());
+    let one = api(&addr, "GET", "/api/v1/suppressions/ada@example.com", None).await;
+    assert_eq!(one.json()["reason"], "unsubscribe");
+
+    let removed = api(
+        &addr,
+        "DELETE",
+        "/api/v1/suppressions/ADA@example.com",
+        None,
+    )
+    .await;
+    assert_eq!(removed.status, 204);
+    let again = api(
+        &addr,
+        "DELETE",
+        "/api/v1/suppressions/ada@example.com",
+        None,
+    )
+    .await;
+    assert_eq!(again.status, 404);
+    let audit = outboxd::store::admin::audit_log(&db.pool, 10)
+        .await
+        .unwrap();
+    let actions: Vec<_> = audit
+        .iter()
+        .map(|a| (a.action.as_str(), a.target.as_str()))
+        .collect();
+    assert!(
+        actions.contains(&("unsuppress", "ada@example.com")),
+        "{actions:?}"
+    );
+    assert!(
+        actions.contains(&("suppress", "ada@example.com")),
+        "{actions:?}"
+    );
+    assert!(audit.iter().all(|a| a.actor == "api:alice"));
+}
+
+#[tokio::test]
+async fn bad_suppression_requests_are_refused_and_change_nothing() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    for (body, says) in [
+        (json!({"address": "not an address"}), "not an email address"),
+        (
+            json!({"address": "a@b.example\r\nBcc: x@evil.test"}),
+            "control",
+        ),
+        (
+            json!({"address": "a@b.example", "reason": "bounce"}),
+            "reason",
+        ),
+        (
+            json!({"address": "a@b.example", "until": "2001-01-01T00:00:00Z"}),
+            "future",
+        ),
+        (
+            json!({"address": "a@b.example", "extra": 1}),
+            "unknown field",
+        ),
+        (
+            json!({"address": "a@b.example", "detail": "x".repeat(1001)}),
+            "detail",
+        ),
+    ] {
+        let refused = api(&addr, "POST", "/api/v1/suppressions", Some(body.clone())).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.body);
+        assert!(refused.body.contains(says), "{body}: {}", refused.body);
+    }
+    for path in [
+        "/api/v1/suppressions?limit=0",
+        "/api/v1/suppressions?sort=address",
+        "/api/v1/suppressions/nobody",
+    ] {
+        let refused = api(&addr, "GET", path, None).await;
+        assert_eq!(refused.status, 400, "{path}: {}", refused.body);
+    }
+    assert!(
+        suppressions::list(&db.pool, None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        outboxd::store::admin::audit_log(&db.pool, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn the_cli_lists_adds_and_removes_suppressions() {
+    let db = TestDb::new().await;
+    let cli = |args: &[&str]| {
+        let output = outboxd()
+            .args(["suppressions"])
+            .args(args)
+            .args(["--database-url", &db.url])
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, out, _) = cli(&[
+        "add",
+        "Zed@Example.com",
+        "--reason",
+        "complaint",
+        "--detail",
+        "by hand",
+    ]);
+    assert!(ok);
+    assert!(
+        out.contains("suppressed zed@example.com (complaint)"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&["list"]);
+    assert!(
+        ok && out.contains("zed@example.com") && out.contains("complaint"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&["list", "--json", "--search", "ZED"]);
+    assert!(ok);
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed[0]["detail"], "by hand");
+    let (ok, _, err) = cli(&["add", "nobody", "--reason", "manual"]);
+    assert!(!ok && err.contains("not an email address"), "{err}");
+    let (ok, _, err) = cli(&["add", "a@b.example", "--reason", "whim"]);
+    assert!(!ok && err.contains("unknown reason"), "{err}");
+    let (ok, out, _) = cli(&["remove", "zed@example.com"]);
+    assert!(ok && out.contains("removed zed@example.com"), "{out}");
+    let (ok, _, err) = cli(&["remove", "zed@example.com"]);
+    assert!(!ok && err.contains("is not suppressed"), "{err}");
+    let audit = outboxd::store::admin::audit_log(&db.pool, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit.len(),
+        3,
+        "two changes and a removal of nothing: {audit:?}"
+    );
+}
