@@ -17,3 +17,4 @@ mod policy;
 mod reliability;
 mod replicas;
 mod suppression;
+mod webhooks;

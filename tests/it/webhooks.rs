@@ -1,0 +1,522 @@
+//! Bounce and complaint intake: each provider's format with a valid and an invalid
+//! signature. SNS messages are signed with a throwaway certificate that a local HTTPS
+//! server serves, as SNS's certificate host would.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use outboxd::store::suppressions;
+use outboxd::suppression::SuppressionReason;
+
+use crate::helpers::{HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, python};
+
+const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:ses-feedback";
+const POSTMARK: &str = "postmark:correct-horse-battery";
+
+/// The certificate host: an HTTPS server with the test CA's certificate for localhost,
+/// serving the SNS signing certificate.
+struct CertificateHost {
+    child: Child,
+    root: tempfile::TempDir,
+    port: u16,
+}
+
+impl CertificateHost {
+    fn start(ca: &TestCa) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=sns.amazonaws.com", "-keyout"])
+            .arg(root.path().join("signing.key"))
+            .arg("-out")
+            .arg(root.path().join("SimpleNotificationService-test.pem"))
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        let port = free_port();
+        let mut child = Command::new(python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/https_server.py"))
+            .args(["--port", &port.to_string(), "--root"])
+            .arg(root.path())
+            .args([
+                "--cert",
+                &ca.path("server.pem"),
+                "--key",
+                &ca.path("server.key"),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "READY");
+        Self { child, root, port }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    fn requests(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("requests.log")).unwrap_or_default()
+    }
+
+    /// Signs with openssl, as SNS does: `SignatureVersion` 1 is SHA-1, 2 is SHA-256.
+    fn sign(&self, text: &str, version: &str) -> String {
+        let digest = if version == "1" { "-sha1" } else { "-sha256" };
+        let mut child = Command::new("openssl")
+            .args(["dgst", digest, "-sign"])
+            .arg(self.root.path().join("signing.key"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success());
+        base64::engine::general_purpose::STANDARD.encode(output.stdout)
+    }
+
+    /// An SNS message of `kind`, signed over the fields AWS documents, in their order.
+    fn message(&self, kind: &str, fields: &[(&str, &str)], version: &str) -> Value {
+        let mut message = json!({
+            "Type": kind, "MessageId": "9b0e1c3c-0000-4000-8000-000000000001",
+            "TopicArn": TOPIC, "Timestamp": "2026-11-30T12:00:00.000Z",
+            "SignatureVersion": version,
+            "SigningCertURL": self.url("/SimpleNotificationService-test.pem"),
+        });
+        for (name, value) in fields {
+            message[*name] = json!(value);
+        }
+        let signed: &[&str] = if kind == "Notification" {
+            &[
+                "Message",
+                "MessageId",
+                "Subject",
+                "Timestamp",
+                "TopicArn",
+                "Type",
+            ]
+        } else {
+            &[
+                "Message",
+                "MessageId",
+                "SubscribeURL",
+                "Timestamp",
+                "Token",
+                "TopicArn",
+                "Type",
+            ]
+        };
+        let text: String = signed
+            .iter()
+            .filter_map(|name| Some(format!("{name}\n{}\n", message.get(*name)?.as_str()?)))
+            .collect();
+        message["Signature"] = json!(self.sign(&text, version));
+        message
+    }
+}
+
+impl Drop for CertificateHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> HttpResponse {
+    http_full(addr, "POST", path, headers, body).await.unwrap()
+}
+
+async fn suppressed(db: &TestDb, address: &str) -> Option<(SuppressionReason, String)> {
+    suppressions::get(&db.pool, address)
+        .await
+        .unwrap()
+        .map(|s| (s.reason.0, s.source))
+}
+
+async fn feedback_of(db: &TestDb, id: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT feedback FROM outbox_messages WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and_forgeries_change_nothing()
+ {
+    let db = TestDb::new().await;
+    let ca = TestCa::new();
+    let host = CertificateHost::start(&ca);
+    let ca_file = ca.path("ca.pem");
+    let mut app = app(
+        &db,
+        None,
+        &[
+            "--sns-topic-arns",
+            TOPIC,
+            "--sns-certificate-hosts",
+            "localhost",
+            "--sns-ca-file",
+            &ca_file,
+        ],
+    )
+    .await;
+    app.spawn_background(tokio_util::sync::CancellationToken::new());
+    let addr = app.admin_addr().expect("webhooks served").to_string();
+    let id = db
+        .enqueue(
+            "account_verification",
+            crate::helpers::verification("gone@example.com"),
+        )
+        .await;
+
+    // The subscription is confirmed by visiting its SubscribeURL.
+    let confirm = host.message(
+        "SubscriptionConfirmation",
+        &[
+            ("Message", "You have chosen to subscribe"),
+            ("Token", "tok-1"),
+            (
+                "SubscribeURL",
+                &host.url("/confirm?Action=ConfirmSubscription&Token=tok-1"),
+            ),
+        ],
+        "1",
+    );
+    let answered = post(&addr, "/webhooks/sns", &[], &confirm.to_string()).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert!(
+        host.requests()
+            .contains("/confirm?Action=ConfirmSubscription&Token=tok-1")
+    );
+
+    let bounce = json!({"notificationType": "Bounce",
+        "bounce": {"bounceType": "Permanent", "bounceSubType": "General",
+                   "bouncedRecipients": [{"emailAddress": "Gone@Example.com",
+                                          "diagnosticCode": "smtp; 550 5.1.1 user unknown"}]},
+        "mail": {"commonHeaders": {"messageId": format!("<outbox-{id}@example.test>")}}});
+    let notification = host.message("Notification", &[("Message", &bounce.to_string())], "2");
+    let answered = post(&addr, "/webhooks/sns", &[], &notification.to_string()).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert_eq!(
+        suppressed(&db, "gone@example.com").await,
+        Some((SuppressionReason::HardBounce, "ses".to_owned()))
+    );
+    assert_eq!(feedback_of(&db, id).await.as_deref(), Some("hard_bounce"));
+
+    let complaint = json!({"notificationType": "Complaint",
+        "complaint": {"complainedRecipients": [{"emailAddress": "angry@example.com"}],
+                      "complaintFeedbackType": "abuse"}, "mail": {}});
+    let signed = host.message("Notification", &[("Message", &complaint.to_string())], "1");
+    assert_eq!(
+        post(&addr, "/webhooks/sns", &[], &signed.to_string())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        suppressed(&db, "angry@example.com").await.map(|s| s.0),
+        Some(SuppressionReason::Complaint)
+    );
+
+    // Forgeries: a changed message, another topic, a certificate from elsewhere.
+    let other = json!({"notificationType": "Complaint",
+        "complaint": {"complainedRecipients": [{"emailAddress": "victim@example.com"}]}, "mail": {}});
+    let mut changed = host.message("Notification", &[("Message", &complaint.to_string())], "2");
+    changed["Message"] = json!(other.to_string());
+    let mut topic = host.message("Notification", &[("Message", &other.to_string())], "2");
+    topic["TopicArn"] = json!("arn:aws:sns:eu-west-1:999999999999:attacker");
+    let elsewhere = host.message("Notification", &[("Message", &other.to_string())], "2");
+    let mut elsewhere = elsewhere;
+    elsewhere["SigningCertURL"] = json!(format!(
+        "https://127.0.0.1:{}/SimpleNotificationService-test.pem",
+        host.port
+    ));
+    for (forged, says) in [
+        (&changed, "does not verify"),
+        (&topic, "not in OUTBOXD_SNS_TOPIC_ARNS"),
+        (&elsewhere, "not https on an SNS host"),
+    ] {
+        let refused = post(&addr, "/webhooks/sns", &[], &forged.to_string()).await;
+        assert_eq!(refused.status, 401, "{}", refused.body);
+        assert!(refused.body.contains(says), "{}", refused.body);
+    }
+    let not_json = post(&addr, "/webhooks/sns", &[], "hello").await;
+    assert_eq!(not_json.status, 400);
+    let huge = "x".repeat(600 * 1024);
+    assert_eq!(post(&addr, "/webhooks/sns", &[], &huge).await.status, 413);
+    assert_eq!(suppressed(&db, "victim@example.com").await, None);
+
+    let (_, metrics) = http_get(&app.http_addr().to_string(), "/metrics").await;
+    for series in [
+        r#"outbox_bounces_received_total{source="ses",type="hard"}"#,
+        r#"outbox_complaints_received_total{source="ses"}"#,
+        r#"outbox_webhook_requests_total{source="ses",result="unauthorized"}"#,
+        r#"outbox_webhook_requests_total{source="ses",result="too_large"}"#,
+    ] {
+        let value: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing"));
+        assert!(value >= 1.0, "{series}");
+    }
+}
+
+fn basic(credentials: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(credentials)
+    )
+}
+
+#[tokio::test]
+async fn postmark_webhooks_need_their_credentials_and_suppress_hard_bounces_and_complaints() {
+    let db = TestDb::new().await;
+    let mut app = app(&db, None, &["--postmark-webhook-credentials", POSTMARK]).await;
+    app.spawn_background(tokio_util::sync::CancellationToken::new());
+    let addr = app.admin_addr().unwrap().to_string();
+    let id = db
+        .enqueue(
+            "account_verification",
+            crate::helpers::verification("pm@example.com"),
+        )
+        .await;
+    let auth = basic(POSTMARK);
+    let bounce = json!({"RecordType": "Bounce", "Type": "HardBounce", "TypeCode": 1,
+        "Email": "pm@example.com", "Details": "smtp;550 5.1.1 The email account does not exist",
+        "Metadata": {"outbox_id": id.to_string()}, "MessageStream": "outbound"});
+    for (headers, status) in [
+        (vec![], 401),
+        (
+            vec![(
+                "Authorization",
+                basic("postmark:wrong-password-here").as_str(),
+            )],
+            401,
+        ),
+    ] {
+        let refused = post(&addr, "/webhooks/postmark", &headers, &bounce.to_string()).await;
+        assert_eq!(refused.status, status);
+    }
+    assert_eq!(suppressed(&db, "pm@example.com").await, None);
+    let headers = [("Authorization", auth.as_str())];
+    assert_eq!(
+        post(&addr, "/webhooks/postmark", &headers, &bounce.to_string())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        suppressed(&db, "pm@example.com").await,
+        Some((SuppressionReason::HardBounce, "postmark".to_owned()))
+    );
+    assert_eq!(feedback_of(&db, id).await.as_deref(), Some("hard_bounce"));
+    let soft = json!({"RecordType": "Bounce", "Type": "SoftBounce", "Email": "full@example.com"});
+    assert_eq!(
+        post(&addr, "/webhooks/postmark", &headers, &soft.to_string())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        suppressed(&db, "full@example.com").await,
+        None,
+        "a soft bounce suppresses nobody"
+    );
+    let spam = json!({"RecordType": "SpamComplaint", "Type": "SpamComplaint", "Email": "spam@example.com"});
+    assert_eq!(
+        post(&addr, "/webhooks/postmark", &headers, &spam.to_string())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        suppressed(&db, "spam@example.com").await.map(|s| s.0),
+        Some(SuppressionReason::Complaint)
+    );
+    let unknown = post(
+        &addr,
+        "/webhooks/postmark",
+        &headers,
+        r#"{"Type": "HardBounce"}"#,
+    )
+    .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    // Off unless configured.
+    assert_eq!(
+        post(&addr, "/webhooks/standard", &headers, "{}")
+            .await
+            .status,
+        404
+    );
+}
+
+/// HMAC-SHA256 with openssl, as a Standard Webhooks sender computes it.
+fn standard_signature(secret: &[u8], id: &str, timestamp: &str, body: &str) -> String {
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let mut child = Command::new("openssl")
+        .args([
+            "mac",
+            "-digest",
+            "SHA256",
+            "-macopt",
+            &format!("hexkey:{hex}"),
+            "-binary",
+            "HMAC",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let signed = format!("{id}.{timestamp}.{body}");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(signed.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(output.stdout)
+    )
+}
+
+#[tokio::test]
+async fn the_standard_webhook_takes_signed_bounces_complaints_and_unsubscribes_and_refuses_the_rest()
+ {
+    let db = TestDb::new().await;
+    let secret = [42u8; 32];
+    let whsec = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(secret)
+    );
+    let mut app = app(&db, None, &["--webhook-secret", &whsec]).await;
+    app.spawn_background(tokio_util::sync::CancellationToken::new());
+    let addr = app.admin_addr().unwrap().to_string();
+    let now = chrono::Utc::now().timestamp().to_string();
+    let send = |body: Value, id: &str, timestamp: &str, signature: Option<String>| {
+        let addr = addr.clone();
+        let (id, timestamp) = (id.to_owned(), timestamp.to_owned());
+        async move {
+            let body = body.to_string();
+            let signature =
+                signature.unwrap_or_else(|| standard_signature(&secret, &id, &timestamp, &body));
+            let headers = [
+                ("webhook-id", id.as_str()),
+                ("webhook-timestamp", timestamp.as_str()),
+                ("webhook-signature", signature.as_str()),
+            ];
+            post(&addr, "/webhooks/standard", &headers, &body).await
+        }
+    };
+    for (event, address, reason) in [
+        (
+            json!({"type": "email.bounced", "data": {"email": "h@example.com", "bounce_type": "hard"}}),
+            "h@example.com",
+            SuppressionReason::HardBounce,
+        ),
+        (
+            json!({"type": "email.complained", "data": {"email": "c@example.com"}}),
+            "c@example.com",
+            SuppressionReason::Complaint,
+        ),
+        (
+            json!({"type": "email.unsubscribed", "data": {"email": "u@example.com"}}),
+            "u@example.com",
+            SuppressionReason::Unsubscribe,
+        ),
+    ] {
+        let answered = send(event, "msg_1", &now, None).await;
+        assert_eq!(answered.status, 200, "{}", answered.body);
+        assert_eq!(suppressed(&db, address).await.map(|s| s.0), Some(reason));
+    }
+    let victim = json!({"type": "email.complained", "data": {"email": "victim@example.com"}});
+    let stale = (chrono::Utc::now().timestamp() - 600).to_string();
+    let other_secret = standard_signature(&[1u8; 32], "msg_2", &now, &victim.to_string());
+    for (response, says) in [
+        (
+            send(victim.clone(), "msg_2", &now, Some(other_secret)).await,
+            "no webhook-signature verifies",
+        ),
+        (
+            send(victim.clone(), "msg_2", &stale, None).await,
+            "five minutes",
+        ),
+        (
+            send(victim.clone(), "msg_2", &now, Some("v1,AAAA".into())).await,
+            "verifies",
+        ),
+    ] {
+        assert_eq!(response.status, 401, "{}", response.body);
+        assert!(response.body.contains(says), "{}", response.body);
+    }
+    let unsigned = post(&addr, "/webhooks/standard", &[], &victim.to_string()).await;
+    assert_eq!(unsigned.status, 401);
+    assert!(unsigned.body.contains("webhook-id"), "{}", unsigned.body);
+    for bad in [
+        json!({"type": "email.opened", "data": {"email": "x@example.com"}}),
+        json!({"type": "email.bounced", "data": {"email": "x@example.com", "bounce_type": "very"}}),
+        json!({"type": "email.bounced", "data": {"email": "not an address"}}),
+        json!({"data": {}}),
+    ] {
+        let refused = send(bad.clone(), "msg_3", &now, None).await;
+        assert_eq!(refused.status, 400, "{bad}: {}", refused.body);
+    }
+    assert_eq!(suppressed(&db, "victim@example.com").await, None);
+    assert_eq!(suppressed(&db, "x@example.com").await, None);
+}
+
+#[tokio::test]
+async fn webhook_settings_that_cannot_work_stop_outboxd_before_it_starts() {
+    let db = TestDb::new().await;
+    for (flags, says) in [
+        (
+            vec!["--webhook-secret", "not-whsec"],
+            "OUTBOXD_WEBHOOK_SECRET",
+        ),
+        (
+            vec!["--webhook-secret", "whsec_c2hvcnQ="],
+            "at least 24 bytes",
+        ),
+        (
+            vec!["--postmark-webhook-credentials", "user:short"],
+            "at least 16",
+        ),
+        (vec!["--sns-topic-arns", "my-topic"], "is not an ARN"),
+        (
+            vec![
+                "--sns-topic-arns",
+                TOPIC,
+                "--sns-certificate-hosts",
+                "bad host",
+            ],
+            "OUTBOXD_SNS_CERTIFICATE_HOSTS",
+        ),
+    ] {
+        let output = crate::helpers::outboxd()
+            .args(["run", "--database-url", &db.url])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flags:?} started");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+}
