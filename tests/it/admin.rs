@@ -9,7 +9,7 @@ use crate::helpers::{
     HttpResponse, SmtpServer, TestDb, app, free_port, http_full, outboxd, verification,
 };
 
-const TOKEN: &str = "test-admin-token-0123456789";
+pub(crate) const TOKEN: &str = "test-admin-token-0123456789";
 
 /// A running app with the admin surface on, and its address.
 pub(crate) async fn admin_app(

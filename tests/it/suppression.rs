@@ -8,7 +8,7 @@ use outboxd::store::suppressions;
 use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
 
 use crate::admin::{admin_app, api};
-use crate::helpers::{SmtpServer, TestDb, app, outboxd, verification};
+use crate::helpers::{SmtpServer, TestDb, app, http_full, outboxd, verification};
 
 fn entry(address: &str, reason: SuppressionReason) -> NewSuppression {
     NewSuppression {
@@ -341,5 +341,108 @@ async fn the_cli_lists_adds_and_removes_suppressions() {
         audit.len(),
         3,
         "two changes and a removal of nothing: {audit:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let auth = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("ops:{}", crate::admin::TOKEN)
+        )
+    );
+    let get = |path: String| {
+        let (addr, auth) = (addr.clone(), auth.clone());
+        async move {
+            http_full(&addr, "GET", &path, &[("Authorization", &auth)], "")
+                .await
+                .unwrap()
+        }
+    };
+    let post = |path: &'static str, body: String| {
+        let (addr, auth) = (addr.clone(), auth.clone());
+        async move {
+            http_full(
+                &addr,
+                "POST",
+                path,
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                ],
+                &body,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let page = get("/admin".into()).await;
+    assert!(page.body.contains("Suppression list"), "{}", page.body);
+    let csrf = page
+        .body
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let forged = post(
+        "/admin/suppressions",
+        "csrf=forged&address=x%40example.com&reason=manual".into(),
+    )
+    .await;
+    assert_eq!(forged.status, 403);
+    let added = post(
+        "/admin/suppressions",
+        format!("csrf={csrf}&address=Page%40Example.com&reason=unsubscribe&detail=by+phone"),
+    )
+    .await;
+    assert_eq!(added.status, 303);
+    assert!(
+        added
+            .header("location")
+            .unwrap()
+            .contains("Suppressed+page%40example.com")
+    );
+    let refused = post(
+        "/admin/suppressions",
+        format!("csrf={csrf}&address=not+an+address&reason=manual"),
+    )
+    .await;
+    assert!(
+        refused
+            .header("location")
+            .unwrap()
+            .contains("Could+not+suppress")
+    );
+    let found = get("/admin?suppressed=PAGE".into()).await;
+    assert!(
+        found.body.contains("<td>page@example.com</td>"),
+        "{}",
+        found.body
+    );
+    let none = get("/admin?suppressed=nobody".into()).await;
+    assert!(!none.body.contains("<td>page@example.com</td>"));
+    let removed = post(
+        "/admin/suppressions/remove",
+        format!("csrf={csrf}&address=page%40example.com"),
+    )
+    .await;
+    assert!(removed.header("location").unwrap().contains("Removed"));
+    assert!(
+        suppressions::get(&db.pool, "page@example.com")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let page = get("/admin".into()).await;
+    assert!(
+        page.body.contains("<td>ops</td><td>unsuppress</td>"),
+        "audited"
     );
 }
