@@ -13,6 +13,7 @@ use crate::store::admin::{self, Action, Selection};
 use crate::telemetry::{self, LogFormat};
 use crate::{app, store};
 
+mod preview;
 mod suppressions;
 
 /// outboxd delivers the emails your application commits to its outbox table.
@@ -43,6 +44,8 @@ pub enum Command {
     Stats(StatsArgs),
     /// List, add and remove addresses on the suppression list, directly in the database.
     Suppressions(suppressions::SuppressionsArgs),
+    /// Render one email exactly as it would be sent, without a database or SMTP server.
+    Preview(preview::PreviewArgs),
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +196,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             pool.close().await;
             result
         }
+        Command::Preview(args) => preview::run(args),
         Command::Suppressions(args) => {
             let pool = app::connect_checked(&args.database.validate()?).await?;
             let result = suppressions::run(&pool, args.command, &cli_actor()).await;

@@ -30,7 +30,7 @@ pub use deliverability::DeliverabilityArgs;
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outboxd";
 
 /// The sender used when none is configured; only sensible without SMTP.
-const DEV_FROM: &str = "outboxd <outboxd@localhost>";
+pub const DEV_FROM: &str = "outboxd <outboxd@localhost>";
 
 /// Where the database is.
 #[derive(Args, Clone)]

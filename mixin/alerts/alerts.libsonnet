@@ -199,6 +199,39 @@
             },
           },
           {
+            // Over an hour, with a floor of sends so that one bounce among a handful of
+            // emails pages nobody. Mailbox providers start to junk a sender past a few per
+            // cent of bounces and a tenth of a per cent of complaints.
+            alert: 'OutboxHardBounceRateHigh',
+            expr: |||
+              sum by (job) (increase(outbox_bounces_received_total{%(outboxdSelector)s,type="hard"}[1h]))
+                / sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h]))
+                > %(hardBounceRatio)s
+              and sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h])) >= %(deliverabilityMinSent)s
+            ||| % config,
+            'for': '15m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Many outbox emails bounce hard: the sender reputation is at risk.',
+              description: '{{ $labels.job }}: hard bounces were {{ $value | humanizePercentage }} of the emails sent in the last hour (threshold %(hardBounceRatioText)s).' % config,
+            },
+          },
+          {
+            alert: 'OutboxComplaintRateHigh',
+            expr: |||
+              sum by (job) (increase(outbox_complaints_received_total{%(outboxdSelector)s}[1h]))
+                / sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h]))
+                > %(complaintRatio)s
+              and sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h])) >= %(deliverabilityMinSent)s
+            ||| % config,
+            'for': '15m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Recipients mark outbox emails as spam.',
+              description: '{{ $labels.job }}: spam complaints were {{ $value | humanizePercentage }} of the emails sent in the last hour (threshold %(complaintRatioText)s).' % config,
+            },
+          },
+          {
             alert: 'OutboxDeadLetters',
             expr: 'max by (job) (max_over_time(outbox_dead_letter_messages{%(outboxdSelector)s}[15m])) > 0' % config,
             'for': '5m',

@@ -248,6 +248,39 @@ local s = p.selector;
             w=12,
           ),
         ]),
+        p.row('Deliverability', [
+          p.timeseries(
+            'Hard bounces and complaints per email sent (1h)',
+            'Hard bounces (SMTP replies that the mailbox does not exist, and provider notifications) and spam complaints, over the emails sent in the last hour. The alerts warn past 5% and 0.1%.',
+            'percentunit',
+            [
+              p.target('sum(increase(outbox_bounces_received_total{%s,type="hard"}[1h])) / sum(increase(outbox_messages_sent_total{%s,delivery="smtp"}[1h]))' % [s, s], 'hard bounces'),
+              p.target('sum(increase(outbox_complaints_received_total{%s}[1h])) / sum(increase(outbox_messages_sent_total{%s,delivery="smtp"}[1h]))' % [s, s], 'complaints'),
+            ],
+            w=8,
+            thresholds=[['green', null], ['orange', 0.001], ['red', 0.05]],
+          ),
+          p.timeseries(
+            'Bounces and complaints received',
+            'Per second, by where they came from (smtp: our relay said the mailbox does not exist; ses, postmark, webhook: notifications) and type.',
+            'ops',
+            [
+              p.target('sum by (source, type) (rate(outbox_bounces_received_total{%s}[$__rate_interval]))' % s, 'bounce {{source}} {{type}}'),
+              p.target('sum by (source) (rate(outbox_complaints_received_total{%s}[$__rate_interval]))' % s, 'complaint {{source}}'),
+            ],
+            w=8,
+          ),
+          p.timeseries(
+            'Suppressed and webhook requests',
+            'Messages not sent because every recipient is on the suppression list, by reason; and webhook requests refused (a wrong signature or credentials, a bad body).',
+            'ops',
+            [
+              p.target('sum by (reason) (rate(outbox_messages_suppressed_total{%s}[$__rate_interval]))' % s, 'suppressed {{reason}}'),
+              p.target('sum by (source, result) (rate(outbox_webhook_requests_total{%s,result!="accepted"}[$__rate_interval]))' % s, 'webhook {{source}} {{result}}'),
+            ],
+            w=8,
+          ),
+        ]),
       ]),
     },
   },

@@ -2,7 +2,7 @@
 //! credentials set in Postmark's webhook URL (`https://user:password@host/webhooks/postmark`).
 //!
 //! Postmark names its own message ids, not ours: a row is found only through metadata
-//! called `outbox_id` (the `X-PM-Metadata-outbox_id` header, where a kind sets it).
+//! called `outbox_id`, where whatever hands the message to Postmark sets it.
 
 use base64::Engine as _;
 use secrecy::{ExposeSecret, SecretString};

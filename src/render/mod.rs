@@ -16,56 +16,17 @@ use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 
-use crate::message::{ClaimedMessage, validate_kind};
+use crate::message::ClaimedMessage;
 
 mod addresses;
 mod dkim;
 mod extras;
+mod templates;
 
 pub use addresses::suppression_key;
 pub use dkim::DkimKey;
 use extras::DeclaredHeader;
-
-/// The templates shipped in the binary, for the kinds the first application sends.
-const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
-    ("_layout.html", include_str!("../../templates/_layout.html")),
-    (
-        "account_verification/subject.txt",
-        include_str!("../../templates/account_verification/subject.txt"),
-    ),
-    (
-        "account_verification/body.txt",
-        include_str!("../../templates/account_verification/body.txt"),
-    ),
-    (
-        "account_verification/body.html",
-        include_str!("../../templates/account_verification/body.html"),
-    ),
-    (
-        "workspace_invite/subject.txt",
-        include_str!("../../templates/workspace_invite/subject.txt"),
-    ),
-    (
-        "workspace_invite/body.txt",
-        include_str!("../../templates/workspace_invite/body.txt"),
-    ),
-    (
-        "workspace_invite/body.html",
-        include_str!("../../templates/workspace_invite/body.html"),
-    ),
-    (
-        "invoice_notice/subject.txt",
-        include_str!("../../templates/invoice_notice/subject.txt"),
-    ),
-    (
-        "invoice_notice/body.txt",
-        include_str!("../../templates/invoice_notice/body.txt"),
-    ),
-    (
-        "invoice_notice/body.html",
-        include_str!("../../templates/invoice_notice/body.html"),
-    ),
-];
+use templates::{BUILTIN_TEMPLATES, add_template, read_template_dir};
 
 /// Why the templates could not be loaded at start-up.
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +158,22 @@ const MAX_SUBJECT_CHARS: usize = 500;
 /// addresses allow none at all).
 fn has_control(text: &str) -> bool {
     text.chars().any(|c| c.is_control() && c != '\t')
+}
+
+/// A kind's rendered subject and bodies.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub subject: String,
+    pub text: String,
+    pub html: Option<String>,
+}
+
+/// An email as `outboxd preview` shows it: its parts, its envelope and its bytes.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub parts: Parts,
+    pub envelope: Envelope,
+    pub raw: Vec<u8>,
 }
 
 /// An email ready for SMTP: who it goes to, and its bytes.
@@ -351,32 +328,16 @@ impl Renderer {
             return Err(RenderError::UnknownKind(kind.to_owned()));
         }
         addresses::check_count(payload, self.limits.max_recipients)?;
-        // Converted once for the three templates.
+        // Converted once for every template of the kind.
         let context = minijinja::Value::from(Serde(payload));
-        let subject = self.render_template(&format!("{kind}/subject.txt"), &context)?;
-        let subject = subject.trim();
-        if has_control(subject) {
-            return Err(RenderError::HeaderInjection("subject"));
-        }
-        if subject.is_empty() {
-            return Err(RenderError::Template("the subject is empty".to_owned()));
-        }
-        let length = subject.chars().count();
-        if length > MAX_SUBJECT_CHARS {
-            return Err(RenderError::Template(format!(
-                "the subject is {length} characters: at most {MAX_SUBJECT_CHARS}"
-            )));
-        }
-        let text = self.render_template(&format!("{kind}/body.txt"), &context)?;
-        let html_name = format!("{kind}/body.html");
-        let html = match self.env.get_template(&html_name) {
-            Ok(_) => Some(self.render_template(&html_name, &context)?),
-            Err(_) => None,
-        };
-
+        let Parts {
+            subject,
+            text,
+            html,
+        } = self.parts(kind, &context)?;
         let mut builder = Message::builder()
             .from(self.from.clone())
-            .subject(subject)
+            .subject(&subject)
             .message_id(Some(self.message_id(id)))
             .header(XOutboxId(id));
         builder = addresses::add(builder, payload, &self.from)?;
@@ -410,6 +371,62 @@ impl Renderer {
         built.map_err(|e| RenderError::Build(e.to_string()))
     }
 
+    /// The subject (checked as a header) and the text and HTML bodies of a kind.
+    fn parts(&self, kind: &str, context: &minijinja::Value) -> Result<Parts, RenderError> {
+        let subject = self.render_template(&format!("{kind}/subject.txt"), context)?;
+        let subject = subject.trim();
+        if has_control(subject) {
+            return Err(RenderError::HeaderInjection("subject"));
+        }
+        if subject.is_empty() {
+            return Err(RenderError::Template("the subject is empty".to_owned()));
+        }
+        let length = subject.chars().count();
+        if length > MAX_SUBJECT_CHARS {
+            return Err(RenderError::Template(format!(
+                "the subject is {length} characters: at most {MAX_SUBJECT_CHARS}"
+            )));
+        }
+        let text = self.render_template(&format!("{kind}/body.txt"), context)?;
+        let html_name = format!("{kind}/body.html");
+        let html = match self.env.get_template(&html_name) {
+            Ok(_) => Some(self.render_template(&html_name, context)?),
+            Err(_) => None,
+        };
+        Ok(Parts {
+            subject: subject.to_owned(),
+            text,
+            html,
+        })
+    }
+
+    /// One email as it would be sent (as message `id`), without a database or a server:
+    /// for template authors. Signed when a DKIM key is set.
+    pub fn preview(&self, id: i64, kind: &str, payload: &Value) -> Result<Preview, RenderError> {
+        if !payload.is_object() {
+            return Err(RenderError::Payload(
+                "payload is not a JSON object".to_owned(),
+            ));
+        }
+        let mut email = self.render(id, kind, payload)?;
+        if let Some(dkim) = &self.dkim {
+            email.sign(dkim);
+        }
+        let raw = email.formatted();
+        if raw.len() > self.limits.max_message_bytes {
+            return Err(RenderError::TooLarge {
+                bytes: raw.len(),
+                max: self.limits.max_message_bytes,
+            });
+        }
+        let parts = self.parts(kind, &minijinja::Value::from(Serde(payload)))?;
+        Ok(Preview {
+            parts,
+            envelope: email.envelope().clone(),
+            raw,
+        })
+    }
+
     fn render_template(
         &self,
         name: &str,
@@ -431,61 +448,6 @@ fn describe(error: &minijinja::Error) -> String {
         Some(detail) => format!("{} ({detail})", error.kind()),
         None => error.kind().to_string(),
     }
-}
-
-fn add_template(
-    env: &mut Environment<'static>,
-    name: String,
-    source: String,
-) -> Result<(), TemplateLoadError> {
-    env.add_template_owned(name.clone(), source)
-        .map_err(|source| TemplateLoadError::Syntax { name, source })
-}
-
-/// Reads every file below `dir` as a template named by its relative path, so that
-/// templates can `{% extends %}` and `{% include %}` each other.
-fn read_template_dir(dir: &Path) -> Result<Vec<(String, String)>, TemplateLoadError> {
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| TemplateLoadError::Io { path, source }
-    };
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(current) = stack.pop() {
-        for entry in std::fs::read_dir(&current).map_err(io(&current))? {
-            let path = entry.map_err(io(&current))?.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let relative = path
-                .strip_prefix(dir)
-                .map_err(|e| TemplateLoadError::Layout(path.display().to_string(), e.to_string()))?
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/");
-            if relative.split('/').any(|part| part.starts_with('.')) {
-                continue;
-            }
-            if let Some((kind, _)) = relative.rsplit_once('/')
-                && relative.ends_with("/subject.txt")
-            {
-                validate_kind(kind).map_err(|e| {
-                    TemplateLoadError::Layout(path.display().to_string(), e.to_string())
-                })?;
-            }
-            let source = std::fs::read_to_string(&path).map_err(io(&path))?;
-            out.push((relative, source));
-        }
-    }
-    if !out.iter().any(|(name, _)| name.ends_with("/subject.txt")) {
-        return Err(TemplateLoadError::Layout(
-            dir.display().to_string(),
-            "holds no <kind>/subject.txt".to_owned(),
-        ));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

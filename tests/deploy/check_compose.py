@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 import tempfile
-from pathlib import PurePosixPath, Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
 
 import common
 from common import COMPOSE, ROOT, check, rel

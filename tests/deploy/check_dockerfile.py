@@ -12,7 +12,10 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import sys
 from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
 
 import common
 from common import KUBERNETES, ROOT, check, fail

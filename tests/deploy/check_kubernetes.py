@@ -11,12 +11,15 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
 
 import common
 from common import ROOT, check, fail, rel

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
 
 import common
 from check_kubernetes import restricted, validate
@@ -104,6 +108,16 @@ def body(args) -> list[str]:
     notes = []
     for directory in directories:
         notes.extend(check_listing(directory))
+    # The base deploys this release: its image tag follows Cargo.toml's version.
+    version = tomllib.loads((ROOT / "Cargo.toml").read_text(encoding="utf-8"))["package"]["version"]
+    images = {i["name"]: i for i in common.load_one(common.KUBERNETES / "kustomization.yaml").get("images", [])}
+    check(images.get("outboxd", {}).get("newTag") == version,
+          f"deploy/kubernetes/kustomization.yaml: the outboxd image's newTag is not {version} (Cargo.toml)")
+    for name in ("deployment.yaml", "job-migrate.yaml"):
+        for container in common.load_one(common.KUBERNETES / name)["spec"]["template"]["spec"]["containers"]:
+            check(container["image"] == f"outboxd:{version}",
+                  f"deploy/kubernetes/{name}: image {container['image']}, not outboxd:{version} (Cargo.toml)")
+    notes.append(f"the image is outboxd:{version}, Cargo.toml's version")
     command = renderer()
     if command is None:
         notes.append("skipped rendering: neither kustomize nor kubectl is installed")

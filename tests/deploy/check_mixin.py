@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
+
 import common
 from common import ROOT, check, fail
 

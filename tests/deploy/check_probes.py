@@ -8,6 +8,9 @@ outboxd reads. outboxd's defaults come from its source (or the arguments, see co
 from __future__ import annotations
 
 import re
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
 
 import common
 from common import KUBERNETES, check, fail

@@ -440,8 +440,9 @@ async fn sigterm_releases_a_send_that_does_not_finish_within_the_shutdown_bound(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually(Duration::from_secs(30), "the row is claimed", || async {
-        db.row(id).await.locked_by.is_some()
+    // The send is under way once it has connected (the server never greets).
+    eventually(Duration::from_secs(30), "the send is under way", || async {
+        hole.accepted() > 0
     })
     .await;
     sigterm(&child);
@@ -452,7 +453,13 @@ async fn sigterm_releases_a_send_that_does_not_finish_within_the_shutdown_bound(
         row.locked_by.is_none() && !row.dispatched && row.attempts == 0 && !row.waiting,
         "{row:?}"
     );
-    assert!(row.last_error.unwrap().contains("abandoned at shutdown"));
+    assert!(
+        row.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("abandoned at shutdown")),
+        "{row:?}\n{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test]

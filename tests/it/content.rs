@@ -361,3 +361,110 @@ async fn ids_last_error(db: &TestDb, class: &str) -> i64 {
         .await
         .unwrap()
 }
+
+#[test]
+fn preview_renders_an_email_as_it_would_be_sent_without_a_database_or_a_server() {
+    let preview = |args: &[&str]| {
+        let output = outboxd()
+            .arg("preview")
+            .args(args)
+            .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let invoice = invoice_with(
+        json!([{"filename": "INV.pdf", "content_type": "application/pdf",
+                                       "content_base64": "JVBERi0xLjQK"}]),
+    )
+    .to_string();
+    let (ok, shown, _) = preview(&["--kind", "invoice_notice", "--payload", &invoice]);
+    assert!(ok);
+    assert!(shown.contains("Subject: Invoice INV-2026-0042"), "{shown}");
+    assert!(
+        shown.contains("Message-ID: <outbox-0@localhost>"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Envelope-To: billing@example.com, ada@example.com"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("--- text/plain ---\nHello Analytical Engines Ltd"),
+        "{shown}"
+    );
+    assert!(shown.contains("--- text/html ---"), "{shown}");
+    let (ok, raw, _) = preview(&["--kind", "invoice_notice", "--payload", &invoice, "--raw"]);
+    assert!(ok);
+    assert!(
+        raw.contains("\r\nContent-Disposition: attachment; filename=\"INV.pdf\"\r\n"),
+        "{raw}"
+    );
+    let (ok, text, _) = preview(&["--kind", "invoice_notice", "--payload", &invoice, "--text"]);
+    assert!(
+        ok && text.starts_with("Hello Analytical Engines Ltd,"),
+        "{text}"
+    );
+    let (ok, html, _) = preview(&["--kind", "invoice_notice", "--payload", &invoice, "--html"]);
+    assert!(ok && html.starts_with("<!doctype html>"), "{html}");
+
+    let templates = newsletter_templates();
+    let dir = templates.path().display().to_string();
+    let (ok, shown, _) = preview(&[
+        "--templates",
+        &dir,
+        "--kind",
+        "newsletter",
+        "--payload",
+        r#"{"to": "a@example.com", "name": "A", "campaign": "winter", "unsubscribe_url": "https://u"}"#,
+    ]);
+    assert!(
+        ok && shown.contains("List-Unsubscribe: <https://u>"),
+        "{shown}"
+    );
+
+    for (args, says) in [
+        (
+            vec![
+                "--kind",
+                "invoice_notice",
+                "--payload",
+                r#"{"to": "a@example.com"}"#,
+            ],
+            "`invoice_number` is undefined",
+        ),
+        (
+            vec!["--kind", "nope", "--payload", "{}"],
+            "unknown kind \"nope\"",
+        ),
+        (
+            vec!["--kind", "invoice_notice", "--payload", "{not json"],
+            "--payload is not valid JSON",
+        ),
+        (
+            vec!["--kind", "invoice_notice", "--payload", "[1]"],
+            "not a JSON object",
+        ),
+        (
+            vec![
+                "--kind",
+                "workspace_invite",
+                "--payload",
+                r#"{"to": "a@example.com", "inviter_name": "E\r\nBcc: x@evil.test", "workspace_name": "W", "accept_url": "u"}"#,
+            ],
+            "header_injection",
+        ),
+    ] {
+        let (ok, out, err) = preview(&args);
+        assert!(!ok, "{args:?}: {out}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+}

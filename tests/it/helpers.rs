@@ -231,7 +231,7 @@ pub fn python() -> &'static Path {
     PYTHON.get_or_init(|| {
         let has_aiosmtpd = |python: &Path| {
             Command::new(python)
-                .args(["-c", "import aiosmtpd, psycopg, dkim"])
+                .args(["-c", "import aiosmtpd, psycopg, dkim, yaml, _jsonnet, kubernetes_validate"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
@@ -386,6 +386,7 @@ impl Drop for SmtpServer {
 /// A TCP server that accepts connections and never says a word: a hung SMTP server.
 pub struct BlackHole {
     pub port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -395,13 +396,25 @@ impl BlackHole {
             .await
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&accepted);
         let task = tokio::spawn(async move {
             let mut held = Vec::new();
             while let Ok((socket, _)) = listener.accept().await {
                 held.push(socket);
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         });
-        Self { port, _task: task }
+        Self {
+            port,
+            accepted,
+            _task: task,
+        }
+    }
+
+    /// Connections taken so far: a send has started once there is one.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn url(&self) -> String {

@@ -8,6 +8,7 @@ mod claim_floor;
 mod cli;
 mod content;
 mod delivery;
+mod deploy;
 mod exposure;
 mod failures;
 mod helpers;

@@ -1,19 +1,15 @@
-Proposed tests/it/deploy.rs (add `mod deploy;` to tests/it/main.rs). It gives the Python
-checks outboxd's defaults from clap itself, so a changed default in src/config.rs that the
-manifests do not follow fails here. ~8 s; needs promtool, amtool (as the observability tests
-do) and python3 with tests/requirements.txt (PyYAML, jsonnet, kubernetes-validate).
-.ci/run installs requirements.txt only when `import aiosmtpd, psycopg` fails: add
-`yaml, _jsonnet, kubernetes_validate` to that import check.
-----------------------------------------------------------------------------------------------
 //! The deployment artifacts (Dockerfile, deploy/kubernetes, deploy/compose, the monitoring
 //! mixin and the files generated from it) checked offline by tests/deploy/check_all.py,
-//! given outboxd's own defaults.
+//! given outboxd's own defaults, so that a changed default the manifests do not follow
+//! fails here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::CommandFactory as _;
 use outboxd::cli::Cli;
+
+use crate::helpers::python;
 
 fn manifest(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -36,7 +32,7 @@ fn run_default(long: &str) -> String {
 
 #[test]
 fn the_deployment_artifacts_validate_offline_and_agree_with_what_outboxd_serves() {
-    let output = Command::new("python3")
+    let output = Command::new(python())
         .arg(manifest("tests/deploy/check_all.py"))
         .args(["--listen", &run_default("listen")])
         .args(["--shutdown-timeout", &run_default("shutdown-timeout")])

@@ -1,0 +1,98 @@
+//! `outboxd preview`: one email rendered exactly as `outboxd run` would send it, without a
+//! database or an SMTP server, for template authors.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{ArgGroup, Args};
+use lettre::message::Mailbox;
+
+use crate::config::DEV_FROM;
+use crate::render::Renderer;
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("part").args(["html", "text", "raw"])))]
+pub struct PreviewArgs {
+    /// The kind of email, e.g. invoice_notice.
+    #[arg(long)]
+    pub kind: String,
+    /// The payload, a JSON object; `-` reads it from standard input.
+    #[arg(long)]
+    pub payload: String,
+    /// Only the HTML body.
+    #[arg(long)]
+    pub html: bool,
+    /// Only the text body.
+    #[arg(long)]
+    pub text: bool,
+    /// The whole message as it goes over SMTP (RFC 5322, CRLF line ends).
+    #[arg(long)]
+    pub raw: bool,
+    /// Directory of templates, as for `outboxd run`.
+    #[arg(long, env = "OUTBOXD_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+    /// The sender, as for `outboxd run`.
+    #[arg(long, env = "OUTBOXD_FROM", default_value = DEV_FROM)]
+    pub from: String,
+    /// The right-hand side of the Message-ID. Default: the sender's domain.
+    #[arg(long, env = "OUTBOXD_MESSAGE_ID_DOMAIN")]
+    pub message_id_domain: Option<String>,
+}
+
+/// The message id a preview is rendered as.
+const PREVIEW_ID: i64 = 0;
+
+pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
+    let from: Mailbox = args
+        .from
+        .parse()
+        .with_context(|| format!("invalid --from / OUTBOXD_FROM {:?}", args.from))?;
+    let domain = args
+        .message_id_domain
+        .clone()
+        .unwrap_or_else(|| from.email.domain().to_owned());
+    let renderer = Renderer::new(args.templates.as_deref(), from, domain)?;
+    let text = if args.payload == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the payload from standard input")?;
+        text
+    } else {
+        args.payload.clone()
+    };
+    let payload: serde_json::Value =
+        serde_json::from_str(&text).context("--payload is not valid JSON")?;
+    let preview = renderer
+        .preview(PREVIEW_ID, &args.kind, &payload)
+        .map_err(|e| anyhow::anyhow!("{} ({})", e, e.error_class()))?;
+    if args.raw {
+        use std::io::Write as _;
+        std::io::stdout().write_all(&preview.raw)?;
+    } else if args.text {
+        print!("{}", preview.parts.text);
+    } else if args.html {
+        let html = preview
+            .parts
+            .html
+            .with_context(|| format!("kind {} has no body.html", args.kind))?;
+        print!("{html}");
+    } else {
+        let raw = String::from_utf8_lossy(&preview.raw);
+        let headers = raw.split("\r\n\r\n").next().unwrap_or_default();
+        let recipients: Vec<String> = preview
+            .envelope
+            .to()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        println!("{}", headers.replace("\r\n", "\n"));
+        println!("Envelope-To: {}", recipients.join(", "));
+        println!("\n--- text/plain ---\n{}", preview.parts.text);
+        if let Some(html) = &preview.parts.html {
+            println!("--- text/html ---\n{html}");
+        }
+    }
+    Ok(())
+}
