@@ -1,0 +1,170 @@
+//! The renderer's unit tests.
+
+use super::*;
+use serde_json::json;
+
+fn renderer() -> Renderer {
+    Renderer::new(
+        None,
+        "Outbox <outbox@example.com>".parse().unwrap(),
+        "example.com".into(),
+    )
+    .unwrap()
+}
+
+fn formatted(message: &Message) -> String {
+    String::from_utf8(message.formatted()).unwrap()
+}
+
+#[test]
+fn builtin_kinds_are_the_three_the_first_application_sends() {
+    let kinds: Vec<_> = renderer().kinds().map(str::to_owned).collect();
+    assert_eq!(
+        kinds,
+        ["account_verification", "invoice_notice", "workspace_invite"]
+    );
+}
+
+#[test]
+fn headers_carry_the_row_id_and_a_deterministic_message_id() {
+    let payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://x/v"});
+    let one = formatted(
+        &renderer()
+            .render(42, "account_verification", &payload)
+            .unwrap(),
+    );
+    assert!(one.contains("X-Outbox-Id: 42\r\n"), "{one}");
+    assert!(
+        one.contains("Message-ID: <outbox-42@example.com>\r\n"),
+        "{one}"
+    );
+}
+
+#[test]
+fn a_line_break_in_a_subject_value_is_refused() {
+    let payload = json!({"to": "a@example.com", "inviter_name": "Eve\r\nBcc: x@evil.test",
+        "workspace_name": "W", "accept_url": "u"});
+    assert_eq!(
+        renderer()
+            .render(1, "workspace_invite", &payload)
+            .unwrap_err(),
+        RenderError::HeaderInjection("subject")
+    );
+}
+
+#[test]
+fn a_line_break_in_an_address_is_refused() {
+    let payload = json!({"to": ["a@example.com", "b@example.com\nBcc: x@evil.test"],
+        "name": "A", "verify_url": "u"});
+    assert_eq!(
+        renderer()
+            .render(1, "account_verification", &payload)
+            .unwrap_err(),
+        RenderError::HeaderInjection("to")
+    );
+}
+
+#[test]
+fn a_missing_variable_does_not_render() {
+    let payload = json!({"to": "a@example.com", "name": "A"});
+    let err = renderer()
+        .render(1, "account_verification", &payload)
+        .unwrap_err();
+    assert!(
+        matches!(err, RenderError::Template(ref m) if m.contains("undefined")),
+        "{err}"
+    );
+}
+
+#[test]
+fn html_values_are_escaped_and_text_values_are_not() {
+    let payload = json!({"to": "a@example.com", "name": "<b>Ada</b>", "verify_url": "u"});
+    let r = renderer();
+    let html = r
+        .render_template(
+            "account_verification/body.html",
+            &minijinja::Value::from(Serde(&payload)),
+        )
+        .unwrap();
+    assert!(html.contains("&lt;b&gt;Ada&lt;&#x2f;b&gt;"), "{html}");
+    let text = r
+        .render_template(
+            "account_verification/body.txt",
+            &minijinja::Value::from(Serde(&payload)),
+        )
+        .unwrap();
+    assert!(text.contains("Hello <b>Ada</b>,"), "{text}");
+}
+
+#[test]
+fn a_thousand_recipients_fold_into_short_header_lines_and_a_deduplicated_envelope() {
+    let cc: Vec<String> = (0..997)
+        .map(|i| format!("User {i} <user{i}@example.com>"))
+        .collect();
+    let mut payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://v"});
+    payload["cc"] = json!(cc);
+    payload["bcc"] = json!(["ADA@example.com", "ada@EXAMPLE.com"]);
+    let message = renderer()
+        .render(1, "account_verification", &payload)
+        .unwrap();
+    let text = formatted(&message);
+    assert!(text.lines().all(|l| l.len() <= 78), "a line over 78 octets");
+    assert!(text.contains("user996@example.com"));
+    assert!(!text.contains("ADA@example.com"), "Bcc is not a header");
+    // ada@example.com and ada@EXAMPLE.com are one mailbox; ADA@ is another.
+    assert_eq!(message.envelope().to().len(), 999);
+}
+
+#[test]
+fn more_recipients_than_the_limit_are_refused() {
+    let to: Vec<String> = (0..11).map(|i| format!("u{i}@example.com")).collect();
+    let payload = json!({"to": to, "name": "Ada", "verify_url": "https://v"});
+    let refused = renderer()
+        .with_limits(RenderLimits {
+            max_recipients: 10,
+            ..RenderLimits::default()
+        })
+        .render(1, "account_verification", &payload)
+        .unwrap_err();
+    assert_eq!(refused.error_class(), "too_many_recipients");
+}
+
+#[test]
+fn an_email_past_the_size_limit_is_refused_after_rendering() {
+    let message = ClaimedMessage::for_tests(
+        "account_verification",
+        r#"{"to": "ada@example.com", "name": "Ada", "verify_url": "https://v"}"#,
+    );
+    let small = RenderLimits {
+        max_message_bytes: 1024,
+        ..RenderLimits::default()
+    };
+    let refused = renderer()
+        .with_limits(small)
+        .render_claimed(&message)
+        .unwrap_err();
+    assert_eq!(refused.error_class(), "too_large");
+    let email = renderer().render_claimed(&message).unwrap();
+    assert!(email.bytes.len() > 1024);
+    assert_eq!(email.envelope.to().len(), 1);
+}
+
+#[test]
+fn control_characters_are_refused_in_subjects_and_addresses() {
+    let subject = json!({"to": "ada@example.com", "inviter_name": "Ada\u{b}Bold",
+                         "workspace_name": "Engines", "accept_url": "https://a"});
+    let refused = renderer()
+        .render(1, "workspace_invite", &subject)
+        .unwrap_err();
+    assert_eq!(refused, RenderError::HeaderInjection("subject"));
+    let address =
+        json!({"to": "Ada\u{0} <ada@example.com>", "name": "Ada", "verify_url": "https://v"});
+    let refused = renderer()
+        .render(1, "account_verification", &address)
+        .unwrap_err();
+    assert_eq!(refused, RenderError::HeaderInjection("to"));
+    let long = json!({"to": "ada@example.com", "inviter_name": "a ".repeat(300),
+                      "workspace_name": "Engines", "accept_url": "https://a"});
+    let refused = renderer().render(1, "workspace_invite", &long).unwrap_err();
+    assert!(refused.to_string().contains("at most 500"), "{refused}");
+}
