@@ -73,12 +73,15 @@ def renderer() -> list[str] | None:
 
 
 def count_objects(directory: Path) -> int:
-    """Objects in the resources a kustomization lists, those of its bases included."""
+    """Objects in the resources a kustomization lists, those of its bases included, less
+    those its patches delete (`$patch: delete`)."""
+    kustomization = common.load_one(directory / "kustomization.yaml")
     total = 0
-    for name in common.load_one(directory / "kustomization.yaml").get("resources") or []:
+    for name in kustomization.get("resources") or []:
         target = (directory / name).resolve()
         total += count_objects(target) if target.is_dir() else len(common.load_documents(target))
-    return total
+    deleted = sum("$patch: delete" in (p.get("patch") or "") for p in kustomization.get("patches") or [])
+    return total - deleted
 
 
 def check_render(directory: Path, command: list[str]) -> list[str]:

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""What deliverability costs in a drain: the same messages drained plainly, with a
+suppression list of 100 000 addresses (1% of the messages going to one of them), and signed
+with DKIM (RSA-2048), back to back on this machine.
+
+    python3 bench/deliverability.py                  # 20 000 messages per variant
+    python3 bench/deliverability.py --messages 5000
+
+Uses bench/run.py's harness (the release binary, the local PostgreSQL, smtp-sink); prints a
+table for BENCHMARKS.md. Nothing here asserts a time.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  (bench/run.py: the harness)
+
+SUPPRESSED = 100_000
+
+
+def suppress(url, messages):
+    # Every hundredth message's recipient (run.KINDS_SQL sends to user<g>@ or billing<g>@),
+    # and the rest of the list addresses no message goes to.
+    run.psql(url, f"""
+        INSERT INTO outbox_suppressions (address, reason, source)
+        SELECT CASE g % 3 WHEN 2 THEN 'billing' ELSE 'user' END || g || '@example.com', 'manual', 'operator'
+        FROM generate_series(100, {messages}, 100) g
+        UNION ALL
+        SELECT 'nobody' || g || '@example.net', 'hard_bounce', 'smtp'
+        FROM generate_series(1, {SUPPRESSED} - {messages} / 100) g;
+        ANALYZE outbox_suppressions;""")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--no-build", action="store_true")
+    args = parser.parse_args()
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=run.ROOT, check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        key = os.path.join(tmp, "dkim.pem")
+        subprocess.run(["openssl", "genrsa", "-traditional", "-out", key, "2048"], check=True, capture_output=True)
+        dkim = ["--dkim-domain", "example.com", "--dkim-selector", "bench", "--dkim-private-key-file", key]
+        rows = []
+        for label, flags, prepare in [
+            ("plain", run.TUNED, None),
+            (f"{SUPPRESSED:,} suppressed addresses", run.TUNED, suppress),
+            ("DKIM, RSA-2048", run.TUNED + dkim, None),
+        ]:
+            run.log(f"== {label}")
+            with run.database("outboxd_bench_deliverability") as url:
+                if prepare:
+                    prepare(url, args.messages)
+                r = run.run_drain(url, args.messages, flags)
+                ended = int(run.psql(url, "SELECT count(*) FROM outbox_messages WHERE end_reason = 'suppressed'"))
+            rows.append([label, f"{r['rate']:.0f}", f"{1000 * r['cpu'] / r['messages']:.3f}",
+                         f"{1000 * r['others']['postgres'] / r['messages']:.3f}", f"{r['rss']:.1f}", ended])
+    run.table(f"Deliverability: {args.messages} pending messages, {' '.join(run.TUNED)}",
+              ["variant", "msg/s", "outboxd CPU ms/msg", "PostgreSQL CPU ms/msg", "peak RSS MiB",
+               "ended suppressed"], rows)
+
+
+if __name__ == "__main__":
+    main()
