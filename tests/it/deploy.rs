@@ -45,3 +45,27 @@ fn the_deployment_artifacts_validate_offline_and_agree_with_what_outboxd_serves(
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[tokio::test]
+async fn the_deployments_probe_paths_answer_200_on_a_running_outboxd() {
+    let deployment =
+        std::fs::read_to_string(manifest("deploy/kubernetes/deployment.yaml")).unwrap();
+    let paths: Vec<&str> = deployment
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("path: "))
+        .collect();
+    assert!(
+        paths.contains(&"/livez") && paths.contains(&"/readyz"),
+        "{paths:?}"
+    );
+    let db = crate::helpers::TestDb::new().await;
+    let mut app = crate::helpers::app(&db, None, &[]).await;
+    app.spawn_background(tokio_util::sync::CancellationToken::new());
+    let addr = app.http_addr().to_string();
+    for path in paths {
+        crate::helpers::eventually(std::time::Duration::from_secs(30), path, || async {
+            crate::helpers::http_get(&addr, path).await.0 == 200
+        })
+        .await;
+    }
+}
