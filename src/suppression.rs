@@ -158,28 +158,45 @@ pub fn normalize_address(text: &str) -> Result<String, String> {
 }
 
 /// Whether a permanent SMTP reply says the mailbox does not exist, which suppresses its
-/// recipient: enhanced status `5.1.1` (bad mailbox), `5.1.10` (null MX) or `5.2.1`
-/// (mailbox disabled), or the texts servers without enhanced codes use. A full mailbox,
-/// a policy refusal or spam rejection does not: the address is real.
+/// recipient: its enhanced status (the code right after the reply code) is `5.1.1` (bad
+/// mailbox), `5.1.10` (null MX) or `5.2.1` (mailbox disabled); or, from a server that sends
+/// no enhanced status, a text such as *user unknown* that does not speak of the sender. A
+/// code quoted further in the text (a relay reporting what another server said of our
+/// sender) does not count, nor does a full mailbox, a policy or a spam refusal.
 pub fn says_mailbox_unknown(reply: &str) -> bool {
-    let text = reply.to_ascii_lowercase();
-    let status = text
-        .split(|c: char| !c.is_ascii_digit() && c != '.')
-        .any(|w| matches!(w, "5.1.1" | "5.1.10" | "5.2.1"));
-    status
-        || [
-            "user unknown",
-            "unknown user",
-            "no such user",
-            "no such mailbox",
-            "mailbox does not exist",
-            "mailbox not found",
-            "address does not exist",
-            "recipient address rejected: user unknown",
-            "does not exist",
-        ]
-        .iter()
-        .any(|phrase| text.contains(phrase))
+    let text = reply.trim_start().to_ascii_lowercase();
+    let after_code = text
+        .get(3..)
+        .filter(|_| text.as_bytes().iter().take(3).all(u8::is_ascii_digit))
+        .map(|rest| rest.trim_start_matches(['-', ' ']))
+        .unwrap_or(&text);
+    let enhanced = after_code
+        .split(|c: char| c.is_whitespace())
+        .next()
+        .filter(|word| {
+            let parts: Vec<&str> = word.split('.').collect();
+            parts.len() == 3
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        });
+    match enhanced {
+        Some(status) => matches!(status, "5.1.1" | "5.1.10" | "5.2.1"),
+        None => {
+            !text.contains("sender")
+                && [
+                    "user unknown",
+                    "unknown user",
+                    "no such user",
+                    "no such mailbox",
+                    "mailbox does not exist",
+                    "mailbox not found",
+                    "address does not exist",
+                ]
+                .iter()
+                .any(|phrase| text.contains(phrase))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -207,6 +224,7 @@ mod tests {
             "556 5.1.10 Recipient address has null MX",
             "550 5.2.1 The email account that you tried to reach is disabled.",
             "550 No such user here",
+            "550 Requested action not taken: mailbox unavailable (user unknown)",
         ] {
             assert!(says_mailbox_unknown(unknown), "{unknown}");
         }
@@ -215,6 +233,11 @@ mod tests {
             "554 5.7.1 Message rejected as spam",
             "550 5.7.26 Unauthenticated email is not accepted",
             "550 5.1.11 looks like a code but is not one of ours",
+            // Postfix's sender verification quotes what another server said of our sender.
+            "550 5.1.7 <app@sender.test>: Sender address rejected: undeliverable address: \
+             host mx.sender.test said: 550 5.1.1 <app@sender.test>: User unknown",
+            "553 sender address unknown user",
+            "550 5.7.1 Relaying denied: user unknown",
         ] {
             assert!(!says_mailbox_unknown(real), "{real}");
         }

@@ -31,9 +31,8 @@ pub(super) struct LeasedBatch {
     pub requested: u32,
     /// Under a rate limit, when each message may be sent (from `lease_start`).
     pub slots: Option<Slots>,
-    /// The batch's recipients on the suppression list; `None` when the lookup failed,
-    /// and then nothing is sent.
-    pub suppressed: Option<Suppressed>,
+    /// The batch's recipients on the suppression list, as of the claim.
+    pub suppressed: Suppressed,
 }
 
 /// One message's outcome, decided when its send ended and waiting to be written.

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
+use super::batch::{BatchReport, Decided, LeasedBatch, NextBatch, SentBatch};
 use super::pace::Allowance;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
-use crate::message::ClaimedBatch;
+use crate::message::{ClaimedBatch, Outcome};
 use crate::store::{self, ClaimRequest};
 use crate::telemetry::metrics::DatabaseOperation;
 
@@ -228,13 +228,27 @@ impl Dispatcher {
         if claimed.messages.is_empty() {
             return Ok(NextBatch::Empty);
         }
-        // Without the lookup nothing of the batch is sent: each message is released.
+        // Nothing is sent without the lookup: the rows go back at once (or are held, if the
+        // database does not take that either), and the loop backs off as after any database
+        // failure instead of claiming them again in a tight loop.
         let suppressed = match self.suppressed_in(&claimed).await {
-            Ok(suppressed) => Some(suppressed),
+            Ok(suppressed) => suppressed,
             Err(e) => {
-                self.metrics.database_error(DatabaseOperation::Claim);
-                warn!(error = %e, "could not look the batch's recipients up in the suppression list; releasing it");
-                None
+                let releases = (0..claimed.messages.len())
+                    .map(|index| Decided {
+                        index,
+                        outcome: Outcome::not_started(),
+                        after: lease_start.elapsed(),
+                        bounced: None,
+                    })
+                    .collect();
+                if let Err(held) = self
+                    .record_decided(&claimed, releases, tracing::Span::none())
+                    .await
+                {
+                    debug!(error = %held, "the releases are held to record before the next claim");
+                }
+                return Err(e);
             }
         };
         Ok(NextBatch::Leased(LeasedBatch {

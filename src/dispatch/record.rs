@@ -157,6 +157,7 @@ impl Dispatcher {
                 id: claimed.messages[d.index].id,
                 outcome: &d.outcome,
                 bounced: d.bounced.as_deref(),
+                suppress: self.settings.suppress_hard_bounces,
             })
             .collect();
         let recorded: HashSet<i64> = store::record_outcomes(&self.pool, claimed.token, &rows)

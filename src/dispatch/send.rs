@@ -66,8 +66,8 @@ struct InFlight {
     claimed_at: DateTime<Utc>,
     /// Under a rate limit, each message waits for its send slot.
     slots: Option<Slots>,
-    /// Recipients not to mail; `None` when the lookup failed: nothing is sent.
-    suppressed: Option<Suppressed>,
+    /// Recipients not to mail: the list as of the claim, and those that bounced since.
+    suppressed: Suppressed,
     /// Some send reached the server, or some found it unreachable: together they tell an
     /// outage (every send unreachable) from a message's own failure.
     reached: AtomicBool,
@@ -88,9 +88,7 @@ impl Dispatcher {
             ..
         } = leased;
         let span = self.batch_span(&claimed);
-        let mut in_flight = self.in_flight(&claimed, lease_start, slots);
-        in_flight.suppressed = suppressed;
-        let batch = Arc::new(in_flight);
+        let batch = Arc::new(self.in_flight(&claimed, lease_start, slots, suppressed));
         self.send_and_record(claimed, batch, span).await
     }
 
@@ -111,6 +109,7 @@ impl Dispatcher {
         claimed: &ClaimedBatch,
         lease_start: Instant,
         slots: Option<Slots>,
+        suppressed: Suppressed,
     ) -> InFlight {
         // A send may take up to two send timeouts (a connection and a transaction; the
         // mailer bounds them, replacing a dead connection included), so none starts after
@@ -129,7 +128,7 @@ impl Dispatcher {
             start_deadline,
             claimed_at: claimed.claimed_at,
             slots,
-            suppressed: Some(Suppressed::default()),
+            suppressed,
             reached: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
         }
@@ -286,11 +285,9 @@ impl MessageSender {
                 AttemptResult::Expired
             } else if !self.wait_for_slot(batch, index).await {
                 AttemptResult::NotStarted
-            } else if let Some(suppressed) = &batch.suppressed {
-                self.render_and_send(message, suppressed, batch.start_deadline)
-                    .await
             } else {
-                AttemptResult::NotStarted
+                self.render_and_send(message, &batch.suppressed, batch.start_deadline)
+                    .await
             };
             match &attempt {
                 AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
@@ -301,11 +298,13 @@ impl MessageSender {
                 _ => {}
             }
             let bounced = match &attempt {
-                AttemptResult::SendFailed(e) if self.suppress_hard_bounces => {
-                    e.unknown_recipient().map(str::to_lowercase)
-                }
+                AttemptResult::SendFailed(e) => e.unknown_recipient().map(str::to_lowercase),
                 _ => None,
             };
+            if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {
+                // Its batch-mates to the same address are not sent either.
+                batch.suppressed.bounced(address);
+            }
             let outcome = outcome_of(message, attempt, &self.retry);
             if matches!(
                 outcome,

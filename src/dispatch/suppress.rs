@@ -2,19 +2,25 @@
 //! go to, then each message's envelope without the suppressed ones.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use lettre::address::Envelope;
 
 use super::{DispatchError, Dispatcher};
+use crate::lock::lock;
 use crate::message::ClaimedBatch;
 use crate::render::suppression_key;
 use crate::store;
 use crate::suppression::SuppressionReason;
 use crate::telemetry::metrics::DatabaseOperation;
 
-/// The addresses of one batch that are on the list now.
+/// The addresses of one batch that were on the list at its claim, and those a server said
+/// do not exist while it was being sent.
 #[derive(Debug, Default)]
-pub(super) struct Suppressed(HashMap<String, SuppressionReason>);
+pub(super) struct Suppressed {
+    listed: HashMap<String, SuppressionReason>,
+    bounced: Mutex<HashMap<String, SuppressionReason>>,
+}
 
 /// What is left of an envelope.
 #[derive(Debug)]
@@ -28,17 +34,24 @@ pub(super) enum Filtered {
 }
 
 impl Suppressed {
+    /// An address that bounced hard in this batch: its batch-mates to it are not sent.
+    pub fn bounced(&self, address: &str) {
+        lock(&self.bounced).insert(address.to_owned(), SuppressionReason::HardBounce);
+    }
+
     pub fn filter(&self, envelope: &Envelope) -> Filtered {
-        if self.0.is_empty() {
+        let bounced = lock(&self.bounced);
+        if self.listed.is_empty() && bounced.is_empty() {
             return Filtered::Unchanged;
         }
+        let reason_of = |key: &str| self.listed.get(key).or_else(|| bounced.get(key)).copied();
         let mut first_reason = None;
         let kept: Vec<_> = envelope
             .to()
             .iter()
-            .filter(|to| match self.0.get(&suppression_key(to)) {
+            .filter(|to| match reason_of(&suppression_key(to)) {
                 Some(reason) => {
-                    first_reason.get_or_insert(*reason);
+                    first_reason.get_or_insert(reason);
                     false
                 }
                 None => true,
@@ -73,6 +86,9 @@ impl Dispatcher {
         let found = store::suppressions::suppressed_among(&self.pool, &addresses)
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?;
-        Ok(Suppressed(found.into_iter().collect()))
+        Ok(Suppressed {
+            listed: found.into_iter().collect(),
+            bounced: Mutex::new(HashMap::new()),
+        })
     }
 }

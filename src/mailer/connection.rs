@@ -133,9 +133,15 @@ impl Connection {
         }
         // From here the server may end up with the whole message, whatever happens next.
         self.message_handed_over = true;
+        // A refusal of the message's data is about its recipient when it has only one (some
+        // servers check recipients only then); never a refusal of MAIL.
         self.smtp.message(body).await.map(drop).map_err(|e| {
             if e.status().is_some() {
-                TransactionError::Refused(SendError::from_lettre(&e))
+                let refused = SendError::from_lettre(&e);
+                TransactionError::Refused(match envelope.to() {
+                    [only] => refused.about(only),
+                    _ => refused,
+                })
             } else {
                 TransactionError::Ambiguous(e)
             }

@@ -194,15 +194,14 @@ impl Mailer {
         }
     }
 
-    /// Sends an email's bytes to the envelope's recipients. A rejection of a message with
-    /// one recipient is about that recipient, whenever the server said it.
+    /// Sends an email's bytes to the envelope's recipients.
     pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Delivery, SendError> {
         match self {
-            Mailer::Smtp(smtp) => match (smtp.pool.send(envelope, email).await, envelope.to()) {
-                (Ok(()), _) => Ok(Delivery::Smtp),
-                (Err(e), [only]) => Err(e.about(only)),
-                (Err(e), _) => Err(e),
-            },
+            Mailer::Smtp(smtp) => smtp
+                .pool
+                .send(envelope, email)
+                .await
+                .map(|()| Delivery::Smtp),
             Mailer::Disabled => Ok(Delivery::LoggedOnly),
         }
     }

@@ -288,17 +288,19 @@ const RECORD_OUTCOMES: &str = "WITH updated AS ( \
                                     THEN now() + make_interval(secs => o.delay_secs) \
                                     ELSE m.next_attempt_at END, \
              locked_until = NULL, locked_by = NULL, claim_token = NULL \
-         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[]) \
-              AS o(id, action, error, delay_secs, error_class, bounced) \
+         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
+                     $9::bool[]) \
+              AS o(id, action, error, delay_secs, error_class, bounced, suppress) \
          WHERE m.id = o.id AND m.claim_token = $1 \
-         RETURNING m.id, o.action, o.bounced, o.error \
+         RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
          ), notified AS ( \
              SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text) \
              FROM updated WHERE action = 'release' LIMIT 1 \
          ), suppressed AS ( \
              INSERT INTO outbox_suppressions (address, reason, source, detail, message_id) \
-             SELECT DISTINCT ON (bounced) bounced, 'hard_bounce', 'smtp', left(error, 1000), id \
-             FROM updated WHERE bounced IS NOT NULL \
+             SELECT DISTINCT ON (lower(bounced)) lower(bounced), 'hard_bounce', 'smtp', \
+                    left(error, 1000), id \
+             FROM updated WHERE bounced IS NOT NULL AND suppress \
              ON CONFLICT (address) DO UPDATE SET \
                  reason = excluded.reason, source = excluded.source, detail = excluded.detail, \
                  message_id = excluded.message_id, created_at = now(), created_by = NULL, \
@@ -312,8 +314,10 @@ const RECORD_OUTCOMES: &str = "WITH updated AS ( \
 pub struct OutcomeRow<'a> {
     pub id: i64,
     pub outcome: &'a Outcome,
-    /// Added to the suppression list as a hard bounce, in the same statement.
+    /// Marked on the row as a hard bounce, and, with `suppress`, added to the suppression
+    /// list in the same statement.
     pub bounced: Option<&'a str>,
+    pub suppress: bool,
 }
 
 /// Records a claim's outcomes in one round trip, only for rows this claim still holds.
@@ -333,6 +337,7 @@ pub async fn record_outcomes(
     let mut delays = Vec::with_capacity(outcomes.len());
     let mut error_classes = Vec::with_capacity(outcomes.len());
     let mut bounced = Vec::with_capacity(outcomes.len());
+    let mut suppress = Vec::with_capacity(outcomes.len());
     for row in outcomes {
         ids.push(row.id);
         actions.push(row.outcome.action());
@@ -340,6 +345,7 @@ pub async fn record_outcomes(
         delays.push(row.outcome.delay().as_secs_f64());
         error_classes.push(row.outcome.error_class());
         bounced.push(row.bounced);
+        suppress.push(row.suppress);
     }
     sqlx::query_scalar(RECORD_OUTCOMES)
         .bind(token)
@@ -350,6 +356,7 @@ pub async fn record_outcomes(
         .bind(&error_classes)
         .bind(NOTIFY_CHANNEL)
         .bind(&bounced)
+        .bind(&suppress)
         .fetch_all(pool)
         .await
 }

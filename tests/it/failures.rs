@@ -422,7 +422,8 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
             &[store::OutcomeRow {
                 id,
                 outcome: &sent,
-                bounced: None
+                bounced: None,
+                suppress: false,
             }]
         )
         .await
@@ -442,7 +443,8 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
             &[store::OutcomeRow {
                 id,
                 outcome: &late,
-                bounced: None
+                bounced: None,
+                suppress: false,
             }]
         )
         .await

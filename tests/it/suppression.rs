@@ -121,19 +121,43 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
     assert_eq!(state_of(&db, next).await.0.as_deref(), Some("suppressed"));
     assert!(smtp.messages().is_empty());
 
-    // A refusal for another reason (5.7.1: the mailbox exists) suppresses nobody.
-    db.enqueue(
-        "account_verification",
-        verification("reject-carol@example.com"),
-    )
-    .await;
+    // A refusal for another reason (5.7.1: the mailbox exists), or one about our sender that
+    // quotes another server's 5.1.1, suppresses nobody.
+    for address in ["reject-carol@example.com", "senderverify-erin@example.com"] {
+        let id = db
+            .enqueue("account_verification", verification(address))
+            .await;
+        app.dispatcher.dispatch_once().await.unwrap();
+        assert!(db.row(id).await.dead, "{address}");
+        assert!(
+            suppressions::get(&db.pool, address)
+                .await
+                .unwrap()
+                .is_none(),
+            "{address}"
+        );
+        assert_eq!(state_of(&db, id).await.1, None, "{address}");
+    }
+}
+
+#[tokio::test]
+async fn a_bounce_stops_the_rest_of_its_batch_to_the_same_address() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let mut ids = Vec::new();
+    for to in [
+        "unknown-amy@example.com",
+        "Unknown-Amy@example.com",
+        "unknown-amy@example.com",
+    ] {
+        ids.push(db.enqueue("account_verification", verification(to)).await);
+    }
+    let app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
     app.dispatcher.dispatch_once().await.unwrap();
-    assert!(
-        suppressions::get(&db.pool, "reject-carol@example.com")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(db.row(ids[0]).await.dead);
+    for id in &ids[1..] {
+        assert_eq!(state_of(&db, *id).await.0.as_deref(), Some("suppressed"));
+    }
 }
 
 #[tokio::test]
@@ -154,6 +178,8 @@ async fn automatic_suppression_can_be_turned_off() {
     .await;
     app.dispatcher.dispatch_once().await.unwrap();
     assert!(db.row(id).await.dead);
+    // Still a hard bounce on the row (and in the metrics), only not on the list.
+    assert_eq!(state_of(&db, id).await.1.as_deref(), Some("hard_bounce"));
     let listed = suppressions::list(&db.pool, None, None, 10).await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
 }

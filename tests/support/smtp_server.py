@@ -14,6 +14,7 @@ Recipients whose local part starts with:
   droprcpt... -> the connection is reset at RCPT, before the server takes anything
   lagN...     -> accepted after sleeping N milliseconds before the DATA reply
   unknown...  -> 550 5.1.1 at RCPT: the mailbox does not exist
+  senderverify... -> 550 5.1.7 at RCPT about our sender, quoting another server's 5.1.1
 anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
 decoded by Python's email package, so the tests check what a receiver would see.
 
@@ -107,6 +108,9 @@ class Handler:
             return "421 4.4.2 gone"
         if self.defer_all:
             return "451 4.3.2 System not accepting network messages"
+        if local.startswith("senderverify"):
+            return ("550 5.1.7 <%s>: Sender address rejected: undeliverable address: host "
+                    "mx.sender.test said: 550 5.1.1 User unknown" % envelope.mail_from)
         if local.startswith("unknown"):
             return "550 5.1.1 <%s>: Recipient address rejected: User unknown" % address
         if local.startswith("reject"):
