@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::batch::{BatchReport, Decided, LeasedBatch, NextBatch, SentBatch};
+use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
 use super::pace::Allowance;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
-use crate::message::{ClaimedBatch, Outcome};
+use crate::message::ClaimedBatch;
 use crate::store::{self, ClaimRequest};
 use crate::telemetry::metrics::DatabaseOperation;
 
@@ -228,29 +228,7 @@ impl Dispatcher {
         if claimed.messages.is_empty() {
             return Ok(NextBatch::Empty);
         }
-        // Nothing is sent without the lookup: the rows go back at once (or are held, if the
-        // database does not take that either), and the loop backs off as after any database
-        // failure instead of claiming them again in a tight loop.
-        let suppressed = match self.suppressed_in(&claimed).await {
-            Ok(suppressed) => suppressed,
-            Err(e) => {
-                let releases = (0..claimed.messages.len())
-                    .map(|index| Decided {
-                        index,
-                        outcome: Outcome::not_started(),
-                        after: lease_start.elapsed(),
-                        bounced: None,
-                    })
-                    .collect();
-                if let Err(held) = self
-                    .record_decided(&claimed, releases, tracing::Span::none())
-                    .await
-                {
-                    debug!(error = %held, "the releases are held to record before the next claim");
-                }
-                return Err(e);
-            }
-        };
+        let suppressed = self.suppressed_or_release(&claimed, lease_start).await?;
         Ok(NextBatch::Leased(LeasedBatch {
             claimed,
             lease_start,

@@ -6,9 +6,13 @@ use std::sync::Mutex;
 
 use lettre::address::Envelope;
 
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::batch::Decided;
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
-use crate::message::ClaimedBatch;
+use crate::message::{ClaimedBatch, Outcome};
 use crate::render::suppression_key;
 use crate::store;
 use crate::suppression::SuppressionReason;
@@ -71,6 +75,36 @@ impl Suppressed {
 }
 
 impl Dispatcher {
+    /// The batch's suppressed addresses. Nothing is sent without them: on a failure the rows
+    /// go back at once (or are held, if the database does not take that either), and the
+    /// error makes the loop back off as after any database failure, rather than claim them
+    /// again in a tight loop.
+    pub(super) async fn suppressed_or_release(
+        &self,
+        claimed: &ClaimedBatch,
+        lease_start: Instant,
+    ) -> Result<Suppressed, DispatchError> {
+        let error = match self.suppressed_in(claimed).await {
+            Ok(suppressed) => return Ok(suppressed),
+            Err(e) => e,
+        };
+        let releases = (0..claimed.messages.len())
+            .map(|index| Decided {
+                index,
+                outcome: Outcome::not_started(),
+                after: lease_start.elapsed(),
+                bounced: None,
+            })
+            .collect();
+        if let Err(held) = self
+            .record_decided(claimed, releases, tracing::Span::none())
+            .await
+        {
+            debug!(error = %held, "the releases are held to record before the next claim");
+        }
+        Err(error)
+    }
+
     /// Looks up, in one query, which addresses of a claimed batch are suppressed.
     pub(super) async fn suppressed_in(
         &self,

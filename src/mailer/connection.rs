@@ -131,6 +131,15 @@ impl Connection {
             let reply = self.smtp.command(Data).await;
             reply.map_err(|e| before_message(e, true))?;
         }
+        self.hand_over(envelope, body).await
+    }
+
+    /// The message's data, once the server has accepted DATA.
+    async fn hand_over(
+        &mut self,
+        envelope: &Envelope,
+        body: &[u8],
+    ) -> Result<(), TransactionError> {
         // From here the server may end up with the whole message, whatever happens next.
         self.message_handed_over = true;
         // A refusal of the message's data is about its recipient when it has only one (some
