@@ -301,6 +301,8 @@ impl RunArgs {
                 dir.display()
             );
         }
+        self.deliverability
+            .check_attachment_bound(self.max_message_bytes)?;
         let admin_token = self.admin_token()?;
         Ok(RunConfig {
             database,

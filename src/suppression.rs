@@ -134,6 +134,18 @@ pub struct NewSuppression {
     pub until: Option<DateTime<Utc>>,
 }
 
+/// What a provider reported of one message's recipient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feedback {
+    /// `hard_bounce`, `soft_bounce` or `complaint`: the message row's `feedback`; `None`
+    /// for an unsubscribe.
+    pub mark: Option<&'static str>,
+    /// The outbox row it names, if it names one.
+    pub message_id: Option<i64>,
+    /// Added to the list (hard bounces and complaints), or nothing (soft bounces).
+    pub suppression: Option<NewSuppression>,
+}
+
 /// An address as the list keeps it: its addr-spec (a `Name <addr>` form is reduced to
 /// `addr`), trimmed and lower-cased; refused unless it parses as an email address.
 pub fn normalize_address(text: &str) -> Result<String, String> {

@@ -76,7 +76,35 @@ impl std::fmt::Debug for DeliverabilityArgs {
     }
 }
 
+/// `arn:PARTITION:sns:REGION:ACCOUNT:NAME`, ACCOUNT twelve digits.
+fn is_topic_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.split(':').collect();
+    parts.len() == 6
+        && parts[0] == "arn"
+        && parts[1].starts_with("aws")
+        && parts[2] == "sns"
+        && !parts[3].is_empty()
+        && parts[4].len() == 12
+        && parts[4].bytes().all(|b| b.is_ascii_digit())
+        && !parts[5].is_empty()
+}
+
 impl DeliverabilityArgs {
+    /// The attachment bound must be reachable: base64 makes attachments a third larger in
+    /// the payload and in the email, both bounded by OUTBOXD_MAX_MESSAGE_BYTES.
+    pub fn check_attachment_bound(&self, max_message_bytes: usize) -> anyhow::Result<()> {
+        if self.max_attachment_bytes.saturating_mul(4) / 3 > max_message_bytes {
+            bail!(
+                "--max-attachment-bytes / OUTBOXD_MAX_ATTACHMENT_BYTES ({}) cannot be reached: \
+                 base64 makes attachments a third larger, and the payload and the email are \
+                 bounded by OUTBOXD_MAX_MESSAGE_BYTES ({}); keep it under three quarters of that",
+                self.max_attachment_bytes,
+                max_message_bytes
+            );
+        }
+        Ok(())
+    }
+
     /// The DKIM key, when all three options are set; an error when only some are, or the
     /// key cannot be used.
     pub fn dkim(&self) -> anyhow::Result<Option<DkimKey>> {
@@ -109,6 +137,11 @@ impl DeliverabilityArgs {
     /// The webhooks turned on, each checked.
     pub fn feedback(&self) -> anyhow::Result<FeedbackSettings> {
         let sns = if self.sns_topic_arns.iter().all(|arn| arn.trim().is_empty()) {
+            if self.sns_ca_file.is_some() {
+                bail!(
+                    "OUTBOXD_SNS_CA_FILE is set but OUTBOXD_SNS_TOPIC_ARNS is not: /webhooks/sns is off without topics"
+                );
+            }
             None
         } else {
             let topics: Vec<String> = self
@@ -117,7 +150,7 @@ impl DeliverabilityArgs {
                 .map(|arn| arn.trim().to_owned())
                 .filter(|arn| !arn.is_empty())
                 .collect();
-            if let Some(bad) = topics.iter().find(|arn| !arn.starts_with("arn:")) {
+            if let Some(bad) = topics.iter().find(|arn| !is_topic_arn(arn)) {
                 bail!(
                     "invalid --sns-topic-arns / OUTBOXD_SNS_TOPIC_ARNS: {bad:?} is not an ARN (arn:aws:sns:REGION:ACCOUNT:NAME)"
                 );

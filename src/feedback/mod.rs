@@ -13,8 +13,7 @@ pub mod postmark;
 pub mod sns;
 pub mod standard;
 
-use crate::store::suppressions::Feedback;
-use crate::suppression::{BounceType, FeedbackSource, NewSuppression, SuppressionReason};
+use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, SuppressionReason};
 
 pub use fetch::HttpsClient;
 

@@ -37,7 +37,9 @@ impl PostmarkSettings {
     pub fn authorize(&self, header: Option<&str>) -> Result<(), FeedbackError> {
         let refused = || FeedbackError::Unauthorized("HTTP Basic credentials required".to_owned());
         let encoded = header
-            .and_then(|h| h.strip_prefix("Basic "))
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+            .map(|(_, encoded)| encoded)
             .ok_or_else(refused)?;
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
@@ -130,6 +132,8 @@ mod tests {
                 .is_ok()
         );
         assert!(settings.authorize(Some(&basic("postmark:wrong"))).is_err());
+        let lower = basic("postmark:0123456789abcdef").replace("Basic", "basic");
+        assert!(settings.authorize(Some(&lower)).is_ok());
         assert!(settings.authorize(None).is_err());
         assert!(PostmarkSettings::parse("nopassword").is_err());
     }

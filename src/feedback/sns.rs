@@ -33,42 +33,82 @@ const MAX_CACHED_CERTIFICATES: usize = 16;
 pub struct SnsSettings {
     /// Topic ARNs whose notifications are taken; any other is refused.
     pub topics: Vec<String>,
-    /// Host patterns the signing certificate and the confirmation may come from.
-    pub certificate_hosts: Vec<String>,
+    /// Where the signing certificate and the confirmation may come from.
+    pub certificate_hosts: Vec<HostPattern>,
     pub client: HttpsClient,
 }
 
-/// Host patterns from a comma-separated list; `*` stands for exactly one DNS label.
-pub fn parse_host_patterns(text: &str) -> Result<Vec<String>, String> {
-    let patterns: Vec<String> = text
+/// Where SNS's certificates and confirmations may come from: `host` (port 443) or
+/// `host:port`, where one label of the host may be `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    labels: Vec<String>,
+    port: u16,
+}
+
+/// Host patterns from a comma-separated list. A `*` label stands for one AWS region name
+/// (`us-east-1`, `us-gov-west-1`, `cn-north-1`): a wildcard for any label would let
+/// `sns.s3.amazonaws.com`, a bucket's website, serve a certificate.
+pub fn parse_host_patterns(text: &str) -> Result<Vec<HostPattern>, String> {
+    let patterns = text
         .split(',')
-        .map(|p| p.trim().to_ascii_lowercase())
+        .map(str::trim)
         .filter(|p| !p.is_empty())
-        .collect();
+        .map(|pattern| {
+            let (host, port) = match pattern.rsplit_once(':') {
+                Some((host, port)) => (
+                    host,
+                    port.parse()
+                        .map_err(|_| format!("{pattern:?}: the port is not a number"))?,
+                ),
+                None => (pattern, 443),
+            };
+            let labels: Vec<String> = host.split('.').map(str::to_ascii_lowercase).collect();
+            let valid_label = |label: &String| {
+                label == "*"
+                    || (!label.is_empty()
+                        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+            };
+            let wildcards = labels.iter().filter(|l| *l == "*").count();
+            if !labels.iter().all(valid_label) || wildcards > 1 || labels.len() < wildcards + 1 {
+                return Err(format!(
+                    "{pattern:?} is not a host pattern (a host name, one label of which may be *)"
+                ));
+            }
+            Ok(HostPattern { labels, port })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     if patterns.is_empty() {
         return Err("expected at least one host pattern".to_owned());
-    }
-    for pattern in &patterns {
-        let valid = pattern.split('.').all(|label| {
-            label == "*"
-                || (!label.is_empty()
-                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-        });
-        if !valid {
-            return Err(format!("{pattern:?} is not a host name pattern"));
-        }
     }
     Ok(patterns)
 }
 
-fn host_matches(pattern: &str, host: &str) -> bool {
-    let (pattern, host): (Vec<_>, Vec<_>) =
-        (pattern.split('.').collect(), host.split('.').collect());
-    pattern.len() == host.len()
-        && pattern.iter().zip(&host).all(|(p, h)| {
-            *p == "*" && !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                || p.eq_ignore_ascii_case(h)
-        })
+/// An AWS region name: `us-east-1`, `eu-central-2`, `us-gov-west-1`, `cn-northwest-1`.
+fn is_region(label: &str) -> bool {
+    let parts: Vec<&str> = label.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() == 2
+        && parts[..parts.len() - 1]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts[parts.len() - 1].bytes().all(|b| b.is_ascii_digit())
+        && !parts[parts.len() - 1].is_empty()
+}
+
+impl HostPattern {
+    fn matches(&self, host: &str, port: u16) -> bool {
+        let host: Vec<&str> = host.split('.').collect();
+        self.port == port
+            && self.labels.len() == host.len()
+            && self.labels.iter().zip(&host).all(|(pattern, label)| {
+                if pattern == "*" {
+                    is_region(label)
+                } else {
+                    pattern.eq_ignore_ascii_case(label)
+                }
+            })
+    }
 }
 
 /// An SNS message as POSTed.
@@ -146,17 +186,20 @@ impl Sns {
         }
     }
 
-    /// A URL on an SNS host over https, or the refusal.
+    /// A URL on an SNS host over https, without a query or credentials, or the refusal.
     fn sns_url(&self, text: &str) -> Result<url::Url, FeedbackError> {
         let url = url::Url::parse(text)
             .map_err(|e| FeedbackError::Unauthorized(format!("bad URL {text:?}: {e}")))?;
         let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or_default();
         let allowed = url.scheme() == "https"
+            && url.username().is_empty()
+            && url.password().is_none()
             && self
                 .settings
                 .certificate_hosts
                 .iter()
-                .any(|pattern| host_matches(pattern, host));
+                .any(|pattern| pattern.matches(host, port));
         if allowed {
             Ok(url)
         } else {
@@ -178,9 +221,9 @@ impl Sns {
                 }
             };
         let url = self.sns_url(&envelope.signing_cert_url)?;
-        if !url.path().ends_with(".pem") {
+        if !url.path().ends_with(".pem") || url.query().is_some() {
             return Err(FeedbackError::Unauthorized(
-                "the SigningCertURL is not a .pem file".to_owned(),
+                "the SigningCertURL is not a .pem file without a query".to_owned(),
             ));
         }
         let der = self.certificate(&url).await?;
@@ -210,8 +253,10 @@ impl Sns {
         })?;
         let der = Arc::new(der.as_ref().to_vec());
         let mut cache = lock(&self.certificates);
-        if cache.len() >= MAX_CACHED_CERTIFICATES {
-            cache.clear();
+        if cache.len() >= MAX_CACHED_CERTIFICATES
+            && let Some(evicted) = cache.keys().next().cloned()
+        {
+            cache.remove(&evicted);
         }
         cache.insert(url.as_str().to_owned(), Arc::clone(&der));
         Ok(der)
@@ -358,13 +403,22 @@ mod tests {
     #[test]
     fn only_sns_hosts_match() {
         let patterns = parse_host_patterns(DEFAULT_CERTIFICATE_HOSTS).unwrap();
-        let ok = |host: &str| patterns.iter().any(|p| host_matches(p, host));
-        assert!(ok("sns.us-east-1.amazonaws.com"));
-        assert!(ok("sns.cn-north-1.amazonaws.com.cn"));
-        assert!(!ok("sns.evil.example.amazonaws.com"));
-        assert!(!ok("sns.us-east-1.amazonaws.com.evil.test"));
-        assert!(!ok("evil.test"));
-        assert!(parse_host_patterns("a b").is_err());
+        let ok = |host: &str, port| patterns.iter().any(|p| p.matches(host, port));
+        assert!(ok("sns.us-east-1.amazonaws.com", 443));
+        assert!(ok("sns.us-gov-west-1.amazonaws.com", 443));
+        assert!(ok("sns.cn-north-1.amazonaws.com.cn", 443));
+        assert!(!ok("sns.us-east-1.amazonaws.com", 8443));
+        // S3 website endpoints of a bucket named `sns`.
+        assert!(!ok("sns.s3.amazonaws.com", 443));
+        assert!(!ok("sns.s3-us-west-2.amazonaws.com", 443));
+        assert!(!ok("sns.evil.example.amazonaws.com", 443));
+        assert!(!ok("sns.us-east-1.amazonaws.com.evil.test", 443));
+        assert!(!ok("evil.test", 443));
+        let local = parse_host_patterns("localhost:8443").unwrap();
+        assert!(local[0].matches("localhost", 8443) && !local[0].matches("localhost", 443));
+        for bad in ["a b", "*", "*.*.example.com", "host:port"] {
+            assert!(parse_host_patterns(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

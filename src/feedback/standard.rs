@@ -21,7 +21,7 @@ use super::{Event, EventKind, FeedbackError, address, outbox_id};
 use crate::suppression::BounceType;
 
 /// How far a request's timestamp may be from now.
-const TOLERANCE_SECONDS: i64 = 5 * 60;
+const TOLERANCE_SECONDS: u64 = 5 * 60;
 
 /// The shared secret.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ impl StandardSettings {
         let sent: i64 = timestamp.trim().parse().map_err(|_| {
             FeedbackError::Unauthorized("webhook-timestamp is not a number".to_owned())
         })?;
-        if (now - sent).abs() > TOLERANCE_SECONDS {
+        if now.abs_diff(sent) > TOLERANCE_SECONDS {
             return Err(FeedbackError::Unauthorized(
                 "webhook-timestamp is more than five minutes from now".to_owned(),
             ));
@@ -174,6 +174,17 @@ mod tests {
         assert!(check(&format!("v1,AAAA {good}"), body, 1000).is_ok());
         assert!(check(&good, b"{}", 1000).is_err());
         assert!(check(&good, body, 1000 + 301).is_err());
+        assert!(
+            settings
+                .verify(
+                    Some("msg_1"),
+                    Some("-9223372036854775808"),
+                    Some(&good),
+                    body,
+                    1000
+                )
+                .is_err()
+        );
         assert!(check(&sign(&[8u8; 32], "msg_1", "1000", body), body, 1000).is_err());
         assert!(StandardSettings::parse("whsec_c2hvcnQ=").is_err());
     }

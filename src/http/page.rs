@@ -128,6 +128,9 @@ async fn page(
     Query(mut query): Query<HashMap<String, String>>,
 ) -> Response {
     let suppressed = query.remove("suppressed");
+    if let Some(Err(e)) = suppressed.as_deref().map(|s| check_text("suppressed", s)) {
+        return plain(StatusCode::BAD_REQUEST, format!("{e}\n"));
+    }
     let list = match ListQuery::parse(&query) {
         Ok(list) => list,
         Err(e) => return plain(StatusCode::BAD_REQUEST, e),

@@ -19,6 +19,7 @@ use crate::feedback::{Event, EventKind, FeedbackError, FeedbackSettings, MAX_BOD
 use crate::store;
 use crate::suppression::FeedbackSource;
 use crate::telemetry::metrics::{Metrics, WebhookResult};
+use crate::text::mask_addresses;
 
 #[derive(Clone)]
 struct WebhookState {
@@ -154,17 +155,14 @@ async fn record(
         Ok(events) => events,
         Err(e) => return refuse(state, source, &e),
     };
-    for event in &events {
-        if let Err(e) =
-            store::suppressions::record_feedback(&state.pool, &event.feedback(source)).await
-        {
-            warn!(error = %e, source = source.as_str(), "could not record a bounce or complaint");
-            state.metrics.webhook_request(source, WebhookResult::Failed);
-            return plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "could not record the notification; send it again\n".to_owned(),
-            );
-        }
+    let reports: Vec<_> = events.iter().map(|event| event.feedback(source)).collect();
+    if let Err(e) = store::suppressions::record_feedback(&state.pool, &reports).await {
+        warn!(error = %e, source = source.as_str(), "could not record a bounce or complaint");
+        state.metrics.webhook_request(source, WebhookResult::Failed);
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "could not record the notification; send it again\n".to_owned(),
+        );
     }
     for event in &events {
         match event.kind {
@@ -189,7 +187,7 @@ fn refuse(state: &WebhookState, source: FeedbackSource, error: &FeedbackError) -
         FeedbackError::Invalid(_) => (StatusCode::BAD_REQUEST, WebhookResult::Invalid),
         FeedbackError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, WebhookResult::Failed),
     };
-    warn!(source = source.as_str(), error = %error, "refused a webhook request");
+    warn!(source = source.as_str(), error = %mask_addresses(&error.to_string()), "refused a webhook request");
     state.metrics.webhook_request(source, result);
     plain(status, format!("{error}\n"))
 }

@@ -7,6 +7,8 @@ use lettre::message::dkim::{
     DkimSigningKey,
 };
 use lettre::message::header::HeaderName;
+use rustls_pki_types::PrivatePkcs1KeyDer;
+use rustls_pki_types::pem::PemObject as _;
 use secrecy::{ExposeSecret, SecretString};
 
 /// Headers every signature covers; an absent one is signed as absent, so that nobody can
@@ -24,6 +26,35 @@ const SIGNED_HEADERS: &[&str] = &[
     "MIME-Version",
     "X-Outbox-Id",
 ];
+
+/// The smallest RSA key verifiers accept (RFC 8301).
+const MIN_KEY_BITS: usize = 1024;
+
+/// Takes one DER element of this tag off the front of `input`; its contents.
+fn der_element<'a>(input: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
+    let (&found, rest) = input.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    if found != tag {
+        return None;
+    }
+    let length = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let octets = usize::from(first & 0x7f);
+        if octets == 0 || octets > 4 || rest.len() < octets {
+            return None;
+        }
+        let (bytes, after) = rest.split_at(octets);
+        rest = after;
+        bytes.iter().fold(0, |n, b| (n << 8) | usize::from(*b))
+    };
+    if rest.len() < length {
+        return None;
+    }
+    let (contents, after) = rest.split_at(length);
+    *input = after;
+    Some(contents)
+}
 
 /// A signing domain, selector and RSA key, checked at start-up.
 #[derive(Clone)]
@@ -62,7 +93,28 @@ impl DkimKey {
             pem: SecretString::from(pem),
         };
         key.signing_key()?;
+        let bits = key.modulus_bits()?;
+        if bits < MIN_KEY_BITS {
+            return Err(format!(
+                "the RSA key has {bits} bits: verifiers refuse keys under {MIN_KEY_BITS} (RFC 8301); use 2048"
+            ));
+        }
         Ok(key)
+    }
+
+    /// The size of the key's modulus, read from its PKCS#1 structure
+    /// (`SEQUENCE { version INTEGER, modulus INTEGER, ... }`).
+    fn modulus_bits(&self) -> Result<usize, String> {
+        let unreadable = || "the RSA key's structure cannot be read".to_owned();
+        let der = PrivatePkcs1KeyDer::from_pem_slice(self.pem.expose_secret().as_bytes())
+            .map_err(|_| unreadable())?;
+        let mut input = der.secret_pkcs1_der();
+        let sequence = der_element(&mut input, 0x30).ok_or_else(unreadable)?;
+        let mut fields = sequence;
+        der_element(&mut fields, 0x02).ok_or_else(unreadable)?;
+        let modulus = der_element(&mut fields, 0x02).ok_or_else(unreadable)?;
+        let significant = modulus.iter().skip_while(|b| **b == 0).count();
+        Ok(significant * 8)
     }
 
     fn signing_key(&self) -> Result<DkimSigningKey, String> {

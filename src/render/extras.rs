@@ -11,13 +11,10 @@ use serde_json::Value;
 use super::{RenderError, has_control};
 
 /// Headers a kind may not declare: outboxd writes them itself, or they belong to the
-/// transport or the MIME structure.
+/// transport; and every `Content-*` header, which belongs to the MIME structure.
 const RESERVED: &[&str] = &[
     "bcc",
     "cc",
-    "content-disposition",
-    "content-transfer-encoding",
-    "content-type",
     "date",
     "dkim-signature",
     "from",
@@ -68,7 +65,8 @@ pub(super) fn parse_headers_file(
         if !valid_name {
             return Err(at(format!("{name:?} is not a header name")));
         }
-        if RESERVED.contains(&name.to_ascii_lowercase().as_str()) {
+        let lower = name.to_ascii_lowercase();
+        if RESERVED.contains(&lower.as_str()) || lower.starts_with("content-") {
             return Err(at(format!(
                 "{name} is written by outboxd and cannot be declared"
             )));
@@ -100,6 +98,15 @@ pub(super) fn header_value(name: &str, rendered: &str) -> Result<Option<HeaderVa
             what: format!("header {name}"),
             reason: "contains a line break or another control character".to_owned(),
             class: "header_injection",
+        });
+    }
+    // List-* headers hold URIs in angle brackets (RFC 2369): encoding them (RFC 2047) would
+    // break them.
+    if name.to_ascii_lowercase().starts_with("list-") && !value.is_ascii() {
+        return Err(RenderError::Declared {
+            what: format!("header {name}"),
+            reason: "must be ASCII (percent-encode the URI)".to_owned(),
+            class: "render",
         });
     }
     if value.chars().count() > MAX_HEADER_CHARS {
@@ -192,10 +199,27 @@ fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError
     if content_type.chars().any(char::is_control) {
         return Err(injection("content_type"));
     }
+    // A part of its own, never a MIME structure or a whole email inside the payload's.
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence.starts_with("multipart/") || essence.starts_with("message/") {
+        return Err(invalid(format!(
+            "content_type {essence:?}: multipart and message types are not attachments"
+        )));
+    }
     let content_type = ContentType::parse(content_type)
         .map_err(|_| invalid(format!("{content_type:?} is not a MIME type")))?;
+    // MIME encoders wrap their base64 in lines: the line breaks are not data.
+    let encoded: String = field("content_base64")?
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
     let content = base64::engine::general_purpose::STANDARD
-        .decode(field("content_base64")?)
+        .decode(encoded)
         .map_err(|e| invalid(format!("content_base64 is not base64: {e}")))?;
     let bytes = content.len();
     Ok((
@@ -218,7 +242,13 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.len(), 2);
         assert_eq!(parsed[0].1, "<{{ url }}>");
-        for bad in ["Bcc: x", "X-A: 1\nx-a: 2", "No colon here", "Bad Name: x"] {
+        for bad in [
+            "Bcc: x",
+            "X-A: 1\nx-a: 2",
+            "No colon here",
+            "Bad Name: x",
+            "Content-ID: x",
+        ] {
             assert!(parse_headers_file("news", bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -245,5 +275,17 @@ mod tests {
             "attachment"
         );
         assert!(attachments(&json!({"attachments": "x"}), 100).is_err());
+        assert_eq!(
+            attachments(&file("a.pdf", "JVBE\r\nRi0="), 100)
+                .unwrap()
+                .len(),
+            1
+        );
+        let nested = json!({"attachments": [{"filename": "a.eml", "content_type": "message/rfc822",
+                                             "content_base64": "JVBERi0="}]});
+        assert_eq!(
+            attachments(&nested, 100).unwrap_err().error_class(),
+            "attachment"
+        );
     }
 }

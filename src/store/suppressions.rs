@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::{FromRow, PgPool};
 
 use super::admin::audit;
-use crate::suppression::{NewSuppression, SuppressionReason};
+use crate::suppression::{Feedback, NewSuppression, SuppressionReason};
 
 /// One address on the list.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -122,24 +122,23 @@ pub async fn remove(pool: &PgPool, address: &str, actor: &str) -> Result<bool, s
     Ok(removed > 0)
 }
 
-/// What a provider reported of one message's recipient.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Feedback {
-    /// `hard_bounce`, `soft_bounce` or `complaint`: the message row's `feedback`; `None`
-    /// for an unsubscribe.
-    pub mark: Option<&'static str>,
-    /// The outbox row it names, if it names one.
-    pub message_id: Option<i64>,
-    /// Added to the list (hard bounces and complaints), or nothing (soft bounces).
-    pub suppression: Option<NewSuppression>,
+/// Records a provider's notification: each recipient's suppression and the mark on the
+/// message's row, all in one transaction (a notification is taken whole or not at all). A
+/// report for a row that retention already deleted still suppresses.
+pub async fn record_feedback(pool: &PgPool, reports: &[Feedback]) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    for feedback in reports {
+        record_one(&mut tx, feedback).await?;
+    }
+    tx.commit().await
 }
 
-/// Records a provider's report: the suppression, and the mark on the message's row, in one
-/// transaction. A report for a row that retention already deleted still suppresses.
-pub async fn record_feedback(pool: &PgPool, feedback: &Feedback) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+async fn record_one(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    feedback: &Feedback,
+) -> Result<(), sqlx::Error> {
     if let Some(entry) = &feedback.suppression {
-        upsert(&mut *tx, entry, None).await?;
+        upsert(&mut **tx, entry, None).await?;
     }
     if let (Some(id), Some(mark)) = (feedback.message_id, feedback.mark) {
         // A complaint outranks a bounce, and a hard bounce a soft one.
@@ -150,10 +149,10 @@ pub async fn record_feedback(pool: &PgPool, feedback: &Feedback) -> Result<(), s
         )
         .bind(id)
         .bind(mark)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
     }
-    tx.commit().await
+    Ok(())
 }
 
 /// Inserts an entry, or replaces one that has lapsed or that an operator is replacing.

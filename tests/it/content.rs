@@ -127,6 +127,15 @@ async fn a_dkim_key_that_cannot_sign_stops_outboxd_before_it_starts() {
     .unwrap();
     let bad = bad.display().to_string();
     let missing = dir.path().join("missing.pem").display().to_string();
+    let small = dir.path().join("small.pem");
+    let made = Command::new("openssl")
+        .args(["genrsa", "-traditional", "-out"])
+        .arg(&small)
+        .arg("512")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let small = small.display().to_string();
     for (flags, says) in [
         (
             vec![
@@ -151,6 +160,21 @@ async fn a_dkim_key_that_cannot_sign_stops_outboxd_before_it_starts() {
             "cannot read --dkim-private-key-file",
         ),
         (vec!["--dkim-domain", "example.test"], "DKIM needs all of"),
+        (
+            vec!["--max-attachment-bytes", "4MiB"],
+            "OUTBOXD_MAX_ATTACHMENT_BYTES (4194304) cannot be reached",
+        ),
+        (
+            vec![
+                "--dkim-domain",
+                "example.test",
+                "--dkim-selector",
+                "s1",
+                "--dkim-private-key-file",
+                &small,
+            ],
+            "the RSA key has 512 bits",
+        ),
         (
             vec![
                 "--dkim-domain",

@@ -452,6 +452,7 @@ async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
         "{}",
         found.body
     );
+    assert_eq!(get("/admin?suppressed=%01x".into()).await.status, 400);
     let none = get("/admin?suppressed=nobody".into()).await;
     assert!(!none.body.contains("<td>page@example.com</td>"));
     let removed = post(

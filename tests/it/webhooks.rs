@@ -163,6 +163,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
     let ca = TestCa::new();
     let host = CertificateHost::start(&ca);
     let ca_file = ca.path("ca.pem");
+    let hosts = format!("localhost:{}", host.port);
     let mut app = app(
         &db,
         None,
@@ -170,7 +171,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
             "--sns-topic-arns",
             TOPIC,
             "--sns-certificate-hosts",
-            "localhost",
+            &hosts,
             "--sns-ca-file",
             &ca_file,
         ],
@@ -247,10 +248,51 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         "https://127.0.0.1:{}/SimpleNotificationService-test.pem",
         host.port
     ));
+    let with_field = |name: &str, value: String| {
+        let mut message = host.message("Notification", &[("Message", &other.to_string())], "2");
+        message[name] = json!(value);
+        message
+    };
+    let plain_http = with_field(
+        "SigningCertURL",
+        format!(
+            "http://localhost:{}/SimpleNotificationService-test.pem",
+            host.port
+        ),
+    );
+    let other_port = with_field(
+        "SigningCertURL",
+        "https://localhost:1/SimpleNotificationService-test.pem".into(),
+    );
+    let with_query = with_field(
+        "SigningCertURL",
+        host.url("/SimpleNotificationService-test.pem?x=1"),
+    );
+    let not_pem = with_field("SigningCertURL", host.url("/requests.log"));
+    let version = with_field("SignatureVersion", "3".into());
+    // A confirmation whose SubscribeURL leaves the SNS hosts is refused before any visit.
+    let off_host = host.message(
+        "SubscriptionConfirmation",
+        &[
+            ("Message", "x"),
+            ("Token", "tok-2"),
+            (
+                "SubscribeURL",
+                &format!("https://127.0.0.1:{}/confirm?Token=tok-2", host.port),
+            ),
+        ],
+        "2",
+    );
     for (forged, says) in [
         (&changed, "does not verify"),
         (&topic, "not in OUTBOXD_SNS_TOPIC_ARNS"),
         (&elsewhere, "not https on an SNS host"),
+        (&plain_http, "not https on an SNS host"),
+        (&other_port, "not https on an SNS host"),
+        (&with_query, "without a query"),
+        (&not_pem, "not a .pem file"),
+        (&version, "unknown SignatureVersion"),
+        (&off_host, "not https on an SNS host"),
     ] {
         let refused = post(&addr, "/webhooks/sns", &[], &forged.to_string()).await;
         assert_eq!(refused.status, 401, "{}", refused.body);
@@ -261,6 +303,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
     let huge = "x".repeat(600 * 1024);
     assert_eq!(post(&addr, "/webhooks/sns", &[], &huge).await.status, 413);
     assert_eq!(suppressed(&db, "victim@example.com").await, None);
+    assert!(!host.requests().contains("tok-2"), "{}", host.requests());
 
     let (_, metrics) = http_get(&app.http_addr().to_string(), "/metrics").await;
     for series in [
@@ -500,6 +543,14 @@ async fn webhook_settings_that_cannot_work_stop_outboxd_before_it_starts() {
             "at least 16",
         ),
         (vec!["--sns-topic-arns", "my-topic"], "is not an ARN"),
+        (
+            vec!["--sns-topic-arns", "arn:aws:sns:eu-west-1:123:x"],
+            "is not an ARN",
+        ),
+        (
+            vec!["--sns-ca-file", "/etc/hostname"],
+            "OUTBOXD_SNS_TOPIC_ARNS is not",
+        ),
         (
             vec![
                 "--sns-topic-arns",
