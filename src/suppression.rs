@@ -146,8 +146,8 @@ pub struct Feedback {
     pub suppression: Option<NewSuppression>,
 }
 
-/// An address as the list keeps it: its addr-spec (a `Name <addr>` form is reduced to
-/// `addr`), trimmed and lower-cased; refused unless it parses as an email address.
+/// An address as the list keeps it ([`address_key`]): its addr-spec (a `Name <addr>` form
+/// is reduced to `addr`), trimmed; refused unless it parses as an email address.
 pub fn normalize_address(text: &str) -> Result<String, String> {
     let text = text.trim();
     let spec = match (text.rfind('<'), text.strip_suffix('>')) {
@@ -162,11 +162,19 @@ pub fn normalize_address(text: &str) -> Result<String, String> {
             "an address is at most {MAX_ADDRESS_CHARS} characters"
         ));
     }
-    let lowered = spec.to_lowercase();
-    lowered
+    let address = spec
+        .to_lowercase()
         .parse::<lettre::Address>()
         .map_err(|e| format!("{spec:?} is not an email address: {e}"))?;
-    Ok(lowered)
+    Ok(address_key(&address))
+}
+
+/// An address as the list keeps it: lower-cased, its domain in ASCII (`bücher.de` and
+/// `xn--bcher-kva.de` are one domain; providers report the latter).
+pub fn address_key(address: &lettre::Address) -> String {
+    let domain = address.domain().to_lowercase();
+    let domain = idna::domain_to_ascii(&domain).unwrap_or(domain);
+    format!("{}@{domain}", address.user().to_lowercase())
 }
 
 /// Whether a permanent SMTP reply says the mailbox does not exist, which suppresses its
@@ -226,6 +234,10 @@ mod tests {
             assert!(normalize_address(bad).is_err(), "{bad:?} accepted");
         }
         assert!(normalize_address(&format!("{}@x.org", "a".repeat(400))).is_err());
+        assert_eq!(
+            normalize_address("Ana@Bücher.de").unwrap(),
+            normalize_address("ana@xn--bcher-kva.de").unwrap()
+        );
     }
 
     #[test]

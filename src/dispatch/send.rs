@@ -298,7 +298,10 @@ impl MessageSender {
                 _ => {}
             }
             let bounced = match &attempt {
-                AttemptResult::SendFailed(e) => e.unknown_recipient().map(str::to_lowercase),
+                AttemptResult::SendFailed(e) => e
+                    .unknown_recipient()
+                    .and_then(|to| to.parse::<lettre::Address>().ok())
+                    .map(|to| crate::suppression::address_key(&to)),
                 _ => None,
             };
             if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {

@@ -166,6 +166,7 @@ impl Sns {
             )));
         }
         self.verify(&envelope).await?;
+        check_fresh(&envelope.timestamp, chrono::Utc::now())?;
         match envelope.kind.as_str() {
             "SubscriptionConfirmation" => {
                 let url = envelope
@@ -261,6 +262,24 @@ impl Sns {
         cache.insert(url.as_str().to_owned(), Arc::clone(&der));
         Ok(der)
     }
+}
+
+/// SNS retries a notification for an hour at most: an older one is a replay (which could
+/// put back an address an operator removed from the list).
+const MAX_AGE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// Clocks disagree a little.
+const MAX_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+fn check_fresh(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> Result<(), FeedbackError> {
+    let sent = chrono::DateTime::parse_from_rfc3339(timestamp)
+        .map_err(|_| FeedbackError::Invalid(format!("Timestamp {timestamp:?} is not RFC 3339")))?;
+    let age = now.signed_duration_since(sent);
+    if age > MAX_AGE || age < -MAX_AHEAD {
+        return Err(FeedbackError::Unauthorized(format!(
+            "Timestamp {timestamp} is more than an hour old, or in the future: a replay?"
+        )));
+    }
+    Ok(())
 }
 
 /// The fields SNS signs, each name and value on its own line, in this order.

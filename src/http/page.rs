@@ -128,8 +128,14 @@ async fn page(
     Query(mut query): Query<HashMap<String, String>>,
 ) -> Response {
     let suppressed = query.remove("suppressed");
-    if let Some(Err(e)) = suppressed.as_deref().map(|s| check_text("suppressed", s)) {
-        return plain(StatusCode::BAD_REQUEST, format!("{e}\n"));
+    let suppressed_after = query.remove("suppressed_after");
+    for (name, value) in [
+        ("suppressed", &suppressed),
+        ("suppressed_after", &suppressed_after),
+    ] {
+        if let Some(Err(e)) = value.as_deref().map(|v| check_text(name, v)) {
+            return plain(StatusCode::BAD_REQUEST, format!("{e}\n"));
+        }
     }
     let list = match ListQuery::parse(&query) {
         Ok(list) => list,
@@ -140,6 +146,7 @@ async fn page(
         list: &list,
         notice: query.get("notice"),
         suppressed: suppressed.as_deref(),
+        suppressed_after: suppressed_after.as_deref(),
     };
     match render(&state, &actor, &shown, &nonce).await {
         Ok(html) => {
@@ -174,8 +181,9 @@ fn style_nonce() -> String {
 struct Shown<'a> {
     list: &'a ListQuery,
     notice: Option<&'a String>,
-    /// The suppression list's search.
+    /// The suppression list's search, and where its page starts.
     suppressed: Option<&'a str>,
+    suppressed_after: Option<&'a str>,
 }
 
 async fn render(
@@ -186,7 +194,10 @@ async fn render(
 ) -> anyhow::Result<String> {
     let (list, notice) = (shown.list, shown.notice);
     let now = Utc::now();
-    let suppressions = suppressions::rows(&state.pool, shown.suppressed, now).await?;
+    let (suppressions, suppressed_next) =
+        suppressions::rows(&state.pool, shown.suppressed, shown.suppressed_after, now).await?;
+    let query_value =
+        |text: &str| url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
     let stats = stats::stats(&state.pool).await?;
     let groups = admin::groups(&state.pool).await?;
     let page =
@@ -232,6 +243,8 @@ async fn render(
         audit,
         suppressions,
         suppressed => shown.suppressed.unwrap_or_default(),
+        suppressed_query => query_value(shown.suppressed.unwrap_or_default()),
+        suppressed_next => suppressed_next.as_deref().map(query_value),
         reasons => suppressions::reasons(),
         csrf => state.auth.csrf_token(actor),
         nonce => nonce,

@@ -69,9 +69,9 @@ pub(super) fn envelope_keys(payload: &Value) -> Vec<String> {
         .collect()
 }
 
-/// An envelope address as the suppression list keeps it: lower-cased.
+/// An envelope address as the suppression list keeps it.
 pub fn suppression_key(address: &Address) -> String {
-    AsRef::<str>::as_ref(address).to_lowercase()
+    crate::suppression::address_key(address)
 }
 
 /// Refuses a payload with more than `max` addresses in `to`, `cc`, `bcc` and `reply_to`

@@ -472,4 +472,36 @@ async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
         page.body.contains("<td>ops</td><td>unsuppress</td>"),
         "audited"
     );
+
+    // Fifty to a page, in address order, with a link to the next.
+    for i in 0..55 {
+        let address = format!("many{i:02}@example.com");
+        suppressions::add(
+            &db.pool,
+            &entry(&address, SuppressionReason::Manual),
+            "test",
+        )
+        .await
+        .unwrap();
+    }
+    let first = get("/admin?suppressed=many".into()).await;
+    assert!(first.body.contains("<td>many49@example.com</td>"));
+    assert!(!first.body.contains("<td>many50@example.com</td>"));
+    let next = first
+        .body
+        .split("id=\"suppressions-next\" href=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let second = get(next).await;
+    assert!(
+        second.body.contains("<td>many54@example.com</td>"),
+        "{}",
+        second.body
+    );
+    assert!(!second.body.contains("<td>many49@example.com</td>"));
+    assert!(!second.body.contains("suppressions-next"));
 }

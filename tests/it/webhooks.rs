@@ -94,7 +94,8 @@ impl CertificateHost {
     fn message(&self, kind: &str, fields: &[(&str, &str)], version: &str) -> Value {
         let mut message = json!({
             "Type": kind, "MessageId": "9b0e1c3c-0000-4000-8000-000000000001",
-            "TopicArn": TOPIC, "Timestamp": "2026-11-30T12:00:00.000Z",
+            "TopicArn": TOPIC,
+            "Timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "SignatureVersion": version,
             "SigningCertURL": self.url("/SimpleNotificationService-test.pem"),
         });
@@ -283,7 +284,15 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         ],
         "2",
     );
+    let stale_time = (chrono::Utc::now() - chrono::Duration::hours(2))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let stale = host.message(
+        "Notification",
+        &[("Message", &other.to_string()), ("Timestamp", &stale_time)],
+        "2",
+    );
     for (forged, says) in [
+        (&stale, "more than an hour old"),
         (&changed, "does not verify"),
         (&topic, "not in OUTBOXD_SNS_TOPIC_ARNS"),
         (&elsewhere, "not https on an SNS host"),

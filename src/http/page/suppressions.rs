@@ -14,7 +14,6 @@ use tracing::info;
 
 use super::{ago, back_to, database_unavailable, refuse_forged};
 use crate::http::AdminState;
-use crate::http::api::check_text;
 use crate::http::auth::Actor;
 use crate::http::suppressions::AddRequest;
 use crate::store::suppressions;
@@ -23,19 +22,22 @@ use crate::suppression::{SuppressionReason, normalize_address};
 /// Addresses the page shows at once.
 const SHOWN: i64 = 50;
 
-/// The section's rows: the addresses matching `search`, or the first ones.
+/// The section's rows, in address order: those matching `search` after `after`, and the
+/// `after` of the next page when there is one.
 pub(super) async fn rows(
     pool: &PgPool,
     search: Option<&str>,
+    after: Option<&str>,
     now: DateTime<Utc>,
-) -> anyhow::Result<Vec<Value>> {
+) -> anyhow::Result<(Vec<Value>, Option<String>)> {
     let search = search.map(str::trim).filter(|s| !s.is_empty());
-    if let Some(search) = search {
-        check_text("suppressed", search).map_err(anyhow::Error::msg)?;
-    }
+    let after = after.filter(|s| !s.is_empty());
     let page =
-        suppressions::list(pool, search.map(str::to_lowercase).as_deref(), None, SHOWN).await?;
-    Ok(page
+        suppressions::list(pool, search.map(str::to_lowercase).as_deref(), after, SHOWN).await?;
+    let next = (i64::try_from(page.len()).unwrap_or(i64::MAX) >= SHOWN)
+        .then(|| page.last().map(|s| s.address.clone()))
+        .flatten();
+    let rows = page
         .into_iter()
         .map(|s| {
             context! {
@@ -49,7 +51,8 @@ pub(super) async fn rows(
                 active => s.active,
             }
         })
-        .collect())
+        .collect();
+    Ok((rows, next))
 }
 
 /// The reasons an operator may choose.
