@@ -301,8 +301,9 @@ impl RunArgs {
                 dir.display()
             );
         }
-        self.deliverability
-            .check_attachment_bound(self.max_message_bytes)?;
+        let max_attachment_bytes = self
+            .deliverability
+            .attachment_bound(self.max_message_bytes)?;
         let admin_token = self.admin_token()?;
         Ok(RunConfig {
             database,
@@ -314,7 +315,7 @@ impl RunArgs {
             limits: RenderLimits {
                 max_recipients: self.max_recipients as usize,
                 max_message_bytes: self.max_message_bytes,
-                max_attachment_bytes: self.deliverability.max_attachment_bytes,
+                max_attachment_bytes,
             },
             listen: self.listen,
             sample_interval: self.sample_interval,

@@ -23,9 +23,10 @@ pub struct DeliverabilityArgs {
     pub suppress_hard_bounces: bool,
 
     /// The most bytes a message's attachments may decode to, together (e.g. 2MiB); a
-    /// payload over it is dead-lettered (attachment_too_large).
-    #[arg(long, env = "OUTBOXD_MAX_ATTACHMENT_BYTES", default_value = "2MiB", value_parser = parse_bytes)]
-    pub max_attachment_bytes: usize,
+    /// payload over it is dead-lettered (attachment_too_large). Default: 2MiB, or three
+    /// quarters of OUTBOXD_MAX_MESSAGE_BYTES if that is less.
+    #[arg(long, env = "OUTBOXD_MAX_ATTACHMENT_BYTES", value_parser = parse_bytes)]
+    pub max_attachment_bytes: Option<usize>,
 
     /// Sign every email with DKIM for this domain (d=); needs the selector and the key.
     #[arg(long, env = "OUTBOXD_DKIM_DOMAIN")]
@@ -76,6 +77,9 @@ impl std::fmt::Debug for DeliverabilityArgs {
     }
 }
 
+/// The attachment bound when none is set (and OUTBOXD_MAX_MESSAGE_BYTES allows it).
+const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 2 * 1024 * 1024;
+
 /// `arn:PARTITION:sns:REGION:ACCOUNT:NAME`, ACCOUNT twelve digits.
 fn is_topic_arn(arn: &str) -> bool {
     let parts: Vec<&str> = arn.split(':').collect();
@@ -90,19 +94,20 @@ fn is_topic_arn(arn: &str) -> bool {
 }
 
 impl DeliverabilityArgs {
-    /// The attachment bound must be reachable: base64 makes attachments a third larger in
-    /// the payload and in the email, both bounded by OUTBOXD_MAX_MESSAGE_BYTES.
-    pub fn check_attachment_bound(&self, max_message_bytes: usize) -> anyhow::Result<()> {
-        if self.max_attachment_bytes.saturating_mul(4) / 3 > max_message_bytes {
-            bail!(
-                "--max-attachment-bytes / OUTBOXD_MAX_ATTACHMENT_BYTES ({}) cannot be reached: \
+    /// The attachment bound, which must be reachable: base64 makes attachments a third
+    /// larger in the payload and in the email, both bounded by OUTBOXD_MAX_MESSAGE_BYTES.
+    pub fn attachment_bound(&self, max_message_bytes: usize) -> anyhow::Result<usize> {
+        let reachable = max_message_bytes / 4 * 3;
+        match self.max_attachment_bytes {
+            None => Ok(DEFAULT_MAX_ATTACHMENT_BYTES.min(reachable)),
+            Some(bytes) if bytes <= reachable => Ok(bytes),
+            Some(bytes) => bail!(
+                "--max-attachment-bytes / OUTBOXD_MAX_ATTACHMENT_BYTES ({bytes}) cannot be reached: \
                  base64 makes attachments a third larger, and the payload and the email are \
-                 bounded by OUTBOXD_MAX_MESSAGE_BYTES ({}); keep it under three quarters of that",
-                self.max_attachment_bytes,
-                max_message_bytes
-            );
+                 bounded by OUTBOXD_MAX_MESSAGE_BYTES ({max_message_bytes}); keep it under \
+                 three quarters of that"
+            ),
         }
-        Ok(())
     }
 
     /// The DKIM key, when all three options are set; an error when only some are, or the
