@@ -304,11 +304,12 @@ impl MessageSender {
                     .map(|to| crate::suppression::address_key(&to)),
                 _ => None,
             };
+            let mut outcome = outcome_of(message, attempt, &self.retry);
             if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {
                 // Its batch-mates to the same address are not sent either.
                 batch.suppressed.bounced(address);
+                outcome = self.without_the_bounced(message, outcome);
             }
-            let outcome = outcome_of(message, attempt, &self.retry);
             if matches!(
                 outcome,
                 Outcome::Release {
@@ -325,6 +326,50 @@ impl MessageSender {
                 bounced,
             };
             batch.outcomes.finished(decided);
+        }
+    }
+
+    /// A message refused because one of several recipients does not exist is tried again at
+    /// once (an attempt counted): that recipient is suppressed by then, so the next attempt
+    /// goes to the others. With one recipient it stays a dead letter.
+    fn without_the_bounced(&self, message: &ClaimedMessage, outcome: Outcome) -> Outcome {
+        let Outcome::DeadLetter {
+            error, error_class, ..
+        } = outcome
+        else {
+            return outcome;
+        };
+        let recipients: std::collections::HashSet<String> = self
+            .renderer
+            .suppression_keys(message)
+            .into_iter()
+            .collect();
+        if recipients.len() < 2 {
+            return Outcome::DeadLetter {
+                error,
+                error_class,
+                failure_type: FailureType::Permanent,
+            };
+        }
+        match Outcome::after_retryable_failure(
+            format!("{error}; trying the other recipients again"),
+            error_class,
+            FailureType::Permanent,
+            message.attempts,
+            &self.retry,
+        ) {
+            Outcome::Retry {
+                error,
+                error_class,
+                failure_type,
+                ..
+            } => Outcome::Retry {
+                error,
+                error_class,
+                failure_type,
+                delay: std::time::Duration::ZERO,
+            },
+            dead => dead,
         }
     }
 

@@ -161,6 +161,29 @@ async fn a_bounce_stops_the_rest_of_its_batch_to_the_same_address() {
 }
 
 #[tokio::test]
+async fn a_message_to_several_recipients_of_which_one_is_unknown_reaches_the_others() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let mut payload = verification("unknown-zoe@example.com");
+    payload["cc"] = json!(["kept-yan@example.com"]);
+    let id = db.enqueue("account_verification", payload).await;
+    let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let row = db.row(id).await;
+    assert!(!row.dead && row.attempts == 1, "{row:?}");
+    assert!(
+        row.last_error
+            .unwrap()
+            .contains("trying the other recipients again")
+    );
+    app.dispatcher.dispatch_once().await.unwrap();
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].rcpt_tos, ["kept-yan@example.com"]);
+    assert!(db.row(id).await.dispatched);
+}
+
+#[tokio::test]
 async fn automatic_suppression_can_be_turned_off() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
