@@ -88,7 +88,10 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
             .map(ToString::to_string)
             .collect();
         println!("{}", headers.replace("\r\n", "\n"));
-        println!("Envelope-To: {}", recipients.join(", "));
+        println!(
+            "\n--- envelope recipients (RCPT TO, not a header) ---\n{}",
+            recipients.join(", ")
+        );
         println!("\n--- text/plain ---\n{}", preview.parts.text);
         if let Some(html) = &preview.parts.html {
             println!("--- text/html ---\n{html}");

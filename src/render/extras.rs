@@ -4,8 +4,9 @@
 //! control characters as every other header.
 
 use base64::Engine as _;
+use lettre::message::header::ContentTransferEncoding;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
-use lettre::message::{Attachment, SinglePart};
+use lettre::message::{Attachment, Body, SinglePart};
 use serde_json::Value;
 
 use super::{RenderError, has_control};
@@ -222,8 +223,13 @@ fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError
         .decode(encoded)
         .map_err(|e| invalid(format!("content_base64 is not base64: {e}")))?;
     let bytes = content.len();
+    // Always base64: data sent as it is (lettre's choice for ASCII) would carry bare line
+    // feeds, which SMTP forbids and which break a DKIM body hash once a verifier or a relay
+    // normalizes them.
+    let body = Body::new_with_encoding(content, ContentTransferEncoding::Base64)
+        .map_err(|_| invalid("cannot be encoded".to_owned()))?;
     Ok((
-        Attachment::new(filename.to_owned()).body(content, content_type),
+        Attachment::new(filename.to_owned()).body(body, content_type),
         bytes,
     ))
 }

@@ -36,7 +36,7 @@ pub enum TemplateLoadError {
         path: String,
         source: std::io::Error,
     },
-    #[error("template {name} does not parse: {source:#}")]
+    #[error("template {name} does not parse: {}", describe_at(source))]
     Syntax {
         name: String,
         source: minijinja::Error,
@@ -439,6 +439,14 @@ impl Renderer {
         template
             .render(context)
             .map_err(|e| RenderError::Template(format!("{name}: {}", describe(&e))))
+    }
+}
+
+/// [`describe`], and the line it is on: one line, for a start-up error.
+fn describe_at(error: &minijinja::Error) -> String {
+    match error.line() {
+        Some(line) => format!("{} on line {line}", describe(error)),
+        None => describe(error),
     }
 }
 

@@ -66,10 +66,12 @@ async fn every_built_in_kind_arrives_with_a_dkim_signature_an_independent_verifi
     let pdf = base64::engine::general_purpose::STANDARD.encode(pdf());
     db.enqueue(
         "invoice_notice",
-        invoice_with(
-            json!([{"filename": "INV-2026-0042.pdf", "content_type": "application/pdf",
-                              "content_base64": pdf}]),
-        ),
+        invoice_with(json!([
+            {"filename": "INV-2026-0042.pdf", "content_type": "application/pdf", "content_base64": pdf},
+            // Text with bare line feeds: sent as it is, it would break the body hash.
+            {"filename": "notes.txt", "content_type": "text/plain",
+             "content_base64": base64::engine::general_purpose::STANDARD.encode("hello\nworld\n")},
+        ])),
     )
     .await;
     let key = keys.key_path();
@@ -269,6 +271,36 @@ async fn declared_headers_arrive_intact_and_a_line_break_through_them_is_refused
     );
 }
 
+#[test]
+fn a_template_that_does_not_parse_stops_outboxd_with_one_line_naming_it() {
+    let templates = newsletter_templates();
+    std::fs::write(
+        templates.path().join("newsletter/subject.txt"),
+        "News {{ oops",
+    )
+    .unwrap();
+    let output = outboxd()
+        .args([
+            "preview",
+            "--kind",
+            "newsletter",
+            "--payload",
+            "{}",
+            "--templates",
+        ])
+        .arg(templates.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("template newsletter/subject.txt does not parse")
+            && stderr.contains("on line 1"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn a_kind_may_not_declare_a_header_outboxd_writes() {
     let db = TestDb::new().await;
@@ -414,7 +446,7 @@ fn preview_renders_an_email_as_it_would_be_sent_without_a_database_or_a_server()
         "{shown}"
     );
     assert!(
-        shown.contains("Envelope-To: billing@example.com, ada@example.com"),
+        shown.contains("(RCPT TO, not a header) ---\nbilling@example.com, ada@example.com"),
         "{shown}"
     );
     assert!(
