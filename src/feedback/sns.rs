@@ -27,6 +27,9 @@ pub const DEFAULT_CERTIFICATE_HOSTS: &str = "sns.*.amazonaws.com,sns.*.amazonaws
 
 /// Certificates kept; SNS rotates them rarely.
 const MAX_CACHED_CERTIFICATES: usize = 16;
+/// Certificate fetches at once: anyone who knows a topic ARN can make outboxd fetch from
+/// the SNS hosts, and each fetch may take its whole timeout.
+const MAX_CONCURRENT_FETCHES: usize = 2;
 
 /// What the SNS webhook accepts.
 #[derive(Debug, Clone)]
@@ -145,6 +148,7 @@ pub enum SnsOutcome {
 pub struct Sns {
     settings: SnsSettings,
     certificates: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    fetches: tokio::sync::Semaphore,
 }
 
 impl Sns {
@@ -152,6 +156,7 @@ impl Sns {
         Self {
             settings,
             certificates: Mutex::new(HashMap::new()),
+            fetches: tokio::sync::Semaphore::new(MAX_CONCURRENT_FETCHES),
         }
     }
 
@@ -246,6 +251,11 @@ impl Sns {
         if let Some(der) = lock(&self.certificates).get(url.as_str()) {
             return Ok(Arc::clone(der));
         }
+        let _permit = self.fetches.try_acquire().map_err(|_| {
+            FeedbackError::Unavailable(
+                "too many certificate fetches at once; send it again".to_owned(),
+            )
+        })?;
         let pem = self.settings.client.get(url).await.map_err(|e| {
             FeedbackError::Unavailable(format!("cannot fetch the signing certificate: {e}"))
         })?;
