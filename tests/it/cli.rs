@@ -108,6 +108,15 @@ async fn bad_options_are_refused_with_a_clear_error() {
             "invalid --message-id-domain",
         ),
         (&["--worker-id", " "], "must not be empty"),
+        (
+            &["--suppress-hard-bounces", "maybe"],
+            "--suppress-hard-bounces",
+        ),
+        (
+            &["--max-attachment-bytes", "lots"],
+            "--max-attachment-bytes",
+        ),
+        (&["--max-attachment-bytes", "10"], "from 1KiB to 100MiB"),
         (&["--rate-limit", "0/s"], "the rate must be more than 0"),
         (
             &["--rate-limit", "14"],
