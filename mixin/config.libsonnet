@@ -13,6 +13,11 @@ local utils = import 'lib/utils.libsonnet';
     // absent() has no series to take them from (Alertmanager's inhibit rules match on job).
     outboxdSelectorLabels: utils.equalityLabels(self.outboxdSelector),
 
+    // The labels every alert aggregates by: one alert per outboxd Deployment. With one
+    // Deployment per application database, each in its namespace, `job` alone would merge
+    // them (the ServiceMonitor names every job "outboxd").
+    groupLabels: 'namespace, job',
+
     // The dashboard's default `job` (the variable still lists every job with outboxd's metrics).
     dashboardJobDefault: std.get(self.outboxdSelectorLabels, 'job', ''),
 

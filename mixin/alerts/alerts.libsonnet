@@ -40,7 +40,7 @@
               9 minutes after claiming stops; a healthy burst drained in 3 minutes stays under.
             |||,
             alert: 'OutboxDispatcherStalled',
-            expr: 'max by (job) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(stalledReadyAgeSeconds)g' % config,
+            expr: 'max by (%(groupLabels)s) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(stalledReadyAgeSeconds)g' % config,
             'for': '3m',
             labels: { severity: 'critical' },
             annotations: {
@@ -67,7 +67,7 @@
           },
           {
             alert: 'OutboxSmtpUnreachable',
-            expr: 'max by (job) (min_over_time(outbox_smtp_circuit_open{%(outboxdSelector)s}[3m])) == 1' % config,
+            expr: 'max by (%(groupLabels)s) (min_over_time(outbox_smtp_circuit_open{%(outboxdSelector)s}[3m])) == 1' % config,
             'for': '3m',
             labels: { severity: 'critical' },
             annotations: {
@@ -83,12 +83,12 @@
             alert: 'OutboxSendFailing',
             expr: |||
               (
-                sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m]))
+                sum by (%(groupLabels)s) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m]))
                 /
-                (sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m]))
-                  + sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[3m])))
+                (sum by (%(groupLabels)s) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m]))
+                  + sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[3m])))
               ) > %(sendFailingRatio)g
-              and sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m])) > %(sendFailingMinRate)g
+              and sum by (%(groupLabels)s) (rate(outbox_send_failures_total{%(outboxdSelector)s}[3m])) > %(sendFailingMinRate)g
             ||| % config,
             'for': '3m',
             labels: { severity: 'critical' },
@@ -105,9 +105,9 @@
             |||,
             alert: 'OutboxClaimsFailing',
             expr: |||
-              sum by (job) (increase(outbox_database_errors_total{%(outboxdSelector)s,operation="claim"}[3m])) > 0
-              and on (job) sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s}[3m])) == 0
-              and on (job) max by (job) (outbox_oldest_pending_age_seconds{%(outboxdSelector)s}) > %(claimsFailingPendingAgeSeconds)g
+              sum by (%(groupLabels)s) (increase(outbox_database_errors_total{%(outboxdSelector)s,operation="claim"}[3m])) > 0
+              and on (%(groupLabels)s) sum by (%(groupLabels)s) (increase(outbox_messages_sent_total{%(outboxdSelector)s}[3m])) == 0
+              and on (%(groupLabels)s) max by (%(groupLabels)s) (outbox_oldest_pending_age_seconds{%(outboxdSelector)s}) > %(claimsFailingPendingAgeSeconds)g
             ||| % config,
             'for': '3m',
             labels: { severity: 'critical' },
@@ -124,8 +124,8 @@
             |||,
             alert: 'OutboxBacklogGrowing',
             expr: |||
-              max by (job) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(backlogReadyAgeSeconds)g
-              and on (job) sum by (job) (deriv(outbox_pending_messages{%(outboxdSelector)s}[5m])) > 0
+              max by (%(groupLabels)s) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(backlogReadyAgeSeconds)g
+              and on (%(groupLabels)s) sum by (%(groupLabels)s) (deriv(outbox_pending_messages{%(outboxdSelector)s}[5m])) > 0
             ||| % config,
             'for': '4m',
             labels: { severity: 'critical' },
@@ -140,7 +140,7 @@
               losing their database mid-batch (each such row may have been sent twice).
             |||,
             alert: 'OutboxRescuesSpiking',
-            expr: 'sum by (job) (increase(outbox_messages_reclaimed_total{%(outboxdSelector)s}[15m])) > %(rescuesPer15m)g' % config,
+            expr: 'sum by (%(groupLabels)s) (increase(outbox_messages_reclaimed_total{%(outboxdSelector)s}[15m])) > %(rescuesPer15m)g' % config,
             'for': '5m',
             labels: { severity: 'warning' },
             annotations: {
@@ -155,9 +155,9 @@
             |||,
             alert: 'OutboxThroughputCollapsed',
             expr: |||
-              sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[10m]))
-                < 0.2 * sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h] offset 10m))
-              and on (job) max by (job) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(throughputCollapsedReadyAgeSeconds)g
+              sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[10m]))
+                < 0.2 * sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h] offset 10m))
+              and on (%(groupLabels)s) max by (%(groupLabels)s) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(throughputCollapsedReadyAgeSeconds)g
             ||| % config,
             'for': '10m',
             labels: { severity: 'warning' },
@@ -170,12 +170,12 @@
             alert: 'OutboxSendFailuresHigh',
             expr: |||
               (
-                sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[15m]))
+                sum by (%(groupLabels)s) (rate(outbox_send_failures_total{%(outboxdSelector)s}[15m]))
                 /
-                (sum by (job) (rate(outbox_send_failures_total{%(outboxdSelector)s}[15m]))
-                  + sum by (job) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[15m])))
+                (sum by (%(groupLabels)s) (rate(outbox_send_failures_total{%(outboxdSelector)s}[15m]))
+                  + sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[15m])))
               ) > %(sendFailuresHighRatio)g
-              and sum by (job) (increase(outbox_send_failures_total{%(outboxdSelector)s}[15m])) > %(sendFailuresHighMinCount)g
+              and sum by (%(groupLabels)s) (increase(outbox_send_failures_total{%(outboxdSelector)s}[15m])) > %(sendFailuresHighMinCount)g
             ||| % config,
             'for': '15m',
             labels: { severity: 'warning' },
@@ -190,7 +190,7 @@
               the configured rate is above what the relay allows.
             |||,
             alert: 'OutboxRelayThrottling',
-            expr: 'sum by (job) (increase(outbox_throttled_total{%(outboxdSelector)s}[5m])) > 0' % config,
+            expr: 'sum by (%(groupLabels)s) (increase(outbox_throttled_total{%(outboxdSelector)s}[5m])) > 0' % config,
             'for': '15m',
             labels: { severity: 'warning' },
             annotations: {
@@ -204,10 +204,10 @@
             // cent of bounces and a tenth of a per cent of complaints.
             alert: 'OutboxHardBounceRateHigh',
             expr: |||
-              sum by (job) (increase(outbox_bounces_received_total{%(outboxdSelector)s,type="hard"}[1h]))
-                / sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h]))
+              sum by (%(groupLabels)s) (increase(outbox_bounces_received_total{%(outboxdSelector)s,type="hard"}[1h]))
+                / sum by (%(groupLabels)s) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h]))
                 > %(hardBounceRatio)s
-              and sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h])) >= %(deliverabilityMinSent)s
+              and sum by (%(groupLabels)s) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h])) >= %(deliverabilityMinSent)s
             ||| % config,
             'for': '15m',
             labels: { severity: 'warning' },
@@ -219,10 +219,10 @@
           {
             alert: 'OutboxComplaintRateHigh',
             expr: |||
-              sum by (job) (increase(outbox_complaints_received_total{%(outboxdSelector)s}[1h]))
-                / sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h]))
+              sum by (%(groupLabels)s) (increase(outbox_complaints_received_total{%(outboxdSelector)s}[1h]))
+                / sum by (%(groupLabels)s) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h]))
                 > %(complaintRatio)s
-              and sum by (job) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h])) >= %(deliverabilityMinSent)s
+              and sum by (%(groupLabels)s) (increase(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h])) >= %(deliverabilityMinSent)s
             ||| % config,
             'for': '15m',
             labels: { severity: 'warning' },
@@ -233,7 +233,7 @@
           },
           {
             alert: 'OutboxDeadLetters',
-            expr: 'max by (job) (max_over_time(outbox_dead_letter_messages{%(outboxdSelector)s}[15m])) > 0' % config,
+            expr: 'max by (%(groupLabels)s) (max_over_time(outbox_dead_letter_messages{%(outboxdSelector)s}[15m])) > 0' % config,
             'for': '5m',
             labels: { severity: 'warning' },
             annotations: {
@@ -244,7 +244,7 @@
           {
             alert: 'OutboxOldestPendingHigh',
             // The summary says "over an hour": change both together.
-            expr: 'max by (job) (min_over_time(outbox_oldest_pending_age_seconds{%(outboxdSelector)s}[10m])) > 3600' % config,
+            expr: 'max by (%(groupLabels)s) (min_over_time(outbox_oldest_pending_age_seconds{%(outboxdSelector)s}[10m])) > 3600' % config,
             'for': '10m',
             labels: { severity: 'warning' },
             annotations: {
