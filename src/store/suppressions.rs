@@ -8,6 +8,15 @@ use sqlx::{FromRow, PgPool};
 use super::admin::audit;
 use crate::suppression::{Feedback, NewSuppression, SuppressionReason};
 
+/// The columns of [`Suppression`], for a `WHERE` to follow.
+macro_rules! select_suppressions {
+    () => {
+        "SELECT address, reason, source, detail, message_id, created_at, created_by, \
+                suppressed_until, (suppressed_until IS NULL OR suppressed_until > now()) AS active \
+         FROM outbox_suppressions "
+    };
+}
+
 /// One address on the list.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct Suppression {
@@ -66,14 +75,12 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Suppression>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT address, reason, source, detail, message_id, created_at, created_by, \
-                suppressed_until, (suppressed_until IS NULL OR suppressed_until > now()) AS active \
-         FROM outbox_suppressions \
-         WHERE ($1::text IS NULL OR strpos(address, lower($1)) > 0) \
+    sqlx::query_as(concat!(
+        select_suppressions!(),
+        "WHERE ($1::text IS NULL OR strpos(address, lower($1)) > 0) \
            AND ($2::text IS NULL OR address > $2) \
-         ORDER BY address LIMIT $3",
-    )
+         ORDER BY address LIMIT $3"
+    ))
     .bind(search)
     .bind(after)
     .bind(limit)
@@ -83,14 +90,10 @@ pub async fn list(
 
 /// One address's entry, if any.
 pub async fn get(pool: &PgPool, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT address, reason, source, detail, message_id, created_at, created_by, \
-                suppressed_until, (suppressed_until IS NULL OR suppressed_until > now()) AS active \
-         FROM outbox_suppressions WHERE address = $1",
-    )
-    .bind(address)
-    .fetch_optional(pool)
-    .await
+    sqlx::query_as(concat!(select_suppressions!(), "WHERE address = $1"))
+        .bind(address)
+        .fetch_optional(pool)
+        .await
 }
 
 /// Adds an address (or replaces its entry) for an operator, with the audit entry, in one

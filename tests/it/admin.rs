@@ -44,7 +44,16 @@ pub(crate) async fn api(addr: &str, method: &str, path: &str, body: Option<Value
     .unwrap()
 }
 
-fn basic(user: &str, password: &str) -> String {
+/// The CSRF token the admin page's forms carry.
+pub(crate) fn csrf_in(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a form with a CSRF token")
+        .to_owned()
+}
+
+pub(crate) fn basic(user: &str, password: &str) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     format!("Basic {encoded}")
 }
@@ -695,15 +704,7 @@ async fn the_page_lists_dead_letters_and_its_forms_need_the_csrf_token() {
     assert_eq!(page.status, 200);
     assert!(page.body.contains(&format!("id=\"dead-letter-{id}\"")));
     assert!(page.body.contains("<details>"), "long errors are folded");
-    let csrf = page
-        .body
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let csrf = csrf_in(&page.body);
 
     let forged = http_full(
         &addr,
@@ -1015,14 +1016,7 @@ async fn a_cross_origin_post_or_another_actors_csrf_token_is_refused() {
             let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
                 .await
                 .unwrap();
-            page.body
-                .split("name=\"csrf\" value=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap()
-                .to_owned()
+            csrf_in(&page.body)
         }
     };
     let (ops, eve) = (csrf_of("ops").await, csrf_of("eve").await);

@@ -5,22 +5,12 @@ use clap::CommandFactory as _;
 use outboxd::cli::Cli;
 use serde_json::json;
 
-use crate::helpers::{BlackHole, SmtpServer, TestDb, eventually, outboxd, poll_until_blocking};
+use crate::helpers::{
+    BlackHole, SmtpServer, TestDb, assert_refused, eventually, outboxd, poll_until_blocking,
+};
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// A refusal: non-zero exit, an `error:` line, and no panic or backtrace.
-fn assert_refused(output: &Output, expected: &str) {
-    let err = stderr(output);
-    assert!(!output.status.success(), "accepted; stderr: {err}");
-    assert!(err.starts_with("error:"), "{err}");
-    assert!(err.contains(expected), "{err:?} does not say {expected:?}");
-    assert!(
-        !err.contains("panicked") && !err.contains("backtrace"),
-        "{err}"
-    );
 }
 
 fn sigterm(child: &Child) {

@@ -903,3 +903,15 @@ impl TestCa {
         SmtpServer::start_with(free_port(), &flags)
     }
 }
+
+/// A refusal: non-zero exit, an `error:` line, and no panic or backtrace.
+pub fn assert_refused(output: &std::process::Output, expected: &str) {
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "accepted; stderr: {err}");
+    assert!(err.starts_with("error:"), "{err}");
+    assert!(err.contains(expected), "{err:?} does not say {expected:?}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}

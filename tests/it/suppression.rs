@@ -7,7 +7,7 @@ use serde_json::json;
 use outboxd::store::suppressions;
 use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
 
-use crate::admin::{admin_app, api};
+use crate::admin::{admin_app, api, basic, csrf_in};
 use crate::helpers::{SmtpServer, TestDb, app, http_full, outboxd, verification};
 
 fn entry(address: &str, reason: SuppressionReason) -> NewSuppression {
@@ -397,13 +397,7 @@ async fn the_cli_lists_adds_and_removes_suppressions() {
 async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
-    let auth = format!(
-        "Basic {}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("ops:{}", crate::admin::TOKEN)
-        )
-    );
+    let auth = basic("ops", crate::admin::TOKEN);
     let get = |path: String| {
         let (addr, auth) = (addr.clone(), auth.clone());
         async move {
@@ -431,15 +425,7 @@ async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
     };
     let page = get("/admin".into()).await;
     assert!(page.body.contains("Suppression list"), "{}", page.body);
-    let csrf = page
-        .body
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let csrf = csrf_in(&page.body);
     let forged = post(
         "/admin/suppressions",
         "csrf=forged&address=x%40example.com&reason=manual".into(),
