@@ -259,6 +259,7 @@ impl App {
             }
         }
         self.mailer.shutdown().await;
+        self.dispatcher.release_connection();
         self.pool.close().await;
         self.surface_pool.close().await;
         self.health_pool.close().await;

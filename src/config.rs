@@ -58,6 +58,12 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration_up_to::<HOUR>)]
     pub poll_interval: Duration,
 
+    /// After a notification, how long to let more arrive before claiming, so that messages
+    /// committed close together go out as one batch: a few milliseconds of latency for a
+    /// fraction of the CPU under steady traffic. 0s claims at once.
+    #[arg(long, env = "OUTBOXD_LINGER", default_value = "50ms", value_parser = parse_duration_up_to::<SECOND>)]
+    pub linger: Duration,
+
     /// Messages claimed per batch at first; a drain goes on while batches come back full,
     /// doubling the claim up to --max-batch-size, and a short batch brings it back.
     #[arg(long, env = "OUTBOXD_BATCH_SIZE", default_value_t = 25,
@@ -188,6 +194,7 @@ impl std::fmt::Debug for RunArgs {
         f.debug_struct("RunArgs")
             .field("database", &self.database)
             .field("poll_interval", &self.poll_interval)
+            .field("linger", &self.linger)
             .field("batch_size", &self.batch_size)
             .field("smtp_url", &self.smtp_url.as_deref().map(redact_url))
             .field("from", &self.from)
@@ -444,6 +451,7 @@ impl RunArgs {
             lease: self.lease,
             concurrency: self.smtp_concurrency as usize,
             poll_interval: self.poll_interval,
+            linger: self.linger,
             send_timeout: self.smtp_timeout,
             worker_id,
             max_payload_bytes: self.max_message_bytes,
@@ -489,6 +497,7 @@ pub fn parse_bytes(value: &str) -> Result<usize, String> {
 /// Upper bounds of durations, in seconds: far beyond any sensible setting, and far inside
 /// what timers, clocks and PostgreSQL intervals can represent.
 const TEN_MINUTES: u64 = 600;
+const SECOND: u64 = 1;
 const HOUR: u64 = 3600;
 const DAY: u64 = 24 * HOUR;
 const WEEK: u64 = 7 * DAY;

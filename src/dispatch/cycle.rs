@@ -4,6 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -13,7 +15,7 @@ use super::pace::Allowance;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
 use crate::message::ClaimedBatch;
-use crate::store::{self, ClaimRequest};
+use crate::store::ClaimRequest;
 use crate::telemetry::metrics::DatabaseOperation;
 
 impl Dispatcher {
@@ -112,43 +114,21 @@ impl Dispatcher {
     /// circuit breaker's next probe, or a database back-off. Never returns an error:
     /// database and SMTP outages are waited out.
     pub async fn run(&self) {
-        let mut wakeups = Wakeups::new(self.pool.clone(), self.metrics.clone());
+        let mut wakeups = Wakeups::new(self.database.pool().clone(), self.metrics.clone());
         let mut database_failures = 0_u32;
         info!(
             worker_id = %self.settings.worker_id,
             poll_interval = %humantime::format_duration(self.settings.poll_interval),
+            linger = %humantime::format_duration(self.settings.linger),
             batch_size = self.settings.batch_size,
             concurrency = self.settings.concurrency,
             "dispatcher started"
         );
         while !self.shutdown.stop.is_cancelled() {
             wakeups.listen(&self.floor).await;
-            let (wait, notified) = match self.drain().await {
-                Ok(Step::Stopped) => break,
-                Ok(Step::CircuitOpen { retry_in }) => (retry_in, false),
-                Ok(Step::Batch(report)) => {
-                    database_failures = 0;
-                    if report.claimed > 0 {
-                        debug!(?report, "drained");
-                    }
-                    // Paced: come back when the next message may go, not at the next poll.
-                    match self.pace.resume_in() {
-                        Some(resume_in) => (resume_in, false),
-                        None => (self.settings.poll_interval, true),
-                    }
-                }
-                Err(e) => {
-                    let DispatchError::Database { operation, .. } = &e;
-                    self.metrics.database_error(*operation);
-                    database_failures = database_failures.saturating_add(1);
-                    let retry_in = OUTAGE_BACKOFF.delay_after(database_failures);
-                    error!(
-                        error = %e,
-                        retry_in = %humantime::format_duration(retry_in),
-                        "dispatch cycle failed; retrying"
-                    );
-                    (retry_in, false)
-                }
+            let drained = self.drain().await;
+            let Some((wait, notified)) = self.next_wait(drained, &mut database_failures) else {
+                break;
             };
             // Every wait ends within a poll interval, so the heartbeat the liveness probe
             // reads keeps beating through SMTP and database outages.
@@ -157,8 +137,14 @@ impl Dispatcher {
             let woken = wakeups
                 .wait(wait, notified, &self.shutdown.stop, &self.floor)
                 .await;
-            if woken == Woken::Stopped {
-                break;
+            match woken {
+                Woken::Stopped => break,
+                Woken::Heard => {
+                    wakeups
+                        .linger(self.settings.linger, &self.shutdown.stop, &self.floor)
+                        .await;
+                }
+                Woken::Look => {}
             }
         }
         if let Err(e) = self.record_held().await {
@@ -168,7 +154,50 @@ impl Dispatcher {
                 "could not record the outcomes of sent messages; they will be sent again when their lease ends"
             );
         }
+        self.release_connection();
         info!("dispatcher stopped");
+    }
+
+    /// Gives back the connection kept between statements: the pool cannot close while it
+    /// is out. [`Self::run`] does so as it ends; after a panic, the caller must.
+    pub fn release_connection(&self) {
+        self.database.release();
+    }
+
+    /// How long to wait after a drain, and whether a notification ends the wait; `None`
+    /// when stopping.
+    fn next_wait(
+        &self,
+        drained: Result<Step, DispatchError>,
+        database_failures: &mut u32,
+    ) -> Option<(Duration, bool)> {
+        Some(match drained {
+            Ok(Step::Stopped) => return None,
+            Ok(Step::CircuitOpen { retry_in }) => (retry_in, false),
+            Ok(Step::Batch(report)) => {
+                *database_failures = 0;
+                if report.claimed > 0 {
+                    debug!(?report, "drained");
+                }
+                // Paced: come back when the next message may go, not at the next poll.
+                match self.pace.resume_in() {
+                    Some(resume_in) => (resume_in, false),
+                    None => (self.settings.poll_interval, true),
+                }
+            }
+            Err(e) => {
+                let DispatchError::Database { operation, .. } = &e;
+                self.metrics.database_error(*operation);
+                *database_failures = database_failures.saturating_add(1);
+                let retry_in = OUTAGE_BACKOFF.delay_after(*database_failures);
+                error!(
+                    error = %e,
+                    retry_in = %humantime::format_duration(retry_in),
+                    "dispatch cycle failed; retrying"
+                );
+                (retry_in, false)
+            }
+        })
     }
 
     /// Doubles the claim after a full batch, up to the most allowed, so that a backlog
@@ -203,7 +232,7 @@ impl Dispatcher {
         let (requested, slots) = match self
             .pace
             .allowance(
-                &self.pool,
+                self.database.pool(),
                 self.claim_size.load(Ordering::Relaxed),
                 &self.metrics,
             )
@@ -220,7 +249,11 @@ impl Dispatcher {
         let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
         self.adapt_claim_size(taken >= requested);
         let unused = requested.saturating_sub(taken);
-        if let Err(e) = self.pace.unused(&self.pool, slots.as_ref(), unused).await {
+        if let Err(e) = self
+            .pace
+            .unused(self.database.pool(), slots.as_ref(), unused)
+            .await
+        {
             // The rows are claimed: send them. The schedule only runs a little slow.
             self.metrics.database_error(DatabaseOperation::Claim);
             warn!(error = %e, slots = unused, "could not hand unused send slots back");
@@ -245,9 +278,9 @@ impl Dispatcher {
         due_by: Option<DateTime<Utc>>,
     ) -> Result<ClaimedBatch, DispatchError> {
         let scan = self.floor.start();
-        let claimed = store::claim(
-            &self.pool,
-            &ClaimRequest {
+        let claimed = self
+            .database
+            .claim(&ClaimRequest {
                 limit: i64::from(limit),
                 lease: self.settings.lease,
                 worker_id: &self.settings.worker_id,
@@ -255,10 +288,9 @@ impl Dispatcher {
                 max_payload_bytes: i64::try_from(self.settings.max_payload_bytes)
                     .unwrap_or(i64::MAX),
                 floor: scan.floor,
-            },
-        )
-        .await
-        .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+            })
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
         self.floor.claimed(scan, claimed.lowest_due);
         Ok(claimed)
     }

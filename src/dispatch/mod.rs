@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::mailer::Mailer;
 use crate::message::RetryPolicy;
 use crate::render::Renderer;
+use crate::store::KeptConnection;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 pub use batch::BatchReport;
@@ -62,6 +63,8 @@ pub struct DispatchSettings {
     pub concurrency: usize,
     /// The fallback wake-up when no notification arrives.
     pub poll_interval: Duration,
+    /// After a notification, how long to let others arrive before claiming; zero: none.
+    pub linger: Duration,
     /// The longest one send may take; no send starts later than this before the lease ends.
     pub send_timeout: Duration,
     /// Written to `locked_by`, so an operator can tell which replica holds a row.
@@ -114,7 +117,8 @@ impl DispatchError {
 
 /// Claims, renders, sends and records, over and over.
 pub struct Dispatcher {
-    pool: PgPool,
+    /// The pool, and the connection kept for the claim-send-record cycle's statements.
+    database: KeptConnection,
     sender: Arc<MessageSender>,
     mailer: Arc<Mailer>,
     settings: DispatchSettings,
@@ -154,7 +158,7 @@ impl Dispatcher {
             suppress_hard_bounces: settings.suppress_hard_bounces,
         });
         Self {
-            pool,
+            database: KeptConnection::new(pool),
             sender,
             mailer,
             settings,

@@ -143,14 +143,13 @@ impl Dispatcher {
             .sum()
     }
 
-    /// Writes outcomes of one claim (only where its token still holds the row), then logs
-    /// and counts each one that was written: the one place outcomes are reported, so the
-    /// metrics cannot drift from the table.
-    async fn record_outcomes(
+    /// Writes outcomes of one claim, where its token still holds the row; returns the ids
+    /// written.
+    async fn write_outcomes(
         &self,
         claimed: &ClaimedBatch,
         decided: &[Decided],
-    ) -> Result<BatchReport, DispatchError> {
+    ) -> Result<HashSet<i64>, DispatchError> {
         let rows: Vec<store::OutcomeRow<'_>> = decided
             .iter()
             .map(|d| store::OutcomeRow {
@@ -160,11 +159,23 @@ impl Dispatcher {
                 suppress: self.settings.suppress_hard_bounces,
             })
             .collect();
-        let recorded: HashSet<i64> = store::record_outcomes(&self.pool, claimed.token, &rows)
+        let recorded = self
+            .database
+            .record_outcomes(claimed.token, &rows)
             .await
-            .map_err(DispatchError::database(DatabaseOperation::Record))?
-            .into_iter()
-            .collect();
+            .map_err(DispatchError::database(DatabaseOperation::Record))?;
+        Ok(recorded.into_iter().collect())
+    }
+
+    /// Writes outcomes of one claim (only where its token still holds the row), then logs
+    /// and counts each one that was written: the one place outcomes are reported, so the
+    /// metrics cannot drift from the table.
+    async fn record_outcomes(
+        &self,
+        claimed: &ClaimedBatch,
+        decided: &[Decided],
+    ) -> Result<BatchReport, DispatchError> {
+        let recorded = self.write_outcomes(claimed, decided).await?;
         let mut report = BatchReport {
             claimed: decided.len(),
             ..BatchReport::default()

@@ -2,10 +2,13 @@
 //! decide its outcome as soon as its send ends and hand it to the recorder; a start
 //! deadline that keeps every send inside the lease.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
+use futures_util::FutureExt as _;
+use futures_util::future::join_all;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -185,18 +188,37 @@ impl Dispatcher {
         }
     }
 
-    /// Renders and sends a batch over `concurrency` tasks that each take the next unsent
-    /// message until none is left, so that rendering and SMTP spread over the runtime's
-    /// threads without a task per message; until done or aborted.
+    /// Renders and sends a batch over `concurrency` sends that each take the next unsent
+    /// message until none is left; until done or aborted. A large batch's sends are tasks,
+    /// so that rendering spreads over the runtime's threads; a small one's run in place, in
+    /// this task: they mostly wait on the network, and a task each would cost a thread
+    /// wake-up each, more than the rendering they could share (BENCHMARKS.md, *Steady
+    /// traffic*).
     async fn send_concurrently(&self, batch: &Arc<InFlight>) {
-        let tasks_wanted = self
+        let sends_wanted = self
             .settings
             .concurrency
             .clamp(1, batch.messages.len().max(1));
-        let mut tasks = JoinSet::new();
-        for _ in 0..tasks_wanted {
+        let sends = (0..sends_wanted).map(|_| {
             let (sender, batch) = (Arc::clone(&self.sender), Arc::clone(batch));
-            tasks.spawn(async move { sender.send_each(&batch).await }.in_current_span());
+            async move { sender.send_each(&batch).await }
+        });
+        if batch.messages.len() <= SEND_IN_PLACE_UP_TO {
+            let in_place = join_all(sends.map(|send| AssertUnwindSafe(send).catch_unwind()));
+            tokio::select! {
+                biased;
+                () = self.shutdown.abort.cancelled() => {}
+                ended = in_place => {
+                    for panic in ended.into_iter().filter_map(Result::err) {
+                        error!(error = panic_message(&panic), "a send task failed");
+                    }
+                }
+            }
+            return;
+        }
+        let mut tasks = JoinSet::new();
+        for send in sends {
+            tasks.spawn(send.in_current_span());
         }
         tokio::select! {
             biased;
@@ -214,6 +236,18 @@ impl Dispatcher {
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
     }
+}
+
+/// Batches up to this size are sent in the dispatcher's own task.
+const SEND_IN_PLACE_UP_TO: usize = 64;
+
+/// What a panic carried, when it was a message.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// Throttling replies one message may meet without an attempt counted; after them, one

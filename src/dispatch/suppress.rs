@@ -14,7 +14,6 @@ use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, Outcome};
 use crate::render::suppression_key;
-use crate::store;
 use crate::suppression::SuppressionReason;
 use crate::telemetry::metrics::DatabaseOperation;
 
@@ -117,7 +116,9 @@ impl Dispatcher {
             .collect();
         addresses.sort_unstable();
         addresses.dedup();
-        let found = store::suppressions::suppressed_among(&self.pool, &addresses)
+        let found = self
+            .database
+            .suppressed_among(&addresses)
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?;
         Ok(Suppressed {

@@ -33,6 +33,8 @@ pub(super) struct Wakeups {
 pub(super) enum Woken {
     /// Something may be due: look.
     Look,
+    /// A notification: something was just committed.
+    Heard,
     /// Shutting down.
     Stopped,
 }
@@ -83,20 +85,47 @@ impl Wakeups {
                 woke = next_notifications(&mut self.listener), if self.listener.is_some() => {
                     match woke {
                         Ok(heard) => floor.heard(heard),
-                        Err(e) => {
-                            self.metrics.database_error(DatabaseOperation::Listen);
-                            warn!(error = %e, "lost the LISTEN connection; reconnecting");
-                            self.listener = None;
-                            floor.listening(false);
-                        }
+                        Err(e) => self.lost(&e, floor),
                     }
                     if notified {
-                        return Woken::Look;
+                        return Woken::Heard;
                     }
                 }
                 () = &mut timer => return Woken::Look,
             }
         }
+    }
+
+    /// Lets what is committed in the next `linger` join the batch about to be claimed. The
+    /// wait runs on the listening connection: PostgreSQL holds notifications back while a
+    /// session runs a command and sends them together at its end, so however many
+    /// messages arrive, the wait costs one wake-up, and the floor still hears of each.
+    pub async fn linger(&mut self, linger: Duration, stop: &CancellationToken, floor: &ClaimFloor) {
+        let Some(listener) = self.listener.as_mut().filter(|_| !linger.is_zero()) else {
+            return;
+        };
+        let slept = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            slept = store::linger(listener, linger) => slept,
+        };
+        match slept {
+            Ok(()) => {
+                let mut heard = Heard::default();
+                take_buffered(listener, &mut heard);
+                floor.heard(heard);
+            }
+            Err(e) => self.lost(&e, floor),
+        }
+    }
+
+    /// The listening connection failed: listen again before the next look; meanwhile the
+    /// floor cannot trust what it has heard.
+    fn lost(&mut self, error: &sqlx::Error, floor: &ClaimFloor) {
+        self.metrics.database_error(DatabaseOperation::Listen);
+        warn!(error = %error, "lost the LISTEN connection; reconnecting");
+        self.listener = None;
+        floor.listening(false);
     }
 }
 
@@ -110,13 +139,18 @@ async fn next_notifications(listener: &mut Option<PgListener>) -> Result<Heard, 
     match listener.try_recv().await? {
         Some(first) => {
             heard.payload(first.payload());
-            while let Some(next) = listener.next_buffered() {
-                heard.payload(next.payload());
-            }
+            take_buffered(listener, &mut heard);
         }
         // The connection dropped (sqlx reconnects it) and notifications may have been
         // missed.
         None => heard.unknown = true,
     }
     Ok(heard)
+}
+
+/// Takes the notifications that arrived already, without waiting.
+fn take_buffered(listener: &mut PgListener, heard: &mut Heard) {
+    while let Some(next) = listener.next_buffered() {
+        heard.payload(next.payload());
+    }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
 use crate::message::{ClaimedBatch, ClaimedMessage};
@@ -82,7 +82,10 @@ const CLAIM: &str = "\
 
 /// Claims up to `limit` due rows, highest priority and oldest due first, under a new
 /// lease (see [`CLAIM`]).
-pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
+pub async fn claim<'e>(
+    executor: impl PgExecutor<'e>,
+    request: &ClaimRequest<'_>,
+) -> Result<ClaimedBatch, sqlx::Error> {
     let token = Uuid::new_v4();
     let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
         .bind(request.limit)
@@ -92,7 +95,7 @@ pub async fn claim(pool: &PgPool, request: &ClaimRequest<'_>) -> Result<ClaimedB
         .bind(token)
         .bind(request.max_payload_bytes)
         .bind(request.floor)
-        .fetch_all(pool)
+        .fetch_all(executor)
         .await?;
 
     let claimed_at = rows

@@ -17,12 +17,14 @@ use crate::trace_context::current_traceparent;
 
 pub mod admin;
 mod claim;
+mod kept;
 pub mod prune;
 pub mod send_rate;
 pub mod stats;
 pub mod suppressions;
 
 pub use claim::{ClaimRequest, claim};
+pub use kept::KeptConnection;
 pub use prune::Prunable;
 
 /// The schema, embedded in the binary.
@@ -323,8 +325,8 @@ pub struct OutcomeRow<'a> {
 /// Records a claim's outcomes in one round trip, only for rows this claim still holds.
 /// Returns the ids that were recorded; the others were taken over by another claimer
 /// after this lease ran out, and their outcome is that claimer's to record.
-pub async fn record_outcomes(
-    pool: &PgPool,
+pub async fn record_outcomes<'e>(
+    executor: impl PgExecutor<'e>,
     token: Uuid,
     outcomes: &[OutcomeRow<'_>],
 ) -> Result<Vec<i64>, sqlx::Error> {
@@ -357,7 +359,7 @@ pub async fn record_outcomes(
         .bind(NOTIFY_CHANNEL)
         .bind(&bounced)
         .bind(&suppress)
-        .fetch_all(pool)
+        .fetch_all(executor)
         .await
 }
 
@@ -366,6 +368,16 @@ pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(NOTIFY_CHANNEL).await?;
     Ok(listener)
+}
+
+/// Sleeps `linger` on the listening connection. PostgreSQL delivers the notifications of
+/// commits meanwhile together when the command ends; read them with `next_buffered`.
+pub async fn linger(listener: &mut PgListener, linger: Duration) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_sleep($1)")
+        .bind(linger.as_secs_f64())
+        .execute(listener)
+        .await?;
+    Ok(())
 }
 
 /// The gauges' values, sampled from the table.

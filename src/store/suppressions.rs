@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgExecutor, PgPool};
 
 use super::admin::audit;
 use crate::suppression::{Feedback, NewSuppression, SuppressionReason};
@@ -47,8 +47,8 @@ impl TryFrom<String> for ReasonColumn {
 }
 
 /// Which of these (normalized) addresses are suppressed now, with the reason of each.
-pub async fn suppressed_among(
-    pool: &PgPool,
+pub async fn suppressed_among<'e>(
+    executor: impl PgExecutor<'e>,
     addresses: &[String],
 ) -> Result<Vec<(String, SuppressionReason)>, sqlx::Error> {
     if addresses.is_empty() {
@@ -59,7 +59,7 @@ pub async fn suppressed_among(
          WHERE address = ANY($1) AND (suppressed_until IS NULL OR suppressed_until > now())",
     )
     .bind(addresses)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await?;
     Ok(rows
         .into_iter()

@@ -49,6 +49,8 @@ async fn bad_options_are_refused_with_a_clear_error() {
             "--poll-interval",
         ),
         (&["--smtp-timeout", "300000y"], "too long: at most 10m"),
+        (&["--linger", "2s"], "too long: at most 1s"),
+        (&["--linger", "soon"], "expected a duration such as 15s"),
         (&["--lease", "300000y"], "too long: at most 1day"),
         (&["--retry-backoff", "300000y"], "too long: at most 7days"),
         (&["--retry-backoff-max", "300000y"], "too long"),

@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use outboxd::dispatch::{BatchReport, Step};
 use serde_json::json;
 
-use crate::helpers::{SmtpServer, TestCa, TestDb, app};
+use crate::helpers::{SmtpServer, TestCa, TestDb, app, eventually};
 
 fn verification(to: &str) -> serde_json::Value {
     json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify?t=abc"})
@@ -378,6 +378,49 @@ async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
         waited < Duration::from_secs(30),
         "delivered after {waited:?}"
     );
+}
+
+#[tokio::test]
+async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_claiming() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--poll-interval", "10m", "--linger", "1s"],
+    )
+    .await;
+    let dispatcher = app.dispatcher.clone();
+    let shutdown = app.shutdown.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    // The first (empty) claim is over, so the next one can only follow a notification.
+    eventually(Duration::from_secs(30), "the first claim", || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND state = 'idle' AND query LIKE '%regular_head%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+            > 0
+    })
+    .await;
+
+    let committed = Instant::now();
+    db.enqueue("account_verification", verification("first@example.com"))
+        .await;
+    db.enqueue("account_verification", verification("second@example.com"))
+        .await;
+    smtp.wait_for(2, Duration::from_secs(30)).await;
+    let waited = committed.elapsed();
+    shutdown.stop.cancel();
+    running.await.unwrap();
+    // A lower bound, which no load on the machine can break: the claim waited out the linger.
+    assert!(
+        waited >= Duration::from_secs(1),
+        "delivered after {waited:?}"
+    );
+    assert_eq!(db.count("dispatched").await, 2);
 }
 
 #[tokio::test]

@@ -1,0 +1,118 @@
+//! The dispatcher's statements on one connection kept out of the pool between them.
+//!
+//! sqlx checks every connection given back to its pool with a round trip, in a task of
+//! its own (`PoolConnection`'s drop pings it). Under steady traffic each message pays a
+//! claim, a suppression lookup and an outcome write, so those checks would add three
+//! round trips and three wake-ups to every message (BENCHMARKS.md, *Steady traffic*).
+//! Keeping one connection skips them; a statement that fails drops it, and it is
+//! renewed every few minutes, so the pool's own upkeep (lifetime, reconnects) still
+//! applies. Statements that overlap (a drain claims while it records) take others from
+//! the pool as before.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+use uuid::Uuid;
+
+use super::suppressions::suppressed_among;
+use super::{ClaimRequest, OutcomeRow, claim, record_outcomes};
+use crate::lock::lock;
+use crate::message::ClaimedBatch;
+use crate::suppression::SuppressionReason;
+
+/// How long one connection is kept before it goes back to the pool.
+const KEEP_FOR: Duration = Duration::from_secs(300);
+
+/// A pool, and one of its connections kept between the dispatcher's statements.
+pub struct KeptConnection {
+    pool: PgPool,
+    kept: Mutex<Option<Kept>>,
+}
+
+struct Kept {
+    connection: PoolConnection<Postgres>,
+    since: Instant,
+}
+
+impl KeptConnection {
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            kept: Mutex::new(None),
+        }
+    }
+
+    /// The pool, for statements that do not need the kept connection.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// See [`claim`].
+    pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
+        let mut kept = self.take().await?;
+        let claimed = claim(&mut *kept.connection, request).await;
+        self.give_back(kept, claimed.is_ok());
+        claimed
+    }
+
+    /// See [`suppressed_among`].
+    pub async fn suppressed_among(
+        &self,
+        addresses: &[String],
+    ) -> Result<Vec<(String, SuppressionReason)>, sqlx::Error> {
+        if addresses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut kept = self.take().await?;
+        let found = suppressed_among(&mut *kept.connection, addresses).await;
+        self.give_back(kept, found.is_ok());
+        found
+    }
+
+    /// See [`record_outcomes`].
+    pub async fn record_outcomes(
+        &self,
+        token: Uuid,
+        outcomes: &[OutcomeRow<'_>],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut kept = self.take().await?;
+        let recorded = record_outcomes(&mut *kept.connection, token, outcomes).await;
+        self.give_back(kept, recorded.is_ok());
+        recorded
+    }
+
+    /// Gives the kept connection back to the pool, which cannot close while one is out.
+    pub fn release(&self) {
+        let kept = lock(&self.kept).take();
+        drop(kept);
+    }
+
+    /// The kept connection if it is free and young enough, else one from the pool.
+    async fn take(&self) -> Result<Kept, sqlx::Error> {
+        let free = lock(&self.kept).take();
+        if let Some(kept) = free.filter(|kept| kept.since.elapsed() < KEEP_FOR) {
+            return Ok(kept);
+        }
+        Ok(Kept {
+            connection: self.pool.acquire().await?,
+            since: Instant::now(),
+        })
+    }
+
+    /// Keeps the connection after a statement that worked, unless another is kept already;
+    /// otherwise it goes back to the pool, which checks it.
+    fn give_back(&self, kept: Kept, worked: bool) {
+        if !worked {
+            return;
+        }
+        let mut slot = lock(&self.kept);
+        if slot.is_none() {
+            *slot = Some(kept);
+        }
+    }
+}
