@@ -22,7 +22,9 @@ use crate::render::Renderer;
 use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::{http, store};
 
-/// Connections the dispatcher uses at once: claims and outcomes, plus headroom.
+/// Connections the dispatcher uses at once: the LISTEN connection, and up to three
+/// statements while a drain overlaps a batch's outcomes, the previous batch's last ones
+/// and the next claim (one of them on the connection it keeps between statements).
 const POOL_SIZE: u32 = 4;
 /// Connections for the admin surface and retention: a pool of their own, so that no HTTP
 /// request can take the dispatcher's.

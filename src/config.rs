@@ -59,8 +59,8 @@ pub struct RunArgs {
     pub poll_interval: Duration,
 
     /// After a notification, how long to let more arrive before claiming, so that messages
-    /// committed close together go out as one batch: a few milliseconds of latency for a
-    /// fraction of the CPU under steady traffic. 0s claims at once.
+    /// committed close together go out as one batch: that much latency for about a third
+    /// of the CPU per message under steady traffic. 0s claims at once.
     #[arg(long, env = "OUTBOXD_LINGER", default_value = "50ms", value_parser = parse_duration_up_to::<SECOND>)]
     pub linger: Duration,
 

@@ -3,7 +3,6 @@
 //! [`Dispatcher::dispatch_once`] claims, sends and records one batch, for tests to drive.
 
 use std::sync::atomic::Ordering;
-
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -159,7 +158,8 @@ impl Dispatcher {
     }
 
     /// Gives back the connection kept between statements: the pool cannot close while it
-    /// is out. [`Self::run`] does so as it ends; after a panic, the caller must.
+    /// is out. [`Self::run`] does so as it ends; a caller of [`Self::dispatch_once`] or
+    /// [`Self::drain`], or of a `run` that panicked, must before closing the pool.
     pub fn release_connection(&self) {
         self.database.release();
     }

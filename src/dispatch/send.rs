@@ -1,4 +1,4 @@
-//! Sending a leased batch: `concurrency` tasks that each take the next unsent message,
+//! Sending a leased batch: `concurrency` sends (tasks, or in place for a small batch) that each take the next unsent message,
 //! decide its outcome as soon as its send ends and hand it to the recorder; a start
 //! deadline that keeps every send inside the lease.
 
@@ -46,7 +46,7 @@ pub(super) enum AttemptResult {
     Suppressed(SuppressionReason, usize),
 }
 
-/// What the send tasks share: everything one message's render, send and outcome need.
+/// What the sends share: everything one message's render, send and outcome need.
 pub(super) struct MessageSender {
     pub renderer: Arc<Renderer>,
     pub mailer: Arc<Mailer>,
@@ -58,7 +58,7 @@ pub(super) struct MessageSender {
     pub suppress_hard_bounces: bool,
 }
 
-/// One batch being sent, shared by its send tasks.
+/// One batch being sent, shared by its sends.
 struct InFlight {
     messages: Arc<[ClaimedMessage]>,
     next: AtomicUsize,

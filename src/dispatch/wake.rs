@@ -21,11 +21,17 @@ pub(super) const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy {
     max: Duration::from_secs(60),
 };
 
+/// How long past the linger its reply may take before the listening connection is given
+/// up as hung.
+const LINGER_GRACE: Duration = Duration::from_secs(5);
+
 /// The dedicated LISTEN connection, reconnected whenever it is lost.
 pub(super) struct Wakeups {
     pool: PgPool,
     metrics: Arc<Metrics>,
     listener: Option<PgListener>,
+    /// A linger cut short is warned of once: a `statement_timeout` would cut every one.
+    cut_short_warned: bool,
 }
 
 /// How a wait ended.
@@ -45,6 +51,7 @@ impl Wakeups {
             pool,
             metrics,
             listener: None,
+            cut_short_warned: false,
         }
     }
 
@@ -107,21 +114,30 @@ impl Wakeups {
         let slept = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            slept = store::linger(listener, linger) => slept,
+            slept = tokio::time::timeout(linger + LINGER_GRACE, store::linger(listener, linger)) => slept,
         };
         match slept {
-            Ok(()) => {
+            // Ended, or refused by the server (a `statement_timeout` shorter than the
+            // linger, a cancel): the connection still listens, and what it heard counts.
+            Ok(Ok(()) | Err(sqlx::Error::Database(_))) => {
                 let mut heard = Heard::default();
                 take_buffered(listener, &mut heard);
                 floor.heard(heard);
+                if let Ok(Err(e)) = slept
+                    && !std::mem::replace(&mut self.cut_short_warned, true)
+                {
+                    warn!(error = %e, "the linger after a notification was cut short (a statement_timeout under OUTBOXD_LINGER?); not warning again");
+                }
             }
-            Err(e) => self.lost(&e, floor),
+            // The connection failed, or hangs: the poll interval must not depend on it.
+            Ok(Err(e)) => self.lost(&e, floor),
+            Err(_) => self.lost(&"no reply to the linger's pg_sleep", floor),
         }
     }
 
     /// The listening connection failed: listen again before the next look; meanwhile the
     /// floor cannot trust what it has heard.
-    fn lost(&mut self, error: &sqlx::Error, floor: &ClaimFloor) {
+    fn lost(&mut self, error: &dyn std::fmt::Display, floor: &ClaimFloor) {
         self.metrics.database_error(DatabaseOperation::Listen);
         warn!(error = %error, "lost the LISTEN connection; reconnecting");
         self.listener = None;

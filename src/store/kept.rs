@@ -37,6 +37,7 @@ struct Kept {
 }
 
 impl KeptConnection {
+    /// Nothing is kept until the first statement.
     pub fn new(pool: PgPool) -> Self {
         Self {
             pool,
@@ -52,9 +53,9 @@ impl KeptConnection {
     /// See [`claim`].
     pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
         let mut kept = self.take().await?;
-        let claimed = claim(&mut *kept.connection, request).await;
-        self.give_back(kept, claimed.is_ok());
-        claimed
+        let claimed = claim(&mut *kept.connection, request).await?;
+        self.give_back(kept);
+        Ok(claimed)
     }
 
     /// See [`suppressed_among`].
@@ -66,9 +67,9 @@ impl KeptConnection {
             return Ok(Vec::new());
         }
         let mut kept = self.take().await?;
-        let found = suppressed_among(&mut *kept.connection, addresses).await;
-        self.give_back(kept, found.is_ok());
-        found
+        let found = suppressed_among(&mut *kept.connection, addresses).await?;
+        self.give_back(kept);
+        Ok(found)
     }
 
     /// See [`record_outcomes`].
@@ -81,9 +82,9 @@ impl KeptConnection {
             return Ok(Vec::new());
         }
         let mut kept = self.take().await?;
-        let recorded = record_outcomes(&mut *kept.connection, token, outcomes).await;
-        self.give_back(kept, recorded.is_ok());
-        recorded
+        let recorded = record_outcomes(&mut *kept.connection, token, outcomes).await?;
+        self.give_back(kept);
+        Ok(recorded)
     }
 
     /// Gives the kept connection back to the pool, which cannot close while one is out.
@@ -105,11 +106,9 @@ impl KeptConnection {
     }
 
     /// Keeps the connection after a statement that worked, unless another is kept already;
-    /// otherwise it goes back to the pool, which checks it.
-    fn give_back(&self, kept: Kept, worked: bool) {
-        if !worked {
-            return;
-        }
+    /// otherwise it goes back to the pool, which checks it. (After an error it is simply
+    /// dropped: the `?` before this call.)
+    fn give_back(&self, kept: Kept) {
         let mut slot = lock(&self.kept);
         if slot.is_none() {
             *slot = Some(kept);

@@ -424,6 +424,57 @@ async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_cla
 }
 
 #[tokio::test]
+async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_nor_a_message() {
+    let db = TestDb::new().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{}\" SET statement_timeout = '300ms'",
+        db.name
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--poll-interval", "10m", "--linger", "1s"],
+    )
+    .await;
+    let dispatcher = app.dispatcher.clone();
+    let shutdown = app.shutdown.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    db.wait_for_listener().await;
+    let listening = |pattern: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i32>(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND query LIKE $1",
+            )
+            .bind(pattern)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let listener = listening("LISTEN%").await;
+
+    // The poll interval is ten minutes: each delivery needs a notification, so the
+    // listener must outlive each linger that the timeout cuts short.
+    for (i, to) in ["one@example.com", "two@example.com"]
+        .into_iter()
+        .enumerate()
+    {
+        db.enqueue("account_verification", verification(to)).await;
+        smtp.wait_for(i + 1, Duration::from_secs(30)).await;
+    }
+    let lingering = listening("SELECT pg_sleep%").await;
+    shutdown.stop.cancel();
+    running.await.unwrap();
+    assert_eq!(lingering, listener, "the LISTEN connection was replaced");
+}
+
+#[tokio::test]
 async fn a_message_is_not_sent_before_its_not_before_time() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
