@@ -380,19 +380,28 @@ async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
     );
 }
 
-#[tokio::test]
-async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_claiming() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
+/// A running dispatcher that lingers 1 s and that only notifications wake (the poll
+/// interval is ten minutes); stop it with the token.
+async fn lingering_dispatcher(
+    db: &TestDb,
+    smtp: &SmtpServer,
+) -> (outboxd::dispatch::Shutdown, tokio::task::JoinHandle<()>) {
     let app = app(
-        &db,
+        db,
         Some(&smtp.url()),
         &["--poll-interval", "10m", "--linger", "1s"],
     )
     .await;
     let dispatcher = app.dispatcher.clone();
-    let shutdown = app.shutdown.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
+    (app.shutdown.clone(), running)
+}
+
+#[tokio::test]
+async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_claiming() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (shutdown, running) = lingering_dispatcher(&db, &smtp).await;
     // The first (empty) claim is over, so the next one can only follow a notification.
     eventually(Duration::from_secs(30), "the first claim", || async {
         sqlx::query_scalar::<_, i64>(
@@ -434,15 +443,7 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
     .await
     .unwrap();
     let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--poll-interval", "10m", "--linger", "1s"],
-    )
-    .await;
-    let dispatcher = app.dispatcher.clone();
-    let shutdown = app.shutdown.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let (shutdown, running) = lingering_dispatcher(&db, &smtp).await;
     db.wait_for_listener().await;
     let listening = |pattern: &'static str| {
         let pool = db.pool.clone();
