@@ -1,6 +1,6 @@
-//! Sending a leased batch: `concurrency` sends (tasks, or in place for a small batch) that each take the next unsent message,
-//! decide its outcome as soon as its send ends and hand it to the recorder; a start
-//! deadline that keeps every send inside the lease.
+//! Sending a leased batch: `concurrency` sends (tasks, or in place for a small batch) that
+//! each take the next unsent message, decide its outcome as soon as its send ends and hand
+//! it to the recorder; a start deadline that keeps every send inside the lease.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;

@@ -117,22 +117,21 @@ impl Wakeups {
             slept = tokio::time::timeout(linger + LINGER_GRACE, store::linger(listener, linger)) => slept,
         };
         match slept {
-            // Ended, or refused by the server (a `statement_timeout` shorter than the
-            // linger, a cancel): the connection still listens, and what it heard counts.
-            Ok(Ok(()) | Err(sqlx::Error::Database(_))) => {
-                let mut heard = Heard::default();
-                take_buffered(listener, &mut heard);
-                floor.heard(heard);
-                if let Ok(Err(e)) = slept
-                    && !std::mem::replace(&mut self.cut_short_warned, true)
-                {
+            Ok(Ok(())) => {}
+            // Refused by the server (a `statement_timeout` shorter than the linger, a
+            // cancel): the connection still listens, and what it heard counts.
+            Ok(Err(e @ sqlx::Error::Database(_))) => {
+                if !std::mem::replace(&mut self.cut_short_warned, true) {
                     warn!(error = %e, "the linger after a notification was cut short (a statement_timeout under OUTBOXD_LINGER?); not warning again");
                 }
             }
             // The connection failed, or hangs: the poll interval must not depend on it.
-            Ok(Err(e)) => self.lost(&e, floor),
-            Err(_) => self.lost(&"no reply to the linger's pg_sleep", floor),
+            Ok(Err(e)) => return self.lost(&e, floor),
+            Err(_) => return self.lost(&"no reply to the linger's pg_sleep", floor),
         }
+        let mut heard = Heard::default();
+        take_buffered(listener, &mut heard);
+        floor.heard(heard);
     }
 
     /// The listening connection failed: listen again before the next look; meanwhile the

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 use uuid::Uuid;
 
 use super::suppressions::suppressed_among;
@@ -52,10 +52,8 @@ impl KeptConnection {
 
     /// See [`claim`].
     pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
-        let mut kept = self.take().await?;
-        let claimed = claim(&mut *kept.connection, request).await?;
-        self.give_back(kept);
-        Ok(claimed)
+        self.on_connection(async |connection| claim(connection, request).await)
+            .await
     }
 
     /// See [`suppressed_among`].
@@ -66,10 +64,8 @@ impl KeptConnection {
         if addresses.is_empty() {
             return Ok(Vec::new());
         }
-        let mut kept = self.take().await?;
-        let found = suppressed_among(&mut *kept.connection, addresses).await?;
-        self.give_back(kept);
-        Ok(found)
+        self.on_connection(async |connection| suppressed_among(connection, addresses).await)
+            .await
     }
 
     /// See [`record_outcomes`].
@@ -81,10 +77,20 @@ impl KeptConnection {
         if outcomes.is_empty() {
             return Ok(Vec::new());
         }
+        self.on_connection(async |connection| record_outcomes(connection, token, outcomes).await)
+            .await
+    }
+
+    /// Runs one statement on the kept connection (or one from the pool), and keeps the
+    /// connection if the statement worked; after an error it is dropped.
+    async fn on_connection<T>(
+        &self,
+        statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
         let mut kept = self.take().await?;
-        let recorded = record_outcomes(&mut *kept.connection, token, outcomes).await?;
+        let result = statement(&mut kept.connection).await?;
         self.give_back(kept);
-        Ok(recorded)
+        Ok(result)
     }
 
     /// Gives the kept connection back to the pool, which cannot close while one is out.
@@ -106,8 +112,7 @@ impl KeptConnection {
     }
 
     /// Keeps the connection after a statement that worked, unless another is kept already;
-    /// otherwise it goes back to the pool, which checks it. (After an error it is simply
-    /// dropped: the `?` before this call.)
+    /// otherwise it goes back to the pool, which checks it.
     fn give_back(&self, kept: Kept) {
         let mut slot = lock(&self.kept);
         if slot.is_none() {
