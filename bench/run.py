@@ -255,6 +255,8 @@ def table(title, header, rows):
     sys.stdout.flush()
 
 
+# OUTBOXD_LINGER's default, marked in the latency table.
+DEFAULT_LINGER = "50ms"
 TUNED = os.environ.get("BENCH_FLAGS", "--batch-size 400 --smtp-concurrency 16").split()
 
 
@@ -329,24 +331,29 @@ def drain_cpu_per_message(messages):
 
 def scenario_latency(args):
     # This machine is shared and its speed drifts: the drains just before and after the
-    # steady load give its CPU per message a yardstick of the same minutes.
+    # steady loads give their CPU per message a yardstick of the same minutes. Each linger
+    # is a row: it trades latency for the batch size that shares a cycle's round trips.
     drain_before = drain_cpu_per_message(min(args.messages, 30_000))
-    steady = measure_latency(args)
+    runs = [(linger, measure_latency(args, "--linger", linger)) for linger in args.lingers.split(",")]
     drain_after = drain_cpu_per_message(min(args.messages, 30_000))
     drain = (drain_before + drain_after) / 2
-    table(f"Latency: {steady['n']} messages committed one per transaction at {args.rate}/s for {args.duration} s, "
-          f"poll interval 15 s, {' '.join(TUNED)}",
-          ["p50 ms", "p99 ms", "max ms", "achieved rate /s", "outboxd CPU ms/msg",
-           "drain CPU ms/msg (before, after)", "steady / drain"],
-          [[f"{steady['p50']:.1f}", f"{steady['p99']:.1f}", f"{steady['max']:.1f}",
-            f"{steady['n'] / args.duration:.0f}", f"{steady['cpu_ms']:.3f}",
-            f"{drain_before:.3f}, {drain_after:.3f}", f"{steady['cpu_ms'] / drain:.1f}"]])
+    n = runs[0][1]["n"]
+    table(f"Latency: {n} messages committed one per transaction at {args.rate}/s for {args.duration} s, "
+          f"poll interval 15 s, {' '.join(TUNED)}; drain CPU ms/msg before and after: "
+          f"{drain_before:.3f}, {drain_after:.3f}",
+          ["linger", "p50 ms", "p99 ms", "max ms", "achieved rate /s", "messages per outcome write",
+           "outboxd CPU ms/msg", "steady / drain"],
+          [[linger + (" (default)" if linger == DEFAULT_LINGER else ""),
+            f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['max']:.1f}", f"{r['n'] / args.duration:.0f}",
+            f"{r['per_write']:.1f}", f"{r['cpu_ms']:.3f}", f"{r['cpu_ms'] / drain:.1f}"]
+           for linger, r in runs])
 
 
-def measure_latency(args):
+def measure_latency(args, *flags):
     import psycopg
     with database("outboxd_bench_latency") as url, smtp_sink() as port:
-        proc = Outboxd(url, port, *TUNED)  # the default 15 s poll: only NOTIFY explains a fast send
+        # The default 15 s poll: only NOTIFY explains a fast send.
+        proc = Outboxd(url, port, *TUNED, *flags)
         committed = {}
         interval = 1.0 / args.rate
         with psycopg.connect(url, autocommit=True) as conn:
@@ -370,8 +377,11 @@ def measure_latency(args):
         sent = dict(tuple(line.split("|")) for line in psql(
             url, "SELECT id, extract(epoch FROM dispatched_at) FROM outbox_messages").splitlines())
         latencies = sorted(1000 * (float(sent[str(i)]) - t) for i, t in committed.items())
+        # One outcome write per small batch: each stamps its rows with its own now().
+        writes = int(psql(url, "SELECT count(DISTINCT dispatched_at) FROM outbox_messages"))
     q = statistics.quantiles(latencies, n=100)
-    return {"n": n, "p50": q[49], "p99": q[98], "max": latencies[-1], "cpu_ms": 1000 * cpu / n}
+    return {"n": n, "p50": q[49], "p99": q[98], "max": latencies[-1], "cpu_ms": 1000 * cpu / n,
+            "per_write": n / max(writes, 1)}
 
 
 @contextmanager
@@ -649,6 +659,8 @@ def main():
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
+    parser.add_argument("--lingers", default="50ms,100ms,200ms",
+                        help="the latency scenario's --linger values, one steady run each")
     parser.add_argument("--idle", type=int, default=60)
     parser.add_argument("--longtx", type=int, default=600, help="seconds the long transaction stays open")
     parser.add_argument("--longtx-window", type=int, default=60, help="seconds per row of the longtx table")

@@ -2,6 +2,7 @@
 //! decided one by one as the sends end, and what a claim came to.
 
 use std::sync::Mutex;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -59,7 +60,7 @@ enum Slot {
 /// message stands, under one lock: an outcome is marked done exactly when it is queued.
 pub(super) struct OutcomeQueue {
     state: Mutex<QueueState>,
-    /// Rung when a chunk is full or the sends are over.
+    /// Rung when a chunk is full.
     ready: Notify,
 }
 
@@ -101,11 +102,11 @@ impl OutcomeQueue {
     }
 
     /// The sends are over; returns outcomes for the messages whose sends never ended:
-    /// not started, or abandoned at the shutdown bound.
+    /// not started, or abandoned at the shutdown bound. Wakes nobody: the recorder runs in
+    /// the same task and is polled right after (see `send_and_record`).
     pub fn close(&self, after: Duration) -> Vec<Decided> {
         let mut state = lock(&self.state);
         state.closed = true;
-        self.ready.notify_one();
         state
             .slots
             .iter()
@@ -139,8 +140,18 @@ impl OutcomeQueue {
                     return Chunk::Write(std::mem::take(&mut state.decided));
                 }
             }
+            // `closed` registers no waker: the sends close the queue from this task, and
+            // poll the recorder right after (see `send_and_record`).
+            let closed = std::future::poll_fn(|_| {
+                if lock(&self.state).closed {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
             tokio::select! {
                 () = self.ready.notified() => {}
+                () = closed => {}
                 () = tokio::time::sleep(RECORD_LINGER) => {
                     let mut state = lock(&self.state);
                     if !state.decided.is_empty() && !state.closed {

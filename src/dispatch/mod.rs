@@ -16,6 +16,7 @@
 //! - [`floor`]: where a claim starts scanning, so that a transaction left open elsewhere
 //!   does not make claims walk every row sent since it began.
 
+mod attempt;
 mod batch;
 mod breaker;
 mod cycle;

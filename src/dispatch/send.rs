@@ -1,6 +1,7 @@
 //! Sending a leased batch: `concurrency` sends (tasks, or in place for a small batch) that
-//! each take the next unsent message, decide its outcome as soon as its send ends and hand
-//! it to the recorder; a start deadline that keeps every send inside the lease.
+//! each take the next unsent message, decide its outcome as soon as its send ends (see
+//! `attempt`) and hand it to the recorder; a start deadline that keeps every send inside
+//! the lease.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -8,43 +9,28 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
 use futures_util::FutureExt as _;
-use futures_util::future::join_all;
+use futures_util::future::{join, join_all};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use super::attempt::{AttemptResult, caught, outcome_of, panic_message};
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
 use super::suppress::{Filtered, Suppressed};
 use super::{DispatchError, Dispatcher};
-use crate::mailer::{Mailer, SendError};
+use crate::mailer::Mailer;
 use crate::message::{
-    ClaimedBatch, ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy,
+    ClaimedBatch, ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy,
 };
-use crate::render::{RenderError, Renderer};
+use crate::render::Renderer;
 use crate::store;
-use crate::suppression::SuppressionReason;
 use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
 use crate::trace_context::parse_traceparent;
-
-/// What an attempt at one message came to, before it is turned into an outcome.
-#[derive(Debug)]
-pub(super) enum AttemptResult {
-    Delivered(Delivery),
-    RenderFailed(RenderError),
-    SendFailed(SendError),
-    /// Not started: shutting down, or too close to the end of the lease. (A send given up
-    /// at the shutdown bound never comes back: its slot says it was abandoned.)
-    NotStarted,
-    /// Not started: past its expiry when claimed.
-    Expired,
-    /// Not sent: every recipient is on the suppression list.
-    Suppressed(SuppressionReason, usize),
-}
 
 /// What the sends share: everything one message's render, send and outcome need.
 pub(super) struct MessageSender {
@@ -144,16 +130,18 @@ impl Dispatcher {
         batch: Arc<InFlight>,
         span: tracing::Span,
     ) -> Result<SentBatch, DispatchError> {
-        let (recorded, rest) = async {
-            tokio::join!(
-                self.record_as_they_come(&claimed, &batch.outcomes, span.clone()),
-                async {
-                    self.send_concurrently(&batch).await;
-                    // Sends never started, or given up at the shutdown bound, are released.
-                    batch.outcomes.close(batch.lease_start.elapsed())
-                },
-            )
-        }
+        // The sends are polled before the recorder in every pass (`join`, unlike
+        // `tokio::join!`, keeps that order), so the recorder sees the queue closed in the
+        // pass the sends end: closing it need not wake this task, which tokio would hand to
+        // its other thread (BENCHMARKS.md, *Steady traffic*).
+        let (rest, recorded) = join(
+            async {
+                self.send_concurrently(&batch).await;
+                // Sends never started, or given up at the shutdown bound, are released.
+                batch.outcomes.close(batch.lease_start.elapsed())
+            },
+            self.record_as_they_come(&claimed, &batch.outcomes, span.clone()),
+        )
         .instrument(span.clone())
         .await;
         let outage =
@@ -241,70 +229,6 @@ impl Dispatcher {
 /// Batches up to this size are sent in the dispatcher's own task.
 const SEND_IN_PLACE_UP_TO: usize = 64;
 
-/// What a panic carried, when it was a message.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
-}
-
-/// Throttling replies one message may meet without an attempt counted; after them, one
-/// more is an ordinary deferral (attempt counted), so that a refusal that only looks like
-/// throttling cannot loop forever.
-const MAX_THROTTLED_RELEASES: i32 = 20;
-
-/// The outcome an attempt comes to. A send that found the server unreachable before it took
-/// anything is released without an attempt, whatever the rest of the batch met: an outage
-/// is not the message's fault, even when it starts half-way through a batch.
-fn outcome_of(message: &ClaimedMessage, attempt: AttemptResult, retry: &RetryPolicy) -> Outcome {
-    match attempt {
-        AttemptResult::Delivered(via) => Outcome::Sent { via },
-        AttemptResult::RenderFailed(e) => Outcome::DeadLetter {
-            error: e.to_string(),
-            error_class: e.error_class().to_owned(),
-            failure_type: FailureType::Permanent,
-        },
-        AttemptResult::SendFailed(e) if !e.reached_server() => Outcome::Release {
-            reason: ReleaseReason::SmtpUnavailable,
-            error: Some(e.to_string()),
-        },
-        AttemptResult::SendFailed(e)
-            if e.is_throttling() && message.throttled_releases < MAX_THROTTLED_RELEASES =>
-        {
-            Outcome::Release {
-                reason: ReleaseReason::Throttled,
-                error: Some(e.to_string()),
-            }
-        }
-        AttemptResult::SendFailed(e) => match e.failure_type() {
-            FailureType::Permanent => Outcome::DeadLetter {
-                error: e.to_string(),
-                error_class: e.error_class(),
-                failure_type: FailureType::Permanent,
-            },
-            failure_type @ (FailureType::Transient | FailureType::Ambiguous) => {
-                Outcome::after_retryable_failure(
-                    e.to_string(),
-                    e.error_class(),
-                    failure_type,
-                    message.attempts,
-                    retry,
-                )
-            }
-        },
-        AttemptResult::NotStarted => Outcome::not_started(),
-        AttemptResult::Expired => Outcome::Expired,
-        AttemptResult::Suppressed(reason, recipients) => Outcome::Suppressed {
-            reason,
-            error: format!(
-                "not sent: every recipient ({recipients}) is on the suppression list ({reason})"
-            ),
-        },
-    }
-}
-
 impl MessageSender {
     /// Takes the next unsent message of the batch until none is left; hands each outcome
     /// to the recorder the moment it is decided.
@@ -320,8 +244,9 @@ impl MessageSender {
             } else if !self.wait_for_slot(batch, index).await {
                 AttemptResult::NotStarted
             } else {
-                self.render_and_send(message, &batch.suppressed, batch.start_deadline)
-                    .await
+                let attempt =
+                    self.render_and_send(message, &batch.suppressed, batch.start_deadline);
+                caught(attempt, message.id).await
             };
             match &attempt {
                 AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
@@ -492,48 +417,5 @@ impl MessageSender {
             span.record("error.type", error_type);
         }
         attempt
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::{AttemptResult, MAX_THROTTLED_RELEASES, outcome_of};
-    use crate::mailer::SendError;
-    use crate::message::{ClaimedMessage, Outcome, ReleaseReason, RetryPolicy};
-
-    fn message(throttled_releases: i32) -> ClaimedMessage {
-        ClaimedMessage {
-            throttled_releases,
-            ..ClaimedMessage::for_tests("account_verification", "{}")
-        }
-    }
-
-    fn throttled() -> AttemptResult {
-        AttemptResult::SendFailed(SendError::Deferred {
-            code: Some("454".into()),
-            message: "454 4.7.0 Throttling failure: Maximum sending rate exceeded.".into(),
-        })
-    }
-
-    #[test]
-    fn throttling_costs_no_attempt_until_a_message_has_met_too_much_of_it() {
-        let retry = RetryPolicy {
-            max_attempts: 5,
-            base: Duration::from_secs(30),
-            max: Duration::from_secs(3600),
-        };
-        assert!(matches!(
-            outcome_of(&message(0), throttled(), &retry),
-            Outcome::Release {
-                reason: ReleaseReason::Throttled,
-                ..
-            }
-        ));
-        assert!(matches!(
-            outcome_of(&message(MAX_THROTTLED_RELEASES), throttled(), &retry),
-            Outcome::Retry { .. }
-        ));
     }
 }
