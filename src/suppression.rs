@@ -5,10 +5,22 @@
 //! is one-sided: a case-sensitive list would mail `Ada@example.com` after `ada@example.com`
 //! bounced or complained. Amazon SES and Postmark compare suppressions the same way.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::{DateTime, Utc};
 
 /// The longest address the list accepts (RFC 5321: 64 + 1 + 255).
 pub const MAX_ADDRESS_CHARS: usize = 320;
+
+/// What the claim statement found of a batch's recipients on the list: the addresses it
+/// read from the payloads (by a simpler rule than the renderer's, see `store::claim`) and
+/// those of them listed. An address the renderer finds that is not among `looked_up` must
+/// still be looked up.
+#[derive(Debug, Clone, Default)]
+pub struct ListedAtClaim {
+    pub looked_up: HashSet<String>,
+    pub listed: HashMap<String, SuppressionReason>,
+}
 
 /// Why an address is on the list: the `reason` column and the `reason` label of
 /// `outbox_messages_suppressed_total`.

@@ -190,7 +190,8 @@ pub(super) struct Unrecorded {
 
 /// What a claim came to.
 pub(super) enum NextBatch {
-    Leased(LeasedBatch),
+    /// Boxed: a claimed batch is large, and the enum is moved between futures.
+    Leased(Box<LeasedBatch>),
     /// Nothing due.
     Empty,
     /// Not claimed at all: shutting down, or the circuit is open.

@@ -262,13 +262,13 @@ impl Dispatcher {
             return Ok(NextBatch::Empty);
         }
         let suppressed = self.suppressed_or_release(&claimed, lease_start).await?;
-        Ok(NextBatch::Leased(LeasedBatch {
+        Ok(NextBatch::Leased(Box::new(LeasedBatch {
             claimed,
             lease_start,
             requested,
             slots,
             suppressed,
-        }))
+        })))
     }
 
     /// Claims up to `limit` due rows from the claim floor up, and moves the floor.

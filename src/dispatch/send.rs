@@ -68,14 +68,17 @@ impl Dispatcher {
     /// worth at a time, so one slow message never holds its batch-mates' outcomes. Returns
     /// when the sends are over, with the last outcomes still to write (the drain writes
     /// them while the next batch is sent).
-    pub(super) async fn send_batch(&self, leased: LeasedBatch) -> Result<SentBatch, DispatchError> {
+    pub(super) async fn send_batch(
+        &self,
+        leased: Box<LeasedBatch>,
+    ) -> Result<SentBatch, DispatchError> {
         let LeasedBatch {
             claimed,
             lease_start,
             slots,
             suppressed,
             ..
-        } = leased;
+        } = *leased;
         let span = self.batch_span(&claimed);
         let batch = Arc::new(self.in_flight(&claimed, lease_start, slots, suppressed));
         self.send_and_record(claimed, batch, span).await

@@ -1,5 +1,6 @@
-//! The suppression list at send time: one lookup per batch of the addresses its messages
-//! go to, then each message's envelope without the suppressed ones.
+//! The suppression list at send time: the batch's listed addresses as its claim found them
+//! (with one more lookup only for addresses the claim could not read), then each message's
+//! envelope without the suppressed ones.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -104,25 +105,36 @@ impl Dispatcher {
         Err(error)
     }
 
-    /// Looks up, in one query, which addresses of a claimed batch are suppressed.
+    /// Which addresses of a claimed batch are suppressed: as the claim found them, and for
+    /// any address the renderer finds that the claim did not read, from one more query.
     pub(super) async fn suppressed_in(
         &self,
         claimed: &ClaimedBatch,
     ) -> Result<Suppressed, DispatchError> {
-        let mut addresses: Vec<String> = claimed
+        let at_claim = &claimed.suppression;
+        let mut unread: Vec<String> = claimed
             .messages
             .iter()
             .flat_map(|message| self.sender.renderer.suppression_keys(message))
+            .filter(|address| !at_claim.looked_up.contains(address))
             .collect();
-        addresses.sort_unstable();
-        addresses.dedup();
-        let found = self
-            .database
-            .suppressed_among(&addresses)
-            .await
-            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+        unread.sort_unstable();
+        unread.dedup();
+        let mut listed = at_claim.listed.clone();
+        if !unread.is_empty() {
+            debug!(
+                addresses = unread.len(),
+                "looking up recipients the claim did not read"
+            );
+            let found = self
+                .database
+                .suppressed_among(&unread)
+                .await
+                .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+            listed.extend(found);
+        }
         Ok(Suppressed {
-            listed: found.into_iter().collect(),
+            listed,
             bounced: Mutex::new(HashMap::new()),
         })
     }

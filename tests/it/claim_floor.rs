@@ -1,6 +1,7 @@
 //! Claims scan the due index from a floor (so that a transaction left open elsewhere does
 //! not make them walk every row sent since). Rows that commit below the floor must still
-//! go out at once: the insert trigger tells the dispatcher their due time.
+//! go out at once: the insert trigger tells the dispatcher their due time. And no claim
+//! waits for PostgreSQL to JIT-compile it.
 
 use std::time::Duration;
 
@@ -92,4 +93,22 @@ async fn the_insert_trigger_notifies_the_due_time_of_what_it_inserts() {
             .unwrap();
         assert_eq!(notification.payload(), payload, "{not_before}");
     }
+}
+
+#[tokio::test]
+async fn the_dispatchers_sessions_run_without_jit_compilation() {
+    let db = TestDb::new().await;
+    // The server's default is on; a claim's cost estimate alone could start a compilation
+    // that takes far longer than the claim.
+    let server_default: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(server_default, "on");
+    let app = app(&db, None, &[]).await;
+    let jit: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(jit, "off");
 }

@@ -84,6 +84,37 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
 }
 
 #[tokio::test]
+async fn an_address_the_claim_cannot_read_as_listed_is_still_looked_up_and_suppressed() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    // The list keeps a domain in ASCII; the claim statement reads the payload's Unicode
+    // form, which it cannot convert, so the dispatcher looks this one up itself.
+    suppressions::add(
+        &db.pool,
+        &entry("ada@xn--bcher-kva.de", SuppressionReason::Unsubscribe),
+        "test",
+    )
+    .await
+    .unwrap();
+    let unicode = db
+        .enqueue("account_verification", verification("Ada <Ada@Bücher.de>"))
+        .await;
+    let kept = db
+        .enqueue("account_verification", verification("kept@example.com"))
+        .await;
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+
+    let received = smtp.messages();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].outbox_id, kept.to_string());
+    assert_eq!(
+        state_of(&db, unicode).await.0.as_deref(),
+        Some("suppressed")
+    );
+}
+
+#[tokio::test]
 async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_the_next_message() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
