@@ -10,6 +10,13 @@ use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
 use crate::admin::{admin_app, api, basic, csrf_in};
 use crate::helpers::{SmtpServer, TestDb, app, http_full, outboxd, verification};
 
+/// Puts `address` on the list, as an operator would.
+async fn suppress(db: &TestDb, address: &str, reason: SuppressionReason) {
+    suppressions::add(&db.pool, &entry(address, reason), "test")
+        .await
+        .unwrap();
+}
+
 fn entry(address: &str, reason: SuppressionReason) -> NewSuppression {
     NewSuppression {
         address: address.to_owned(),
@@ -34,13 +41,7 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
  {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    suppressions::add(
-        &db.pool,
-        &entry("gone@example.com", SuppressionReason::Complaint),
-        "test",
-    )
-    .await
-    .unwrap();
+    suppress(&db, "gone@example.com", SuppressionReason::Complaint).await;
     // Compared lower-cased, the display name left aside.
     let only = db
         .enqueue(
@@ -89,13 +90,7 @@ async fn an_address_the_claim_cannot_read_as_listed_is_still_looked_up_and_suppr
     let smtp = SmtpServer::start();
     // The list keeps a domain in ASCII; the claim statement reads the payload's Unicode
     // form, which it cannot convert, so the dispatcher looks this one up itself.
-    suppressions::add(
-        &db.pool,
-        &entry("ada@xn--bcher-kva.de", SuppressionReason::Unsubscribe),
-        "test",
-    )
-    .await
-    .unwrap();
+    suppress(&db, "ada@xn--bcher-kva.de", SuppressionReason::Unsubscribe).await;
     let unicode = db
         .enqueue("account_verification", verification("Ada <Ada@Bücher.de>"))
         .await;
@@ -516,13 +511,7 @@ async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
     // Fifty to a page, in address order, with a link to the next.
     for i in 0..55 {
         let address = format!("many{i:02}@example.com");
-        suppressions::add(
-            &db.pool,
-            &entry(&address, SuppressionReason::Manual),
-            "test",
-        )
-        .await
-        .unwrap();
+        suppress(&db, &address, SuppressionReason::Manual).await;
     }
     let first = get("/admin?suppressed=many".into()).await;
     assert!(first.body.contains("<td>many49@example.com</td>"));
