@@ -11,6 +11,7 @@ use crate::mailer::SendError;
 use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
 use crate::suppression::SuppressionReason;
+use crate::text::mask_addresses;
 
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
@@ -48,9 +49,11 @@ pub(super) async fn caught(
         Ok(attempt) => attempt,
         Err(panic) => {
             let said = panic_message(&*panic).to_owned();
+            // A panic's message may quote its input: addresses are masked, as in every log
+            // line (the row's `last_error` keeps them, as it does an SMTP reply's).
             error!(
-                outbox_id,
-                error = %said,
+                outbox.id = outbox_id,
+                error = %mask_addresses(&said),
                 "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt"
             );
             AttemptResult::Panicked(said)

@@ -5,8 +5,9 @@
 //!   ([`Dispatcher::dispatch_once`], [`Dispatcher::drain`]);
 //! - [`batch`]: what a batch is at each stage: leased, its outcomes decided, what comes
 //!   next;
-//! - [`send`]: the per-connection send tasks, the start deadline, and the decision from an
-//!   attempt to an outcome, made as each send ends;
+//! - [`send`]: the per-connection sends and the start deadline;
+//! - [`attempt`]: the decision from an attempt to an outcome, made as each send ends (a
+//!   panic caught and counted);
 //! - [`record`]: the one place outcomes are written (as they come), logged and counted,
 //!   and held across a database failure;
 //! - [`breaker`]: the SMTP circuit breaker;

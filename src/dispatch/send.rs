@@ -30,6 +30,7 @@ use crate::render::Renderer;
 use crate::store;
 use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
+use crate::text::mask_addresses;
 use crate::trace_context::parse_traceparent;
 
 /// What the sends share: everything one message's render, send and outcome need.
@@ -201,7 +202,7 @@ impl Dispatcher {
                 () = self.shutdown.abort.cancelled() => {}
                 ended = in_place => {
                     for panic in ended.into_iter().filter_map(Result::err) {
-                        error!(error = panic_message(&panic), "a send task failed");
+                        error!(error = %mask_addresses(panic_message(&panic)), "a send task failed");
                     }
                 }
             }
@@ -217,7 +218,7 @@ impl Dispatcher {
             () = async {
                 while let Some(joined) = tasks.join_next().await {
                     if let Err(e) = joined {
-                        error!(error = %e, "a send task failed");
+                        error!(error = %mask_addresses(&e.to_string()), "a send task failed");
                     }
                 }
             } => {}

@@ -3,6 +3,7 @@
 //! envelope without the suppressed ones.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 
 use lettre::address::Envelope;
@@ -13,8 +14,8 @@ use tracing::debug;
 use super::batch::Decided;
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
-use crate::message::{ClaimedBatch, Outcome};
-use crate::render::suppression_key;
+use crate::message::{ClaimedBatch, ClaimedMessage, Outcome};
+use crate::render::{Renderer, suppression_key};
 use crate::suppression::SuppressionReason;
 use crate::telemetry::metrics::DatabaseOperation;
 
@@ -115,7 +116,7 @@ impl Dispatcher {
         let mut unread: Vec<String> = claimed
             .messages
             .iter()
-            .flat_map(|message| self.sender.renderer.suppression_keys(message))
+            .flat_map(|message| keys_of(&self.sender.renderer, message))
             .filter(|address| !at_claim.looked_up.contains(address))
             .collect();
         unread.sort_unstable();
@@ -138,4 +139,12 @@ impl Dispatcher {
             bounced: Mutex::new(HashMap::new()),
         })
     }
+}
+
+/// A message's envelope addresses as the list keeps them. A parser that panics on this
+/// payload yields none here: the render then meets the same panic where it is caught and
+/// counted (see `attempt::caught`), rather than ending the dispatch loop before any send.
+fn keys_of(renderer: &Renderer, message: &ClaimedMessage) -> Vec<String> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| renderer.suppression_keys(message)))
+        .unwrap_or_default()
 }

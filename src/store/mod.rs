@@ -164,10 +164,20 @@ pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sq
         // of every claim. A connection that died is found by the query itself, which fails
         // once and is retried after the dispatcher's back-off.
         .test_before_acquire(false)
-        // Every statement here is short; PostgreSQL's JIT, which it starts on cost
-        // estimates alone, once spent 430 ms compiling each 8 ms claim (BENCHMARKS.md).
-        .connect_with(options.clone().options([("jit", "off")]))
+        .after_connect(|connection, _| Box::pin(without_jit(connection)))
+        .connect_with(options.clone())
         .await
+}
+
+/// Every statement outboxd runs is short; PostgreSQL's JIT, which it starts on cost
+/// estimates alone, once spent 430 ms compiling each 8 ms claim (BENCHMARKS.md). A `SET`
+/// after connecting rather than a startup option: connection poolers such as PgBouncer
+/// refuse unknown startup options. A server without the setting keeps its default.
+async fn without_jit(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    if let Err(e) = sqlx::query("SET jit = off").execute(connection).await {
+        tracing::debug!(error = %e, "could not turn JIT compilation off for this session");
+    }
+    Ok(())
 }
 
 /// A connection failure, told as one line that names where it tried (never the password).

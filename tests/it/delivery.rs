@@ -435,13 +435,7 @@ async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_cla
 #[tokio::test]
 async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_nor_a_message() {
     let db = TestDb::new().await;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE \"{}\" SET statement_timeout = '300ms'",
-        db.name
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.set_default("statement_timeout", Some("'300ms'")).await;
     let smtp = SmtpServer::start();
     let (shutdown, running) = lingering_dispatcher(&db, &smtp).await;
     db.wait_for_listener().await;

@@ -218,13 +218,8 @@ async fn readiness_fails_when_outboxd_cannot_write_its_table() {
 async fn readiness_fails_when_the_table_is_dropped_or_the_database_is_read_only() {
     let db = TestDb::new().await;
     let outboxd = Outboxd::start(&db.url, &[], &[]).await;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {} SET default_transaction_read_only = on",
-        db.name
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.set_default("default_transaction_read_only", Some("on"))
+        .await;
     // Pooled connections keep their setting; a new outboxd sees a read-only database.
     let fresh = Outboxd::start_unready(&db.url, &[], &[]);
     let body = poll_until(Duration::from_secs(30), "read-only readiness", || async {
@@ -236,13 +231,7 @@ async fn readiness_fails_when_the_table_is_dropped_or_the_database_is_read_only(
         body.contains("[-]writable failed: the database is read-only"),
         "{body}"
     );
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {} RESET default_transaction_read_only",
-        db.name
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.set_default("default_transaction_read_only", None).await;
 
     sqlx::query("DROP TABLE outbox_messages")
         .execute(&db.pool)

@@ -76,6 +76,22 @@ impl TestDb {
             .expect("enqueue")
     }
 
+    /// Sets a default for the database's new sessions (`value` as SQL: `on`, `'300ms'`);
+    /// `None` resets it.
+    pub async fn set_default(&self, setting: &str, value: Option<&str>) {
+        let change = match value {
+            Some(value) => format!("SET {setting} = {value}"),
+            None => format!("RESET {setting}"),
+        };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE \"{}\" {change}",
+            self.name
+        )))
+        .execute(&self.pool)
+        .await
+        .unwrap();
+    }
+
     pub async fn row(&self, id: i64) -> RowState {
         let row = sqlx::query(
             "SELECT attempts, last_error, dispatched_at IS NOT NULL AS dispatched, \

@@ -164,3 +164,37 @@ async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
     assert_eq!(db.error_class(big).await.as_deref(), Some("payload"));
     assert_eq!(smtp.messages()[0].rcpt_tos, ["small@example.com"]);
 }
+
+#[tokio::test]
+async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_claim() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    // The claim statement reads the addresses for the suppression list: none of these may
+    // fail it, which would leave the whole batch leased and unsent.
+    let mut no_cc = verification("kept@example.com");
+    no_cc["cc"] = serde_json::Value::Null;
+    no_cc["bcc"] = json!([]);
+    let no_cc = db.enqueue("account_verification", no_cc).await;
+    let mut odd = Vec::new();
+    for to in [
+        json!([null, "x@example.com"]),
+        json!(42),
+        json!({"address": "y@example.com"}),
+        json!([["nested@example.com"]]),
+    ] {
+        let mut payload = verification("unused@example.com");
+        payload["to"] = to;
+        odd.push(db.enqueue("account_verification", payload).await);
+    }
+    let step = app.dispatcher.dispatch_once().await.unwrap();
+    assert!(
+        matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 4),
+        "{step:?}"
+    );
+    assert!(db.row(no_cc).await.dispatched, "{no_cc}");
+    for id in odd {
+        assert_eq!(db.error_class(id).await.as_deref(), Some("address"), "{id}");
+    }
+    assert_eq!(smtp.messages()[0].rcpt_tos, ["kept@example.com"]);
+}
