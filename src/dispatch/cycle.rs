@@ -245,7 +245,7 @@ impl Dispatcher {
         // The lease starts in the database during the claim; counting from before it
         // errs on the safe side. The send slots count from the booking, just before.
         let lease_start = Instant::now();
-        let claimed = self.claim_rows(requested, due_by).await?;
+        let mut claimed = self.claim_rows(requested, due_by).await?;
         let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
         self.adapt_claim_size(taken >= requested);
         let unused = requested.saturating_sub(taken);
@@ -261,7 +261,11 @@ impl Dispatcher {
         if claimed.messages.is_empty() {
             return Ok(NextBatch::Empty);
         }
-        let suppressed = self.suppressed_or_release(&claimed, lease_start).await?;
+        // Read once, here: the batch need not carry it to its sends.
+        let at_claim = std::mem::take(&mut claimed.suppression);
+        let suppressed = self
+            .suppressed_or_release(&claimed, at_claim, lease_start)
+            .await?;
         Ok(NextBatch::Leased(Box::new(LeasedBatch {
             claimed,
             lease_start,

@@ -16,7 +16,7 @@ use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Outcome};
 use crate::render::{Renderer, suppression_key};
-use crate::suppression::SuppressionReason;
+use crate::suppression::{ListedAtClaim, SuppressionReason};
 use crate::telemetry::metrics::DatabaseOperation;
 
 /// The addresses of one batch that were on the list at its claim, and those a server said
@@ -83,9 +83,10 @@ impl Dispatcher {
     pub(super) async fn suppressed_or_release(
         &self,
         claimed: &ClaimedBatch,
+        at_claim: ListedAtClaim,
         lease_start: Instant,
     ) -> Result<Suppressed, DispatchError> {
-        let error = match self.suppressed_in(claimed).await {
+        let error = match self.suppressed_in(claimed, at_claim).await {
             Ok(suppressed) => return Ok(suppressed),
             Err(e) => e,
         };
@@ -111,8 +112,8 @@ impl Dispatcher {
     pub(super) async fn suppressed_in(
         &self,
         claimed: &ClaimedBatch,
+        at_claim: ListedAtClaim,
     ) -> Result<Suppressed, DispatchError> {
-        let at_claim = &claimed.suppression;
         let mut unread: Vec<String> = claimed
             .messages
             .iter()
@@ -121,7 +122,7 @@ impl Dispatcher {
             .collect();
         unread.sort_unstable();
         unread.dedup();
-        let mut listed = at_claim.listed.clone();
+        let mut listed = at_claim.listed;
         if !unread.is_empty() {
             debug!(
                 addresses = unread.len(),
