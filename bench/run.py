@@ -659,7 +659,7 @@ def main():
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
-    parser.add_argument("--lingers", default="50ms,100ms,200ms",
+    parser.add_argument("--lingers", default="50ms,75ms,100ms,200ms",
                         help="the latency scenario's --linger values, one steady run each")
     parser.add_argument("--idle", type=int, default=60)
     parser.add_argument("--longtx", type=int, default=600, help="seconds the long transaction stays open")

@@ -165,6 +165,7 @@ pub fn main() -> ExitCode {
         let _entered = runtime.enter();
         telemetry::init(cli.log_format)
     };
+    telemetry::log_panics();
     let result = runtime.block_on(execute(cli.command));
     drop(telemetry);
     match result {

@@ -35,6 +35,15 @@ pub fn redact_url(raw: &str) -> String {
     }
 }
 
+/// What a panic carried, when it was a message.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
 /// `text` with the local part of every email address in it replaced by `***`, for logs:
 /// errors often quote the recipient (`550 5.1.1 <ada@example.com>: unknown user`), and
 /// logs must not carry personal data. The domain stays: it tells which provider refused.

@@ -11,7 +11,7 @@ use crate::mailer::SendError;
 use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
 use crate::suppression::SuppressionReason;
-use crate::text::mask_addresses;
+use crate::text::{mask_addresses, panic_message};
 
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
@@ -28,15 +28,6 @@ pub(super) enum AttemptResult {
     Suppressed(SuppressionReason, usize),
     /// Rendering or sending panicked (a bug), with what the panic said.
     Panicked(String),
-}
-
-/// What a panic carried, when it was a message.
-pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
 }
 
 /// An attempt, with a panic turned into the message's failure: released as unsent, the

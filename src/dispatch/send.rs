@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::attempt::{AttemptResult, caught, outcome_of, panic_message};
+use super::attempt::{AttemptResult, caught, outcome_of};
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
@@ -30,7 +30,7 @@ use crate::render::Renderer;
 use crate::store;
 use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
-use crate::text::mask_addresses;
+use crate::text::{mask_addresses, panic_message};
 use crate::trace_context::parse_traceparent;
 
 /// What the sends share: everything one message's render, send and outcome need.

@@ -2,6 +2,9 @@
 //! `traceparent` helpers live in [`crate::trace_context`], below the store that uses them.
 
 pub mod metrics;
+mod panics;
+
+pub use panics::log_panics;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};
