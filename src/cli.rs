@@ -156,6 +156,7 @@ pub struct EnqueueArgs {
 /// Parses the command line, runs the command, and turns any error into one line on
 /// stderr and exit status 1 (clap's own usage errors exit with 2).
 pub fn main() -> ExitCode {
+    telemetry::log_panics();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -165,7 +166,6 @@ pub fn main() -> ExitCode {
         let _entered = runtime.enter();
         telemetry::init(cli.log_format)
     };
-    telemetry::log_panics();
     let result = runtime.block_on(execute(cli.command));
     drop(telemetry);
     match result {

@@ -202,7 +202,7 @@ impl Dispatcher {
                 () = self.shutdown.abort.cancelled() => {}
                 ended = in_place => {
                     for panic in ended.into_iter().filter_map(Result::err) {
-                        error!(error = %mask_addresses(panic_message(&panic)), "a send task failed");
+                        error!(error = %mask_addresses(panic_message(&*panic)), "a send task failed");
                     }
                 }
             }
