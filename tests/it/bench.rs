@@ -49,6 +49,8 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
     }
+    // The latency sweep ends with its fit of what a message and a cycle cost.
+    assert!(stdout.contains("Fit CPU ms/msg = W + B / n"), "{stdout}");
     // The replicas scenario counts what the sink received: every message, once.
     assert!(
         stdout.contains("| 2 | 8 | ") && stdout.contains("| 300 | 0 |"),
