@@ -2,16 +2,14 @@
 //! message as its send ends: an unreachable server is a release, an outcome the server may
 //! have taken is ambiguous, and a panic is caught and counted so that it cannot loop.
 
-use std::panic::AssertUnwindSafe;
-
-use futures_util::FutureExt as _;
-use tracing::error;
+use tracing::Level;
 
 use crate::mailer::SendError;
 use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
 use crate::suppression::SuppressionReason;
-use crate::text::{mask_addresses, panic_message};
+use crate::telemetry::{CaughtPanic, PANIC_TARGET, catch_panic};
+use crate::text::mask_addresses;
 
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
@@ -32,22 +30,27 @@ pub(super) enum AttemptResult {
 
 /// An attempt, with a panic turned into the message's failure: released as unsent, the
 /// message would be due again at once and panic again, in a loop.
+/// The panic is logged once, here, with the message's id and where it happened.
 pub(super) async fn caught(
     attempt: impl Future<Output = AttemptResult>,
     outbox_id: i64,
 ) -> AttemptResult {
-    match AssertUnwindSafe(attempt).catch_unwind().await {
+    match catch_panic(attempt).await {
         Ok(attempt) => attempt,
-        Err(panic) => {
-            let said = panic_message(&*panic).to_owned();
+        Err(CaughtPanic { message, place }) => {
             // A panic's message may quote its input: addresses are masked, as in every log
             // line (the row's `last_error` keeps them, as it does an SMTP reply's).
-            error!(
+            tracing::event!(
+                target: PANIC_TARGET,
+                Level::ERROR,
                 outbox.id = outbox_id,
-                error = %mask_addresses(&said),
+                error = %mask_addresses(&message),
+                location = place.as_ref().map(|place| tracing::field::display(&place.location)),
+                thread = place.as_ref().map(|place| tracing::field::display(&place.thread)),
+                backtrace = place.as_ref().and_then(|place| place.backtrace.as_ref()).map(tracing::field::display),
                 "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt"
             );
-            AttemptResult::Panicked(said)
+            AttemptResult::Panicked(message)
         }
     }
 }
