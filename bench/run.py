@@ -14,6 +14,7 @@ it afterwards. Nothing here asserts a time: it measures and prints.
 """
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -366,30 +367,68 @@ def print_cycle_fit(runs, drain):
         return
     xs = [1 / r["per_write"] for _, r in runs]
     ys = [r["cpu_ms"] for _, r in runs]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    if not any(x != mx for x in xs):
+    title = "\nFit CPU ms/msg = W + B / n over the rows"
+    if len(set(xs)) < 2:
+        print(f"{title}: not possible, every row has the same messages per write.")
         return
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     w = my - b * mx
-    need = f"{b / (2 * drain - w):.0f} messages a cycle" if 2 * drain > w else "no batch size"
-    print(f"\nFit CPU ms/msg = W + B / n over the rows: W = {w:.3f} ms ({w / drain:.2f} times the "
-          f"drain's {drain:.3f}), B = {b:.2f} ms per cycle; twice the drain needs {need}.")
+    if w >= 2 * drain:
+        need = "more than any batch size"
+    elif b <= 0:
+        need = "any batch size (no cost per cycle fitted)"
+    else:
+        need = f"{math.ceil(b / (2 * drain - w))} messages a cycle"
+    print(f"{title}: W = {w:.3f} ms ({w / drain:.2f} times the drain's {drain:.3f}), "
+          f"B = {b:.2f} ms per cycle; twice the drain needs {need}.")
     sys.stdout.flush()
 
 
-def set_policy(names, policy):
-    """Sets the scheduling policy (`chrt` -b or -o) of every thread of the processes named;
-    False if any refused."""
-    done = True
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+def peers_of(conn):
+    """The sink's process and the PostgreSQL backends of this benchmark's database."""
+    pids = [int(pid) for pid in filter(str.isdigit, os.listdir("/proc"))
+            if read_text(f"/proc/{pid}/comm").strip() == "smtp-sink"]
+    return pids + [row[0] for row in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@contextmanager
+def scheduled_as_batch(pids):
+    """Runs the body with `pids` as SCHED_BATCH (their wake-ups preempt no running thread),
+    then gives each its own policy back. Yields False, changing nothing, without the right."""
+    before = {}
+    try:
+        for pid in pids:
+            before[pid] = os.sched_getscheduler(pid)
+            os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
+    except (PermissionError, ProcessLookupError) as e:
+        log(f"cannot make the peers SCHED_BATCH here ({e}); that row is left out")
+        restore_policies(before)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        restore_policies(before)
+
+
+def restore_policies(before):
+    for pid, policy in before.items():
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() not in names:
-                    continue
-        except OSError:
-            continue
-        done &= subprocess.run(["chrt", policy, "-a", "-p", "0", pid], capture_output=True).returncode == 0
-    return done
+            os.sched_setscheduler(pid, policy, os.sched_param(0))
+        except ProcessLookupError:
+            pass
+        except OSError as e:
+            log(f"could not give process {pid} its scheduling policy back: {e}")
 
 
 def measure_latency(args, *flags, peers_batch=False):
@@ -398,18 +437,12 @@ def measure_latency(args, *flags, peers_batch=False):
         # The default 15 s poll: only NOTIFY explains a fast send.
         proc = Outboxd(url, port, *TUNED, *flags)
         committed = {}
-        with psycopg.connect(url, autocommit=True) as conn:
-            if peers_batch and not set_policy({"smtp-sink", "postgres"}, "-b"):
-                log("cannot make the sink and PostgreSQL SCHED_BATCH here; that row is left out")
-                set_policy({"postgres"}, "-o")
+        with psycopg.connect(url, autocommit=True) as conn, \
+                scheduled_as_batch(peers_of(conn) if peers_batch else []) as scheduled:
+            if not scheduled:
                 proc.stop()
                 return None
-            try:
-                load = steady_load(args, proc, conn, committed)
-            finally:
-                if peers_batch:
-                    set_policy({"postgres"}, "-o")
-            cpu_before, n = load
+            cpu_before, n = steady_load(args, proc, conn, committed)
         wait_drained(url, n)
         cpu = proc.cpu_seconds() - cpu_before
         proc.stop()

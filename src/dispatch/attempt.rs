@@ -30,29 +30,43 @@ pub(super) enum AttemptResult {
 
 /// An attempt, with a panic turned into the message's failure: released as unsent, the
 /// message would be due again at once and panic again, in a loop.
-/// The panic is logged once, here, with the message's id and where it happened.
 pub(super) async fn caught(
     attempt: impl Future<Output = AttemptResult>,
     outbox_id: i64,
 ) -> AttemptResult {
     match catch_panic(attempt).await {
         Ok(attempt) => attempt,
-        Err(CaughtPanic { message, place }) => {
-            // A panic's message may quote its input: addresses are masked, as in every log
-            // line (the row's `last_error` keeps them, as it does an SMTP reply's).
-            tracing::event!(
-                target: PANIC_TARGET,
-                Level::ERROR,
-                outbox.id = outbox_id,
-                error = %mask_addresses(&message),
-                location = place.as_ref().map(|place| tracing::field::display(&place.location)),
-                thread = place.as_ref().map(|place| tracing::field::display(&place.thread)),
-                backtrace = place.as_ref().and_then(|place| place.backtrace.as_ref()).map(tracing::field::display),
-                "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt"
+        Err(panic) => {
+            log_caught(
+                &panic,
+                outbox_id,
+                "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt",
             );
-            AttemptResult::Panicked(message)
+            AttemptResult::Panicked(panic.message)
         }
     }
+}
+
+/// Logs a panic caught in a message's work, once: with the message's id and where it
+/// happened, addresses masked; on stderr when the log leaves the panic target out here.
+pub(super) fn log_caught(panic: &CaughtPanic, outbox_id: i64, what: &str) {
+    if !tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
+        panic.write_unlogged(&mut std::io::stderr().lock());
+        return;
+    }
+    let place = panic.place();
+    tracing::event!(
+        target: PANIC_TARGET,
+        Level::ERROR,
+        outbox.id = outbox_id,
+        panic = %mask_addresses(&panic.message),
+        location = place.map(|place| tracing::field::display(&place.location)),
+        thread = place.map(|place| tracing::field::display(&place.thread)),
+        backtrace = place
+            .and_then(|place| place.backtrace.as_ref())
+            .map(tracing::field::display),
+        "{what}"
+    );
 }
 
 /// The `error_class` of a message whose render or send panicked.

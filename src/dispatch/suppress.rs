@@ -3,7 +3,6 @@
 //! envelope without the suppressed ones.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 
 use lettre::address::Envelope;
@@ -11,12 +10,14 @@ use lettre::address::Envelope;
 use tokio::time::Instant;
 use tracing::debug;
 
+use super::attempt::log_caught;
 use super::batch::Decided;
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Outcome};
 use crate::render::{Renderer, suppression_key};
 use crate::suppression::{ListedAtClaim, SuppressionReason};
+use crate::telemetry::catch_panic_now;
 use crate::telemetry::metrics::DatabaseOperation;
 
 /// The addresses of one batch that were on the list at its claim, and those a server said
@@ -146,6 +147,12 @@ impl Dispatcher {
 /// payload yields none here: the render then meets the same panic where it is caught and
 /// counted (see `attempt::caught`), rather than ending the dispatch loop before any send.
 fn keys_of(renderer: &Renderer, message: &ClaimedMessage) -> Vec<String> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| renderer.suppression_keys(message)))
-        .unwrap_or_default()
+    catch_panic_now(|| renderer.suppression_keys(message)).unwrap_or_else(|panic| {
+        log_caught(
+            &panic,
+            message.id,
+            "reading a message's recipients for the suppression list panicked; its render meets the same panic",
+        );
+        Vec::new()
+    })
 }

@@ -5,8 +5,8 @@
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, PanicHookInfo};
+use std::task::Poll;
 
-use futures_util::FutureExt as _;
 use tracing::Level;
 
 use crate::text::{mask_addresses, panic_message};
@@ -18,13 +18,12 @@ pub const PANIC_TARGET: &str = "outboxd::panic";
 
 thread_local! {
     /// Set while this thread reports a panic: a panic raised by the logging itself is
-    /// written to stderr, never logged again (which could loop, or wait on a lock the
-    /// first report holds).
+    /// written to stderr, never logged again.
     static REPORTING: Cell<bool> = const { Cell::new(false) };
-    /// Set while this thread polls a future run by [`catch_panic`], whose caller logs.
+    /// Set while this thread runs code under [`catch_panic_now`], whose caller logs.
     static CALLER_LOGS: Cell<bool> = const { Cell::new(false) };
-    /// Where the last panic of such a future happened, kept by the hook for its caller.
-    static CAUGHT_AT: RefCell<Option<PanicPlace>> = const { RefCell::new(None) };
+    /// The report of the last panic under it, kept by the hook for that caller.
+    static KEPT: RefCell<Option<PanicReport>> = const { RefCell::new(None) };
 }
 
 /// Replaces the panic hook: each panic becomes one error line with its message masked,
@@ -38,48 +37,89 @@ pub fn log_panics() {
     }));
 }
 
-/// A panic caught by [`catch_panic`]: what it said, as it is (the caller masks what it
-/// logs), and where it happened when the hook saw it.
+/// A panic caught by [`catch_panic`] or [`catch_panic_now`].
 #[derive(Debug)]
 pub struct CaughtPanic {
+    /// What the panic said, as it is: a caller masks what it logs (a row's `last_error`
+    /// keeps addresses, as it does an SMTP reply's).
     pub message: String,
-    pub place: Option<PanicPlace>,
+    /// The hook's report, when it left the panic to the caller; `None` when the hook wrote
+    /// it to stderr itself (the log leaves [`PANIC_TARGET`] out) or did not run.
+    report: Option<PanicReport>,
 }
 
 /// Where a panic happened, with a backtrace when one was asked for.
 #[derive(Debug)]
 pub struct PanicPlace {
+    /// The file, line and column.
     pub location: String,
+    /// The name of the thread that panicked.
     pub thread: String,
+    /// Only when `RUST_BACKTRACE` (or `RUST_LIB_BACKTRACE`) asks for one.
     pub backtrace: Option<String>,
 }
 
-/// Runs `future` and catches a panic in it for the caller to log, once: the hook keeps
-/// where the panic happened instead of writing a line of its own (unless the log leaves
-/// [`PANIC_TARGET`] out, when it writes to stderr as for any panic). The caller logs to
-/// [`PANIC_TARGET`], with the addresses masked.
-pub async fn catch_panic<F: Future>(future: F) -> Result<F::Output, CaughtPanic> {
-    CAUGHT_AT.take();
-    let mut future = std::pin::pin!(future);
-    let polled = AssertUnwindSafe(std::future::poll_fn(|cx| {
-        let _scope = CallerLogs::enter();
-        future.as_mut().poll(cx)
-    }))
-    .catch_unwind()
-    .await;
-    polled.map_err(|payload| CaughtPanic {
-        message: panic_message(&*payload).to_owned(),
-        place: CAUGHT_AT.take(),
-    })
+impl CaughtPanic {
+    /// Where the panic happened, when the hook left it to the caller.
+    pub fn place(&self) -> Option<&PanicPlace> {
+        self.report.as_ref().map(|report| &report.place)
+    }
+
+    /// For a caller whose own line the log would not show: writes the hook's report to
+    /// `out` (stderr), unless the hook wrote it there already.
+    pub fn write_unlogged(&self, out: &mut dyn std::io::Write) {
+        if let Some(report) = &self.report {
+            let _ = writeln!(out, "{report}");
+        }
+    }
 }
 
-/// Marks this thread's polls as [`catch_panic`]'s, until dropped (unwinding included).
+/// Runs `f` and catches a panic in it for the caller to log, once: the hook keeps its
+/// report instead of writing a line of its own (unless the log leaves [`PANIC_TARGET`]
+/// out, when it writes to stderr as for any panic). The caller logs to [`PANIC_TARGET`]
+/// with the addresses masked, or calls [`CaughtPanic::write_unlogged`] when that target
+/// is off where it logs. A panic that code inside `f` catches itself is logged as the
+/// hook would have.
+pub fn catch_panic_now<T>(f: impl FnOnce() -> T) -> Result<T, CaughtPanic> {
+    let scope = CallerLogs::enter();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+    let kept = take_kept();
+    drop(scope);
+    match result {
+        Ok(value) => {
+            if let Some(report) = kept {
+                log_report(&report);
+            }
+            Ok(value)
+        }
+        Err(payload) => Err(CaughtPanic {
+            message: panic_message(&*payload).to_owned(),
+            report: kept,
+        }),
+    }
+}
+
+/// [`catch_panic_now`] for a future: each poll runs under it, so that what the hook keeps
+/// is taken on the thread that panicked, in the same poll.
+pub async fn catch_panic<F: Future>(future: F) -> Result<F::Output, CaughtPanic> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| match catch_panic_now(|| future.as_mut().poll(cx)) {
+        Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(panic) => Poll::Ready(Err(panic)),
+    })
+    .await
+}
+
+/// Marks this thread as running under [`catch_panic_now`] until dropped (unwinding
+/// included), with nothing kept from before.
 struct CallerLogs {
     outer: bool,
 }
 
 impl CallerLogs {
     fn enter() -> Self {
+        drop(take_kept());
         Self {
             outer: CALLER_LOGS.with(|caller| caller.replace(true)),
         }
@@ -92,27 +132,36 @@ impl Drop for CallerLogs {
     }
 }
 
-/// Reports one panic: logged, kept for a [`catch_panic`] caller to log, or written to
-/// `fallback` when the log would not show it.
+/// What the hook kept on this thread, if anything.
+fn take_kept() -> Option<PanicReport> {
+    KEPT.try_with(|kept| kept.try_borrow_mut().ok()?.take())
+        .ok()
+        .flatten()
+}
+
+/// Keeps `report` for the caller; gives it back when this thread cannot keep it (its
+/// thread-locals are being destroyed).
+fn keep(report: PanicReport) -> Result<(), PanicReport> {
+    let mut report = Some(report);
+    let _ = KEPT.try_with(|kept| {
+        if let Ok(mut kept) = kept.try_borrow_mut() {
+            *kept = report.take();
+        }
+    });
+    report.map_or(Ok(()), Err)
+}
+
+/// Reports one panic: logged, kept for a [`catch_panic_now`] caller to log, or written
+/// to `fallback` when the log would not show it. Never panics (that would abort).
 fn report_panic(info: &PanicHookInfo<'_>, fallback: &mut dyn std::io::Write) {
     let report = PanicReport::of(info);
     let nested = REPORTING.with(|reporting| reporting.replace(true));
-    let logged = !nested && tracing::enabled!(target: PANIC_TARGET, Level::ERROR);
-    if logged && CALLER_LOGS.with(Cell::get) {
-        CAUGHT_AT.with(|at| {
-            if let Ok(mut at) = at.try_borrow_mut() {
-                *at = Some(report.place);
-            }
-        });
-    } else if logged {
-        tracing::error!(
-            target: PANIC_TARGET,
-            panic = %report.message,
-            location = %report.place.location,
-            thread = %report.place.thread,
-            backtrace = report.place.backtrace.as_ref().map(tracing::field::display),
-            "a thread panicked"
-        );
+    if !nested && tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
+        if !CALLER_LOGS.with(Cell::get) {
+            log_report(&report);
+        } else if let Err(report) = keep(report) {
+            log_report(&report);
+        }
     } else {
         // Never `eprintln!`: a failing stderr would panic inside the hook, which aborts.
         let _ = writeln!(fallback, "{report}");
@@ -122,7 +171,20 @@ fn report_panic(info: &PanicHookInfo<'_>, fallback: &mut dyn std::io::Write) {
     }
 }
 
+/// The hook's line.
+fn log_report(report: &PanicReport) {
+    tracing::error!(
+        target: PANIC_TARGET,
+        panic = %report.message,
+        location = %report.place.location,
+        thread = %report.place.thread,
+        backtrace = report.place.backtrace.as_ref().map(tracing::field::display),
+        "a thread panicked"
+    );
+}
+
 /// What a panic hook reports, addresses masked.
+#[derive(Debug)]
 struct PanicReport {
     message: String,
     place: PanicPlace,
@@ -171,7 +233,7 @@ mod tests {
 
     use futures_util::FutureExt as _;
 
-    use super::{CaughtPanic, catch_panic, report_panic};
+    use super::{CaughtPanic, catch_panic, catch_panic_now, report_panic};
 
     /// The panic hook is global: these tests take turns installing theirs.
     static HOOK: Mutex<()> = Mutex::new(());
@@ -294,7 +356,7 @@ mod tests {
             caught.message.contains("ada.lovelace@example.com"),
             "{caught:?}"
         );
-        let Some(place) = caught.place else {
+        let Some(place) = caught.place() else {
             panic!("the hook should have kept where it happened: {caught:?}");
         };
         assert!(place.location.contains("panics.rs"), "{}", place.location);
@@ -306,15 +368,46 @@ mod tests {
             "{logged}"
         );
         assert_eq!(stderr, "");
+        // A caller whose own line the log would not show writes the report, masked.
+        let mut unlogged = Vec::new();
+        caught.write_unlogged(&mut unlogged);
+        let unlogged = String::from_utf8_lossy(&unlogged);
+        assert!(
+            unlogged.contains("thread 'renderer' panicked at"),
+            "{unlogged}"
+        );
+        assert!(unlogged.contains("***@example.com"), "{unlogged}");
+        assert!(!unlogged.contains("ada.lovelace"), "{unlogged}");
     }
 
     #[test]
-    fn a_caught_panic_that_the_log_filter_leaves_out_still_goes_to_stderr_masked() {
+    fn a_caught_panic_that_the_log_filter_leaves_out_goes_to_stderr_once_masked() {
         let (caught, logged, stderr) = caught_panic("outboxd::dispatch=debug");
-        assert!(caught.place.is_none(), "{caught:?}");
+        assert!(caught.place().is_none(), "{caught:?}");
         assert_eq!(logged, "");
         assert!(stderr.contains("thread 'renderer' panicked at"), "{stderr}");
         assert!(stderr.contains("***@example.com"), "{stderr}");
         assert!(!stderr.contains("ada.lovelace"), "{stderr}");
+        // The hook wrote it already: the caller has nothing more to write.
+        let mut unlogged = Vec::new();
+        caught.write_unlogged(&mut unlogged);
+        assert!(unlogged.is_empty());
+    }
+
+    #[test]
+    fn a_panic_that_code_inside_catches_itself_is_still_logged_by_the_hook() {
+        let (joined, logged, stderr) = under_hook("info", || {
+            catch_panic_now(|| {
+                let inner =
+                    std::panic::catch_unwind(|| panic!("caught inside, by the code itself"));
+                inner.is_err()
+            })
+        });
+        assert!(matches!(joined, Ok(Ok(true))), "{joined:?}");
+        assert!(
+            logged.contains("caught inside, by the code itself"),
+            "{logged}"
+        );
+        assert_eq!(stderr, "");
     }
 }
