@@ -4,6 +4,7 @@
 
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::cell::{Cell, RefCell};
+use std::io::Write as _;
 use std::panic::{AssertUnwindSafe, PanicHookInfo};
 use std::task::Poll;
 
@@ -88,7 +89,7 @@ pub fn catch_panic_now<T>(f: impl FnOnce() -> T) -> Result<T, CaughtPanic> {
     match result {
         Ok(value) => {
             if let Some(report) = kept {
-                log_report(&report);
+                report_unclaimed(&report);
             }
             Ok(value)
         }
@@ -119,7 +120,9 @@ struct CallerLogs {
 
 impl CallerLogs {
     fn enter() -> Self {
-        drop(take_kept());
+        if let Some(leftover) = take_kept() {
+            report_unclaimed(&leftover);
+        }
         Self {
             outer: CALLER_LOGS.with(|caller| caller.replace(true)),
         }
@@ -139,28 +142,52 @@ fn take_kept() -> Option<PanicReport> {
         .flatten()
 }
 
-/// Keeps `report` for the caller; gives it back when this thread cannot keep it (its
-/// thread-locals are being destroyed).
-fn keep(report: PanicReport) -> Result<(), PanicReport> {
+/// Keeps `report` for the caller. Returns what must be logged now: `report` itself when
+/// this thread cannot keep it (its thread-locals are being destroyed), or an earlier
+/// report that code inside caught and the caller never claimed.
+fn keep(report: PanicReport) -> Option<PanicReport> {
     let mut report = Some(report);
+    let mut earlier = None;
     let _ = KEPT.try_with(|kept| {
         if let Ok(mut kept) = kept.try_borrow_mut() {
-            *kept = report.take();
+            earlier = std::mem::replace(&mut *kept, report.take());
         }
     });
-    report.map_or(Ok(()), Err)
+    report.or(earlier)
+}
+
+/// A kept report that no caller claimed (code inside caught its panic): logged as the
+/// hook would have, or written to stderr where the log leaves [`PANIC_TARGET`] out.
+fn report_unclaimed(report: &PanicReport) {
+    if tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
+        log_report(report);
+    } else {
+        let _ = writeln!(std::io::stderr().lock(), "{report}");
+    }
 }
 
 /// Reports one panic: logged, kept for a [`catch_panic_now`] caller to log, or written
-/// to `fallback` when the log would not show it. Never panics (that would abort).
+/// to `fallback` when the log would not show it. Must never panic (that would abort).
 fn report_panic(info: &PanicHookInfo<'_>, fallback: &mut dyn std::io::Write) {
+    // A thread whose thread-locals are being destroyed may not ask for its name or reach
+    // the subscriber's: only the message and the place, to stderr.
+    if KEPT.try_with(|_| ()).is_err() {
+        let location = info.location().map(ToString::to_string);
+        let message = mask_addresses(panic_message(info.payload()));
+        let _ = writeln!(
+            fallback,
+            "a thread panicked while exiting, at {}: {message}",
+            location.as_deref().unwrap_or("an unknown place")
+        );
+        return;
+    }
     let report = PanicReport::of(info);
     let nested = REPORTING.with(|reporting| reporting.replace(true));
     if !nested && tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
         if !CALLER_LOGS.with(Cell::get) {
             log_report(&report);
-        } else if let Err(report) = keep(report) {
-            log_report(&report);
+        } else if let Some(unkept) = keep(report) {
+            log_report(&unkept);
         }
     } else {
         // Never `eprintln!`: a failing stderr would panic inside the hook, which aborts.
@@ -408,6 +435,24 @@ mod tests {
             logged.contains("caught inside, by the code itself"),
             "{logged}"
         );
+        assert_eq!(stderr, "");
+    }
+
+    #[test]
+    fn a_panic_caught_inside_before_the_callers_own_is_still_logged() {
+        let (joined, logged, stderr) = under_hook("info", || {
+            catch_panic_now(|| {
+                let _ = std::panic::catch_unwind(|| panic!("first, caught inside"));
+                panic!("second, left to the caller");
+            })
+            .map_err(|caught| (caught.place().is_some(), caught.message))
+        });
+        assert!(
+            matches!(&joined, Ok(Err((true, message))) if message.contains("second")),
+            "{joined:?}"
+        );
+        assert!(logged.contains("first, caught inside"), "{logged}");
+        assert!(!logged.contains("second, left to the caller"), "{logged}");
         assert_eq!(stderr, "");
     }
 }
