@@ -331,32 +331,37 @@ def drain_cpu_per_message(messages):
 
 
 def scenario_latency(args):
-    # This machine is shared and its speed drifts: the drains just before and after the
-    # steady loads give their CPU per message a yardstick of the same minutes. Each linger
-    # is a row: it trades latency for the batch size that shares a cycle's round trips.
-    drain_before = drain_cpu_per_message(min(args.messages, 30_000))
-    runs = [(linger, measure_latency(args, "--linger", linger)) for linger in args.lingers.split(",")]
+    # This machine is shared and its speed drifts by a third within minutes, and a drain
+    # (both cores busy) drifts more than a light steady load: a drain runs before the first
+    # steady load and after each, and each row's yardstick is the pair around it. Each
+    # linger is a row: it trades latency for the batch size that shares a cycle's round
+    # trips.
+    drain_size = min(args.messages, 30_000)
+    drains = [drain_cpu_per_message(drain_size)]
+    rows = []
+    for linger in args.lingers.split(","):
+        rows.append((linger, measure_latency(args, "--linger", linger)))
+        drains.append(drain_cpu_per_message(drain_size))
     # On loopback the sink and PostgreSQL run on outboxd's two cores, and each one woken by
     # outboxd's write preempts it; relays and databases on machines of their own would not.
     # One more run at the default linger with them as SCHED_BATCH (no wake-up preemption)
     # shows that share; it needs the right to reschedule them, and is left out without it.
     apart = measure_latency(args, "--linger", DEFAULT_LINGER, peers_batch=True)
-    drain_after = drain_cpu_per_message(min(args.messages, 30_000))
-    drain = (drain_before + drain_after) / 2
-    n = runs[0][1]["n"]
+    if apart:
+        rows.append((f"{DEFAULT_LINGER}, the sink and this database's PostgreSQL backends SCHED_BATCH", apart))
+        drains.append(drain_cpu_per_message(drain_size))
+    n = rows[0][1]["n"]
     table(f"Latency: {n} messages committed one per transaction at {args.rate}/s for {args.duration} s, "
-          f"poll interval 15 s, {' '.join(TUNED)}; drain CPU ms/msg before and after: "
-          f"{drain_before:.3f}, {drain_after:.3f}",
+          f"poll interval 15 s, {' '.join(TUNED)}; drains of {drain_size}, CPU ms/msg, before the first "
+          f"row and after each: {', '.join(f'{d:.3f}' for d in drains)}",
           ["linger", "p50 ms", "p99 ms", "max ms", "achieved rate /s", "messages per outcome write",
-           "outboxd CPU ms/msg", "steady / drain"],
+           "outboxd CPU ms/msg", "drains around it, mean", "steady / drain"],
           [[linger + (" (default)" if linger == DEFAULT_LINGER else ""),
             f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['max']:.1f}", f"{r['n'] / args.duration:.0f}",
-            f"{r['per_write']:.1f}", f"{r['cpu_ms']:.3f}", f"{r['cpu_ms'] / drain:.1f}"]
-           for linger, r in runs]
-          + ([[f"{DEFAULT_LINGER}, the sink and this database's PostgreSQL backends SCHED_BATCH", f"{apart['p50']:.1f}", f"{apart['p99']:.1f}",
-               f"{apart['max']:.1f}", f"{apart['n'] / args.duration:.0f}", f"{apart['per_write']:.1f}",
-               f"{apart['cpu_ms']:.3f}", f"{apart['cpu_ms'] / drain:.1f}"]] if apart else []))
-    print_cycle_fit(runs, drain)
+            f"{r['per_write']:.1f}", f"{r['cpu_ms']:.3f}", f"{(drains[i] + drains[i + 1]) / 2:.3f}",
+            f"{2 * r['cpu_ms'] / (drains[i] + drains[i + 1]):.2f}"]
+           for i, (linger, r) in enumerate(rows)])
+    print_cycle_fit(rows[:len(args.lingers.split(","))], statistics.median(drains))
 
 
 def print_cycle_fit(runs, drain):
@@ -380,7 +385,7 @@ def print_cycle_fit(runs, drain):
         need = "any batch size (no cost per cycle fitted)"
     else:
         need = f"{math.ceil(b / (2 * drain - w))} messages a cycle"
-    print(f"{title}: W = {w:.3f} ms ({w / drain:.2f} times the drain's {drain:.3f}), "
+    print(f"{title}: W = {w:.3f} ms ({w / drain:.2f} times the median drain's {drain:.3f}), "
           f"B = {b:.2f} ms per cycle; twice the drain needs {need}.")
     sys.stdout.flush()
 
