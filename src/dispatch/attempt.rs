@@ -39,7 +39,7 @@ pub(super) async fn caught(
         Err(panic) => {
             log_caught(
                 &panic,
-                outbox_id,
+                Some(outbox_id),
                 "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt",
             );
             AttemptResult::Panicked(panic.message)
@@ -47,9 +47,10 @@ pub(super) async fn caught(
     }
 }
 
-/// Logs a panic caught in a message's work, once: with the message's id and where it
-/// happened, addresses masked; on stderr when the log leaves the panic target out here.
-pub(super) fn log_caught(panic: &CaughtPanic, outbox_id: i64, what: &str) {
+/// Logs a panic caught in the dispatcher's work, once: with the message's id (when it was
+/// one message's) and where it happened, addresses masked; on stderr when the log leaves
+/// the panic target out here.
+pub(super) fn log_caught(panic: &CaughtPanic, outbox_id: Option<i64>, what: &str) {
     if !tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
         panic.write_unlogged(&mut std::io::stderr().lock());
         return;

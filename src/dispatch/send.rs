@@ -3,12 +3,10 @@
 //! `attempt`) and hand it to the recorder; a start deadline that keeps every send inside
 //! the lease.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
-use futures_util::FutureExt as _;
 use futures_util::future::{join, join_all};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -16,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::attempt::{AttemptResult, caught, outcome_of};
+use super::attempt::{AttemptResult, caught, log_caught, outcome_of};
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
@@ -30,7 +28,6 @@ use crate::render::Renderer;
 use crate::store;
 use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
-use crate::text::{mask_addresses, panic_message};
 use crate::trace_context::parse_traceparent;
 
 /// What the sends share: everything one message's render, send and outcome need.
@@ -195,14 +192,17 @@ impl Dispatcher {
             let (sender, batch) = (Arc::clone(&self.sender), Arc::clone(batch));
             async move { sender.send_each(&batch).await }
         });
+        // A panic outside any one message's work (those are caught per message) ends its
+        // send; the others take the rest of the batch. It is logged once, where it
+        // happened, by `failed_send`.
+        let sends = sends.map(telemetry::catch_panic);
         if batch.messages.len() <= SEND_IN_PLACE_UP_TO {
-            let in_place = join_all(sends.map(|send| AssertUnwindSafe(send).catch_unwind()));
             tokio::select! {
                 biased;
                 () = self.shutdown.abort.cancelled() => {}
-                ended = in_place => {
+                ended = join_all(sends) => {
                     for panic in ended.into_iter().filter_map(Result::err) {
-                        error!(error = %mask_addresses(panic_message(&*panic)), "a send task failed");
+                        failed_send(&panic);
                     }
                 }
             }
@@ -217,8 +217,11 @@ impl Dispatcher {
             () = self.shutdown.abort.cancelled() => {}
             () = async {
                 while let Some(joined) = tasks.join_next().await {
-                    if let Err(e) = joined {
-                        error!(error = %mask_addresses(&e.to_string()), "a send task failed");
+                    match joined {
+                        Ok(Ok(())) => {}
+                        Ok(Err(panic)) => failed_send(&panic),
+                        // Not a panic (those are caught above): the runtime cancelled it.
+                        Err(e) => error!(error = %e, "a send task failed"),
                     }
                 }
             } => {}
@@ -228,6 +231,14 @@ impl Dispatcher {
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
     }
+}
+
+fn failed_send(panic: &telemetry::CaughtPanic) {
+    log_caught(
+        panic,
+        None,
+        "a send panicked outside any message's work; the messages it had not sent are left to the batch's other sends, or released",
+    );
 }
 
 /// Batches up to this size are sent in the dispatcher's own task.

@@ -150,7 +150,7 @@ fn keys_of(renderer: &Renderer, message: &ClaimedMessage) -> Vec<String> {
     catch_panic_now(|| renderer.suppression_keys(message)).unwrap_or_else(|panic| {
         log_caught(
             &panic,
-            message.id,
+            Some(message.id),
             "reading a message's recipients for the suppression list panicked; its render meets the same panic",
         );
         Vec::new()
