@@ -70,6 +70,35 @@ pub(super) fn log_caught(panic: &CaughtPanic, outbox_id: Option<i64>, what: &str
     );
 }
 
+/// How a batch's sends ended.
+pub(super) enum SendsEnded {
+    /// Each send ended by itself; `panicked`: what the first that panicked said.
+    Finished { panicked: Option<String> },
+    /// Given up at the shutdown bound.
+    Aborted,
+}
+
+/// What a message whose send started and never ended comes to. Given up at the shutdown
+/// bound, it is released as abandoned (it may have been delivered). Otherwise its send
+/// panicked outside the message's render and send: it fails as a caught panic does, with an
+/// attempt counted, since a release would be claimed again at once and could panic again,
+/// in a loop.
+pub(super) fn unfinished(
+    message: &ClaimedMessage,
+    ended: &SendsEnded,
+    retry: &RetryPolicy,
+) -> Outcome {
+    match ended {
+        SendsEnded::Aborted => Outcome::abandoned(),
+        SendsEnded::Finished { panicked } => {
+            let said = panicked
+                .clone()
+                .unwrap_or_else(|| "its send ended without an outcome".to_owned());
+            outcome_of(message, AttemptResult::Panicked(said), retry)
+        }
+    }
+}
+
 /// The `error_class` of a message whose render or send panicked.
 const PANIC_ERROR_CLASS: &str = "panic";
 
@@ -145,7 +174,10 @@ pub(super) fn outcome_of(
 mod tests {
     use std::time::Duration;
 
-    use super::{AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, caught, outcome_of};
+    use super::{
+        AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, SendsEnded, caught, outcome_of,
+        unfinished,
+    };
     use crate::mailer::SendError;
     use crate::message::{ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy};
 
@@ -200,6 +232,30 @@ mod tests {
             outcome_of(&last, again(), &retry),
             Outcome::DeadLetter { .. }
         ));
+    }
+
+    #[test]
+    fn a_send_that_never_ended_is_abandoned_at_shutdown_and_a_panic_otherwise() {
+        let retry = RetryPolicy {
+            max_attempts: 3,
+            base: Duration::from_secs(30),
+            max: Duration::from_secs(3600),
+        };
+        assert_eq!(
+            unfinished(&message(0), &SendsEnded::Aborted, &retry),
+            Outcome::abandoned()
+        );
+        let panicked = SendsEnded::Finished {
+            panicked: Some("index out of bounds".into()),
+        };
+        let Outcome::Retry {
+            error, error_class, ..
+        } = unfinished(&message(0), &panicked, &retry)
+        else {
+            panic!("a send that panicked must cost its message an attempt, not release it");
+        };
+        assert!(error.contains("index out of bounds"), "{error}");
+        assert_eq!(error_class, PANIC_ERROR_CLASS);
     }
 
     #[test]

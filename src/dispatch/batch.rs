@@ -101,10 +101,11 @@ impl OutcomeQueue {
         true
     }
 
-    /// The sends are over; returns outcomes for the messages whose sends never ended:
-    /// not started, or abandoned at the shutdown bound. Wakes nobody: the recorder runs in
-    /// the same task and is polled right after (see `send_and_record`).
-    pub fn close(&self, after: Duration) -> Vec<Decided> {
+    /// The sends are over; returns outcomes for the messages whose sends never ended: not
+    /// started (released), or started and never finished (`unfinished` of its index). Wakes
+    /// nobody: the recorder runs in the same task and is polled right after (see
+    /// `send_and_record`).
+    pub fn close(&self, after: Duration, unfinished: impl Fn(usize) -> Outcome) -> Vec<Decided> {
         let mut state = lock(&self.state);
         state.closed = true;
         state
@@ -115,7 +116,7 @@ impl OutcomeQueue {
                 let outcome = match slot {
                     Slot::Done => return None,
                     Slot::Waiting => Outcome::not_started(),
-                    Slot::Started => Outcome::abandoned(),
+                    Slot::Started => unfinished(index),
                 };
                 Some(Decided {
                     index,
@@ -227,5 +228,47 @@ impl BatchReport {
         self.suppressed += other.suppressed;
         self.lost += other.lost;
         self.reclaimed += other.reclaimed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Decided, OutcomeQueue};
+    use crate::message::{Delivery, Outcome};
+    use std::time::Duration;
+
+    #[test]
+    fn closing_releases_the_unstarted_and_asks_what_the_unfinished_come_to() {
+        let queue = OutcomeQueue::new(3);
+        let sent = Outcome::Sent {
+            via: Delivery::Smtp,
+        };
+        queue.started(0);
+        queue.started(1);
+        assert!(queue.finished(Decided {
+            index: 1,
+            outcome: sent.clone(),
+            after: Duration::ZERO,
+            bounced: None,
+        }));
+        let rest = queue.close(Duration::from_secs(1), |index| {
+            assert_eq!(
+                index, 0,
+                "only the started, unfinished message is asked about"
+            );
+            Outcome::Expired
+        });
+        let outcomes: Vec<_> = rest.iter().map(|d| (d.index, d.outcome.clone())).collect();
+        assert_eq!(
+            outcomes,
+            [(0, Outcome::Expired), (2, Outcome::not_started())]
+        );
+        // Closed: a late outcome is refused.
+        assert!(!queue.finished(Decided {
+            index: 2,
+            outcome: sent,
+            after: Duration::ZERO,
+            bounced: None,
+        }));
     }
 }

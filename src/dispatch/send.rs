@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::attempt::{AttemptResult, caught, log_caught, outcome_of};
+use super::attempt::{AttemptResult, SendsEnded, caught, log_caught, outcome_of, unfinished};
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
@@ -28,6 +28,7 @@ use crate::render::Renderer;
 use crate::store;
 use crate::telemetry;
 use crate::telemetry::metrics::Metrics;
+use crate::text::mask_addresses;
 use crate::trace_context::parse_traceparent;
 
 /// What the sends share: everything one message's render, send and outcome need.
@@ -137,9 +138,11 @@ impl Dispatcher {
         // its other thread (BENCHMARKS.md, *Steady traffic*).
         let (rest, recorded) = join(
             async {
-                self.send_concurrently(&batch).await;
-                // Sends never started, or given up at the shutdown bound, are released.
-                batch.outcomes.close(batch.lease_start.elapsed())
+                let ended = self.send_concurrently(&batch).await;
+                // Sends never started are released; see `unfinished` for the others.
+                batch.outcomes.close(batch.lease_start.elapsed(), |index| {
+                    unfinished(&batch.messages[index], &ended, &self.sender.retry)
+                })
             },
             self.record_as_they_come(&claimed, &batch.outcomes, span.clone()),
         )
@@ -183,7 +186,7 @@ impl Dispatcher {
     /// this task: they mostly wait on the network, and a task each would cost a thread
     /// wake-up each, more than the rendering they could share (BENCHMARKS.md, *Steady
     /// traffic*).
-    async fn send_concurrently(&self, batch: &Arc<InFlight>) {
+    async fn send_concurrently(&self, batch: &Arc<InFlight>) -> SendsEnded {
         let sends_wanted = self
             .settings
             .concurrency
@@ -193,51 +196,60 @@ impl Dispatcher {
             async move { sender.send_each(&batch).await }
         });
         // A panic outside any one message's work (those are caught per message) ends its
-        // send; the others take the rest of the batch. It is logged once, where it
-        // happened, by `failed_send`.
+        // send; the others take the rest of the batch. It is logged once, with where it
+        // happened (see `log_send_panic`).
         let sends = sends.map(telemetry::catch_panic);
+        let mut panicked = None;
+        let mut note = |panic: telemetry::CaughtPanic| {
+            log_send_panic(&panic);
+            panicked.get_or_insert(panic.message);
+        };
         if batch.messages.len() <= SEND_IN_PLACE_UP_TO {
             tokio::select! {
                 biased;
-                () = self.shutdown.abort.cancelled() => {}
-                ended = join_all(sends) => {
-                    for panic in ended.into_iter().filter_map(Result::err) {
-                        failed_send(&panic);
-                    }
-                }
+                () = self.shutdown.abort.cancelled() => return SendsEnded::Aborted,
+                ended = join_all(sends) => ended.into_iter().filter_map(Result::err).for_each(&mut note),
             }
-            return;
+            return SendsEnded::Finished { panicked };
         }
         let mut tasks = JoinSet::new();
         for send in sends {
             tasks.spawn(send.in_current_span());
         }
-        tokio::select! {
+        let aborted = tokio::select! {
             biased;
-            () = self.shutdown.abort.cancelled() => {}
+            () = self.shutdown.abort.cancelled() => true,
             () = async {
                 while let Some(joined) = tasks.join_next().await {
                     match joined {
                         Ok(Ok(())) => {}
-                        Ok(Err(panic)) => failed_send(&panic),
-                        // Not a panic (those are caught above): the runtime cancelled it.
-                        Err(e) => error!(error = %e, "a send task failed"),
+                        Ok(Err(panic)) => note(panic),
+                        // Cancelled by the runtime, or a panic while the send's future was
+                        // dropped (the hook logged that one); its text may quote an address.
+                        Err(e) => error!(error = %mask_addresses(&e.to_string()), "a send task failed"),
                     }
                 }
-            } => {}
-        }
+            } => false,
+        };
         // Sends still running are given up; wait until they are gone, so that the
         // recorder sees the end of the outcomes.
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+        if aborted {
+            SendsEnded::Aborted
+        } else {
+            SendsEnded::Finished { panicked }
+        }
     }
 }
 
-fn failed_send(panic: &telemetry::CaughtPanic) {
+/// Logs a send that panicked outside the render and send of a message (those are caught
+/// per message, in `attempt::caught`); see `attempt::unfinished` for its message.
+fn log_send_panic(panic: &telemetry::CaughtPanic) {
     log_caught(
         panic,
         None,
-        "a send panicked outside any message's work; the messages it had not sent are left to the batch's other sends, or released",
+        "a send panicked outside a message's render and send; the message it was on is retried later as after a caught panic (it may have been delivered); the rest of the batch goes to its other sends, or back unsent",
     );
 }
 
