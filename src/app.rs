@@ -20,6 +20,7 @@ use crate::mailer::Mailer;
 use crate::message::NewMessage;
 use crate::render::Renderer;
 use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
+use crate::text::mask_addresses;
 use crate::{http, store};
 
 /// Connections the dispatcher uses at once: the LISTEN connection, and up to three
@@ -257,7 +258,7 @@ impl App {
         background_stop.cancel();
         for task in background {
             if let Err(e) = task.await {
-                warn!(error = %e, "a background task ended badly");
+                warn!(error = %mask_addresses(&e.to_string()), "a background task ended badly");
             }
         }
         self.mailer.shutdown().await;
@@ -266,7 +267,14 @@ impl App {
         self.surface_pool.close().await;
         self.health_pool.close().await;
         // A dispatcher that died must not look like a clean stop to the supervisor.
-        ran.map_err(|e| anyhow::anyhow!("the dispatcher failed: {e}"))
+        // A panic was logged by the hook, masked; its message is not repeated here.
+        ran.map_err(|e| {
+            if e.is_panic() {
+                anyhow::anyhow!("the dispatcher panicked (logged above)")
+            } else {
+                anyhow::anyhow!("the dispatcher failed: {e}")
+            }
+        })
     }
 }
 

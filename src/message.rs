@@ -35,6 +35,10 @@ pub struct NewMessage {
 pub const MAX_PRIORITY: i16 = 10_000;
 /// The longest idempotency key the table accepts, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 200;
+/// The times the table accepts, in seconds since the epoch: years 1 to 9999, as its CHECK
+/// constraints say (`migrations/*_times_on_the_calendar.sql`). Past them a time cannot be
+/// read back (the driver's calendar ends in year 262142) nor, when infinite, subtracted.
+pub const TIME_RANGE_SECS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
 
 impl NewMessage {
     pub fn new(kind: impl Into<String>, payload: Value) -> Self {
@@ -62,6 +66,14 @@ impl NewMessage {
         {
             return Err(InvalidMessage::IdempotencyKey);
         }
+        for (field, time) in [
+            ("not_before", self.not_before),
+            ("expires_at", self.expires_at),
+        ] {
+            if let Some(time) = time.filter(|t| !TIME_RANGE_SECS.contains(&t.timestamp())) {
+                return Err(InvalidMessage::Time { field, time });
+            }
+        }
         Ok(())
     }
 }
@@ -79,6 +91,11 @@ pub enum InvalidMessage {
     Priority(i16),
     #[error("an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")]
     IdempotencyKey,
+    #[error("{field} must be a time in the years 1 to 9999, got {time}")]
+    Time {
+        field: &'static str,
+        time: DateTime<Utc>,
+    },
 }
 
 /// Kind names double as template directory names, so they are kept to a safe alphabet.

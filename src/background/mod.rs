@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 use crate::telemetry::metrics::{BackgroundTask, Metrics};
+use crate::telemetry::{catch_panic, log_caught};
+use crate::text::mask_addresses;
 
 /// The pause before a failed background task is started again; it doubles while the task
 /// keeps failing, up to [`MAX_RESTART_PAUSE`].
@@ -36,7 +38,7 @@ pub async fn recorder_upkeep(prometheus: PrometheusHandle, stop: CancellationTok
 }
 
 /// Runs a background task until it ends by itself (at `stop`); when it fails instead (a
-/// panic), logs it at ERROR, counts it in `outbox_background_task_restarts_total`, and
+/// panic), logs it once at ERROR, counts it in `outbox_background_task_restarts_total`, and
 /// starts it again, so that no task dies silently.
 pub async fn supervise<F, Fut>(
     task: BackgroundTask,
@@ -49,13 +51,23 @@ pub async fn supervise<F, Fut>(
 {
     let mut pause = RESTART_PAUSE;
     loop {
-        match tokio::spawn(start()).await {
-            Ok(()) => return,
-            Err(e) => {
-                metrics.background_task_restarted(task);
-                error!(task = task.as_str(), error = %e, "a background task failed; starting it again");
-            }
+        match tokio::spawn(catch_panic(start())).await {
+            Ok(Ok(())) => return,
+            Ok(Err(panic)) => log_caught(
+                &panic,
+                None,
+                Some(task.as_str()),
+                "a background task panicked; starting it again",
+            ),
+            // Cancelled by the runtime, or a panic while the task's future was dropped
+            // (the hook logged that one); its text may quote an address.
+            Err(e) => error!(
+                task = task.as_str(),
+                error = %mask_addresses(&e.to_string()),
+                "a background task failed; starting it again"
+            ),
         }
+        metrics.background_task_restarted(task);
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(pause) => {}

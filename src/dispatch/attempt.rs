@@ -2,14 +2,11 @@
 //! message as its send ends: an unreachable server is a release, an outcome the server may
 //! have taken is ambiguous, and a panic is caught and counted so that it cannot loop.
 
-use tracing::Level;
-
 use crate::mailer::SendError;
 use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
 use crate::suppression::SuppressionReason;
-use crate::telemetry::{CaughtPanic, PANIC_TARGET, catch_panic};
-use crate::text::mask_addresses;
+use crate::telemetry::{catch_panic, log_caught};
 
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
@@ -24,7 +21,8 @@ pub(super) enum AttemptResult {
     Expired,
     /// Not sent: every recipient is on the suppression list.
     Suppressed(SuppressionReason, usize),
-    /// Rendering or sending panicked (a bug), with what the panic said.
+    /// Rendering, sending or deciding the outcome panicked (a bug), with what the panic
+    /// said.
     Panicked(String),
 }
 
@@ -40,61 +38,10 @@ pub(super) async fn caught(
             log_caught(
                 &panic,
                 Some(outbox_id),
+                None,
                 "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt",
             );
             AttemptResult::Panicked(panic.message)
-        }
-    }
-}
-
-/// Logs a panic caught in the dispatcher's work, once: with the message's id (when it was
-/// one message's) and where it happened, addresses masked; on stderr when the log leaves
-/// the panic target out here.
-pub(super) fn log_caught(panic: &CaughtPanic, outbox_id: Option<i64>, what: &str) {
-    if !tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
-        panic.write_unlogged(&mut std::io::stderr().lock());
-        return;
-    }
-    let place = panic.place();
-    tracing::event!(
-        target: PANIC_TARGET,
-        Level::ERROR,
-        outbox.id = outbox_id,
-        panic = %mask_addresses(&panic.message),
-        location = place.map(|place| tracing::field::display(&place.location)),
-        thread = place.map(|place| tracing::field::display(&place.thread)),
-        backtrace = place
-            .and_then(|place| place.backtrace.as_ref())
-            .map(tracing::field::display),
-        "{what}"
-    );
-}
-
-/// How a batch's sends ended.
-pub(super) enum SendsEnded {
-    /// Each send ended by itself; `panicked`: what the first that panicked said.
-    Finished { panicked: Option<String> },
-    /// Given up at the shutdown bound.
-    Aborted,
-}
-
-/// What a message whose send started and never ended comes to. Given up at the shutdown
-/// bound, it is released as abandoned (it may have been delivered). Otherwise its send
-/// panicked outside the message's render and send: it fails as a caught panic does, with an
-/// attempt counted, since a release would be claimed again at once and could panic again,
-/// in a loop.
-pub(super) fn unfinished(
-    message: &ClaimedMessage,
-    ended: &SendsEnded,
-    retry: &RetryPolicy,
-) -> Outcome {
-    match ended {
-        SendsEnded::Aborted => Outcome::abandoned(),
-        SendsEnded::Finished { panicked } => {
-            let said = panicked
-                .clone()
-                .unwrap_or_else(|| "its send ended without an outcome".to_owned());
-            outcome_of(message, AttemptResult::Panicked(said), retry)
         }
     }
 }
@@ -153,7 +100,7 @@ pub(super) fn outcome_of(
         // Perhaps handed over already when it panicked: ambiguous, and tried again with
         // an attempt counted, so that a message that always panics ends as a dead letter.
         AttemptResult::Panicked(said) => Outcome::after_retryable_failure(
-            format!("outboxd panicked while rendering or sending this message (a bug): {said}"),
+            format!("outboxd panicked while handling this message (a bug): {said}"),
             PANIC_ERROR_CLASS.to_owned(),
             FailureType::Ambiguous,
             message.attempts,
@@ -174,10 +121,7 @@ pub(super) fn outcome_of(
 mod tests {
     use std::time::Duration;
 
-    use super::{
-        AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, SendsEnded, caught, outcome_of,
-        unfinished,
-    };
+    use super::{AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, caught, outcome_of};
     use crate::mailer::SendError;
     use crate::message::{ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy};
 
@@ -232,30 +176,6 @@ mod tests {
             outcome_of(&last, again(), &retry),
             Outcome::DeadLetter { .. }
         ));
-    }
-
-    #[test]
-    fn a_send_that_never_ended_is_abandoned_at_shutdown_and_a_panic_otherwise() {
-        let retry = RetryPolicy {
-            max_attempts: 3,
-            base: Duration::from_secs(30),
-            max: Duration::from_secs(3600),
-        };
-        assert_eq!(
-            unfinished(&message(0), &SendsEnded::Aborted, &retry),
-            Outcome::abandoned()
-        );
-        let panicked = SendsEnded::Finished {
-            panicked: Some("index out of bounds".into()),
-        };
-        let Outcome::Retry {
-            error, error_class, ..
-        } = unfinished(&message(0), &panicked, &retry)
-        else {
-            panic!("a send that panicked must cost its message an attempt, not release it");
-        };
-        assert!(error.contains("index out of bounds"), "{error}");
-        assert_eq!(error_class, PANIC_ERROR_CLASS);
     }
 
     #[test]

@@ -101,11 +101,11 @@ impl OutcomeQueue {
         true
     }
 
-    /// The sends are over; returns outcomes for the messages whose sends never ended: not
-    /// started (released), or started and never finished (`unfinished` of its index). Wakes
-    /// nobody: the recorder runs in the same task and is polled right after (see
-    /// `send_and_record`).
-    pub fn close(&self, after: Duration, unfinished: impl Fn(usize) -> Outcome) -> Vec<Decided> {
+    /// The sends are over; returns outcomes for the messages whose sends never ended:
+    /// not started, or abandoned at the shutdown bound (a panic in a message's send is
+    /// caught, and decides its outcome). Wakes nobody: the recorder runs in the same task
+    /// and is polled right after (see `send_and_record`).
+    pub fn close(&self, after: Duration) -> Vec<Decided> {
         let mut state = lock(&self.state);
         state.closed = true;
         state
@@ -116,7 +116,7 @@ impl OutcomeQueue {
                 let outcome = match slot {
                     Slot::Done => return None,
                     Slot::Waiting => Outcome::not_started(),
-                    Slot::Started => unfinished(index),
+                    Slot::Started => Outcome::abandoned(),
                 };
                 Some(Decided {
                     index,
@@ -238,7 +238,7 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn closing_releases_the_unstarted_and_asks_what_the_unfinished_come_to() {
+    fn closing_releases_the_unstarted_and_the_abandoned_and_refuses_late_outcomes() {
         let queue = OutcomeQueue::new(3);
         let sent = Outcome::Sent {
             via: Delivery::Smtp,
@@ -251,17 +251,11 @@ mod tests {
             after: Duration::ZERO,
             bounced: None,
         }));
-        let rest = queue.close(Duration::from_secs(1), |index| {
-            assert_eq!(
-                index, 0,
-                "only the started, unfinished message is asked about"
-            );
-            Outcome::Expired
-        });
+        let rest = queue.close(Duration::from_secs(1));
         let outcomes: Vec<_> = rest.iter().map(|d| (d.index, d.outcome.clone())).collect();
         assert_eq!(
             outcomes,
-            [(0, Outcome::Expired), (2, Outcome::not_started())]
+            [(0, Outcome::abandoned()), (2, Outcome::not_started())]
         );
         // Closed: a late outcome is refused.
         assert!(!queue.finished(Decided {

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error, field, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::attempt::{AttemptResult, SendsEnded, caught, log_caught, outcome_of, unfinished};
+use super::attempt::{AttemptResult, caught, outcome_of};
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
@@ -27,6 +27,7 @@ use crate::message::{
 use crate::render::Renderer;
 use crate::store;
 use crate::telemetry;
+use crate::telemetry::log_caught;
 use crate::telemetry::metrics::Metrics;
 use crate::text::mask_addresses;
 use crate::trace_context::parse_traceparent;
@@ -138,11 +139,9 @@ impl Dispatcher {
         // its other thread (BENCHMARKS.md, *Steady traffic*).
         let (rest, recorded) = join(
             async {
-                let ended = self.send_concurrently(&batch).await;
-                // Sends never started are released; see `unfinished` for the others.
-                batch.outcomes.close(batch.lease_start.elapsed(), |index| {
-                    unfinished(&batch.messages[index], &ended, &self.sender.retry)
-                })
+                self.send_concurrently(&batch).await;
+                // Sends never started, or given up at the shutdown bound, are released.
+                batch.outcomes.close(batch.lease_start.elapsed())
             },
             self.record_as_they_come(&claimed, &batch.outcomes, span.clone()),
         )
@@ -186,7 +185,7 @@ impl Dispatcher {
     /// this task: they mostly wait on the network, and a task each would cost a thread
     /// wake-up each, more than the rendering they could share (BENCHMARKS.md, *Steady
     /// traffic*).
-    async fn send_concurrently(&self, batch: &Arc<InFlight>) -> SendsEnded {
+    async fn send_concurrently(&self, batch: &Arc<InFlight>) {
         let sends_wanted = self
             .settings
             .concurrency
@@ -195,61 +194,53 @@ impl Dispatcher {
             let (sender, batch) = (Arc::clone(&self.sender), Arc::clone(batch));
             async move { sender.send_each(&batch).await }
         });
-        // A panic outside any one message's work (those are caught per message) ends its
-        // send; the others take the rest of the batch. It is logged once, with where it
-        // happened (see `log_send_panic`).
+        // A message's own work is caught per message (see `send_each`); a panic outside it
+        // ends its send, the others take the rest of the batch, and it is logged once.
         let sends = sends.map(telemetry::catch_panic);
-        let mut panicked = None;
-        let mut note = |panic: telemetry::CaughtPanic| {
-            log_send_panic(&panic);
-            panicked.get_or_insert(panic.message);
-        };
         if batch.messages.len() <= SEND_IN_PLACE_UP_TO {
             tokio::select! {
                 biased;
-                () = self.shutdown.abort.cancelled() => return SendsEnded::Aborted,
-                ended = join_all(sends) => ended.into_iter().filter_map(Result::err).for_each(&mut note),
+                () = self.shutdown.abort.cancelled() => {}
+                ended = join_all(sends) => {
+                    ended.into_iter().filter_map(Result::err).for_each(|panic| log_send_panic(&panic));
+                }
             }
-            return SendsEnded::Finished { panicked };
+            return;
         }
         let mut tasks = JoinSet::new();
         for send in sends {
             tasks.spawn(send.in_current_span());
         }
-        let aborted = tokio::select! {
+        tokio::select! {
             biased;
-            () = self.shutdown.abort.cancelled() => true,
+            () = self.shutdown.abort.cancelled() => {}
             () = async {
                 while let Some(joined) = tasks.join_next().await {
                     match joined {
                         Ok(Ok(())) => {}
-                        Ok(Err(panic)) => note(panic),
+                        Ok(Err(panic)) => log_send_panic(&panic),
                         // Cancelled by the runtime, or a panic while the send's future was
                         // dropped (the hook logged that one); its text may quote an address.
                         Err(e) => error!(error = %mask_addresses(&e.to_string()), "a send task failed"),
                     }
                 }
-            } => false,
-        };
+            } => {}
+        }
         // Sends still running are given up; wait until they are gone, so that the
         // recorder sees the end of the outcomes.
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
-        if aborted {
-            SendsEnded::Aborted
-        } else {
-            SendsEnded::Finished { panicked }
-        }
     }
 }
 
-/// Logs a send that panicked outside the render and send of a message (those are caught
-/// per message, in `attempt::caught`); see `attempt::unfinished` for its message.
+/// Logs a send that panicked between messages: each message's own work is caught where it
+/// runs (see `MessageSender::send_each`), so none of its messages is left half-done.
 fn log_send_panic(panic: &telemetry::CaughtPanic) {
     log_caught(
         panic,
         None,
-        "a send panicked outside a message's render and send; the message it was on is retried later as after a caught panic (it may have been delivered); the rest of the batch goes to its other sends, or back unsent",
+        None,
+        "a send panicked between messages; the batch's other sends take the rest, or it goes back unsent",
     );
 }
 
@@ -258,7 +249,9 @@ const SEND_IN_PLACE_UP_TO: usize = 64;
 
 impl MessageSender {
     /// Takes the next unsent message of the batch until none is left; hands each outcome
-    /// to the recorder the moment it is decided.
+    /// to the recorder the moment it is decided. A panic anywhere in a message's work is
+    /// that message's failure, as in its render and send (see `attempt::caught`): released
+    /// instead, it would be claimed again at once and could panic again, in a loop.
     async fn send_each(&self, batch: &InFlight) {
         loop {
             let index = batch.next.fetch_add(1, Ordering::Relaxed);
@@ -266,52 +259,77 @@ impl MessageSender {
                 return;
             };
             batch.outcomes.started(index);
-            let attempt = if self.expire_after.expired(message, batch.claimed_at) {
-                AttemptResult::Expired
-            } else if !self.wait_for_slot(batch, index).await {
-                AttemptResult::NotStarted
-            } else {
-                let attempt =
-                    self.render_and_send(message, &batch.suppressed, batch.start_deadline);
-                caught(attempt, message.id).await
-            };
-            match &attempt {
-                AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
-                AttemptResult::SendFailed(e) if e.reached_server() => {
-                    batch.reached.store(true, Ordering::Release);
+            let decided = match telemetry::catch_panic(self.decide(batch, index, message)).await {
+                Ok(decided) => decided,
+                Err(panic) => {
+                    log_caught(
+                        &panic,
+                        Some(message.id),
+                        None,
+                        "deciding a message's outcome panicked; it is retried later, and dead-lettered after its last attempt",
+                    );
+                    Decided {
+                        index,
+                        outcome: outcome_of(
+                            message,
+                            AttemptResult::Panicked(panic.message),
+                            &self.retry,
+                        ),
+                        after: batch.lease_start.elapsed(),
+                        bounced: None,
+                    }
                 }
-                AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
-                _ => {}
-            }
-            let bounced = match &attempt {
-                AttemptResult::SendFailed(e) => e
-                    .unknown_recipient()
-                    .and_then(|to| to.parse::<lettre::Address>().ok())
-                    .map(|to| crate::suppression::address_key(&to)),
-                _ => None,
-            };
-            let mut outcome = outcome_of(message, attempt, &self.retry);
-            if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {
-                // Its batch-mates to the same address are not sent either.
-                batch.suppressed.bounced(address);
-                outcome = self.without_the_bounced(message, outcome);
-            }
-            if matches!(
-                outcome,
-                Outcome::Release {
-                    reason: ReleaseReason::Throttled,
-                    ..
-                }
-            ) {
-                self.pace.throttled();
-            }
-            let decided = Decided {
-                index,
-                outcome,
-                after: batch.lease_start.elapsed(),
-                bounced,
             };
             batch.outcomes.finished(decided);
+        }
+    }
+
+    /// One message: its expiry, its send slot, its render and send, and the outcome they
+    /// come to.
+    async fn decide(&self, batch: &InFlight, index: usize, message: &ClaimedMessage) -> Decided {
+        let attempt = if self.expire_after.expired(message, batch.claimed_at) {
+            AttemptResult::Expired
+        } else if !self.wait_for_slot(batch, index).await {
+            AttemptResult::NotStarted
+        } else {
+            let attempt = self.render_and_send(message, &batch.suppressed, batch.start_deadline);
+            caught(attempt, message.id).await
+        };
+        match &attempt {
+            AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
+            AttemptResult::SendFailed(e) if e.reached_server() => {
+                batch.reached.store(true, Ordering::Release);
+            }
+            AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
+            _ => {}
+        }
+        let bounced = match &attempt {
+            AttemptResult::SendFailed(e) => e
+                .unknown_recipient()
+                .and_then(|to| to.parse::<lettre::Address>().ok())
+                .map(|to| crate::suppression::address_key(&to)),
+            _ => None,
+        };
+        let mut outcome = outcome_of(message, attempt, &self.retry);
+        if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {
+            // Its batch-mates to the same address are not sent either.
+            batch.suppressed.bounced(address);
+            outcome = self.without_the_bounced(message, outcome);
+        }
+        if matches!(
+            outcome,
+            Outcome::Release {
+                reason: ReleaseReason::Throttled,
+                ..
+            }
+        ) {
+            self.pace.throttled();
+        }
+        Decided {
+            index,
+            outcome,
+            after: batch.lease_start.elapsed(),
+            bounced,
         }
     }
 

@@ -10,15 +10,14 @@ use lettre::address::Envelope;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::attempt::log_caught;
 use super::batch::Decided;
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Outcome};
 use crate::render::{Renderer, suppression_key};
 use crate::suppression::{ListedAtClaim, SuppressionReason};
-use crate::telemetry::catch_panic_now;
 use crate::telemetry::metrics::DatabaseOperation;
+use crate::telemetry::{catch_panic_now, log_caught};
 
 /// The addresses of one batch that were on the list at its claim, and those a server said
 /// do not exist while it was being sent.
@@ -151,6 +150,7 @@ fn keys_of(renderer: &Renderer, message: &ClaimedMessage) -> Vec<String> {
         log_caught(
             &panic,
             Some(message.id),
+            None,
             "reading a message's recipients for the suppression list panicked; its render meets the same panic",
         );
         Vec::new()

@@ -44,6 +44,10 @@ pub struct ClaimRequest<'a> {
 /// would fail the claim of its whole batch. One set-returning function per row keeps the
 /// planner's estimate far under `jit_above_cost` (BENCHMARKS.md, *Second round*).
 ///
+/// The times it returns are clamped to years 1 to 9999: the table refuses others since
+/// migration 12, and a row written before it with an infinite time must not fail the claim
+/// of its whole batch (the driver cannot read such a time back).
+///
 /// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
 /// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
 /// claimed row leaves the due range, and comes back by itself if its claimer dies.
@@ -83,13 +87,18 @@ const CLAIM: &str = "\
             claim_token = $5 \
         FROM due \
         WHERE m.id = due.id \
-        RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
-                  m.throttled_releases, \
+        RETURNING m.id, m.kind, m.attempts, m.traceparent, \
+                  least(greatest(m.created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS created_at, \
+                  CASE WHEN m.expires_at IS NOT NULL THEN least(greatest(m.expires_at, \
+                      '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') END AS expires_at, \
+                  m.priority, m.throttled_releases, \
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
                   octet_length(due.payload_text) AS payload_bytes, \
                   due.previous_lease IS NOT NULL AS reclaimed, \
-                  greatest(m.created_at, m.not_before) AS due_at, \
-                  now() AS claimed_at, due.next_attempt_at AS was_due_at, \
+                  least(greatest(m.created_at, m.not_before, '0001-01-01 00:00:00+00'), \
+                        '9999-12-31 23:59:59+00') AS due_at, \
+                  now() AS claimed_at, \
+                  greatest(due.next_attempt_at, '0001-01-01 00:00:00+00') AS was_due_at, \
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN \
                       jsonb_path_query_array(m.payload, '$.to[*] ? (@.type() == \"string\")') \
                       || jsonb_path_query_array(m.payload, '$.cc[*] ? (@.type() == \"string\")') \

@@ -402,7 +402,9 @@ pub struct Sample {
 }
 
 /// Reads the gauges' values. Each subquery walks a partial index on pending or
-/// dead-lettered rows, never the dispatched history.
+/// dead-lettered rows, never the dispatched history. An infinite time (a row from before
+/// migration 12) counts as year 1: the age is absurd, and the alert on it fires, rather
+/// than the query failing.
 pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
     sqlx::query_as(
         "SELECT \
@@ -410,12 +412,14 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
            (SELECT count(*) FROM outbox_messages \
              WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL) AS dead_letters, \
-           (SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before))), 0)::float8 \
+           (SELECT coalesce(extract(epoch FROM now() - CASE WHEN min(greatest(created_at, not_before)) IS NOT NULL \
+                     THEN greatest(min(greatest(created_at, not_before)), '0001-01-01 00:00:00+00') END), 0)::float8 \
               FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
                AND greatest(created_at, not_before) IS NOT NULL \
                AND greatest(created_at, not_before) <= now()) AS oldest_pending_age, \
-           (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8 \
+           (SELECT coalesce(extract(epoch FROM now() - CASE WHEN min(next_attempt_at) IS NOT NULL \
+                     THEN greatest(min(next_attempt_at), '0001-01-01 00:00:00+00') END), 0)::float8 \
               FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
                AND next_attempt_at <= now()) AS oldest_ready_age",

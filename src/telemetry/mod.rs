@@ -4,7 +4,9 @@
 pub mod metrics;
 mod panics;
 
-pub use panics::{CaughtPanic, PANIC_TARGET, PanicPlace, catch_panic, catch_panic_now, log_panics};
+pub use panics::{
+    CaughtPanic, PANIC_TARGET, PanicPlace, catch_panic, catch_panic_now, log_caught, log_panics,
+};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};

@@ -75,6 +75,31 @@ impl CaughtPanic {
     }
 }
 
+/// Logs a panic caught by [`catch_panic`] or [`catch_panic_now`], once: what the caller
+/// was doing (`what`, with the message's id or the task's name when it knows one), where it
+/// happened, and the panic's message with addresses masked. On stderr when the log leaves
+/// [`PANIC_TARGET`] out here, so that no filter hides it.
+pub fn log_caught(panic: &CaughtPanic, outbox_id: Option<i64>, task: Option<&str>, what: &str) {
+    if !tracing::enabled!(target: PANIC_TARGET, Level::ERROR) {
+        panic.write_unlogged(&mut std::io::stderr().lock());
+        return;
+    }
+    let place = panic.place();
+    tracing::event!(
+        target: PANIC_TARGET,
+        Level::ERROR,
+        outbox.id = outbox_id,
+        task,
+        panic = %mask_addresses(&panic.message),
+        location = place.map(|place| tracing::field::display(&place.location)),
+        thread = place.map(|place| tracing::field::display(&place.thread)),
+        backtrace = place
+            .and_then(|place| place.backtrace.as_ref())
+            .map(tracing::field::display),
+        "{what}"
+    );
+}
+
 /// Runs `f` and catches a panic in it for the caller to log, once: the hook keeps its
 /// report instead of writing a line of its own (unless the log leaves [`PANIC_TARGET`]
 /// out, when it writes to stderr as for any panic). The caller logs to [`PANIC_TARGET`]

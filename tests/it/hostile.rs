@@ -8,6 +8,14 @@ use serde_json::json;
 
 use crate::helpers::{SmtpServer, TestDb, app, verification};
 
+/// Claims, sends and records one batch, which must end within 30 s: no input may hold it.
+async fn one_batch(app: &outboxd::app::App) -> Step {
+    tokio::time::timeout(Duration::from_secs(30), app.dispatcher.dispatch_once())
+        .await
+        .expect("the batch ends")
+        .unwrap()
+}
+
 /// A valid `account_verification` payload, as JSON text, with `extra` spliced in.
 fn payload_with(to: &str, extra: &str) -> String {
     format!(r#"{{"to": "{to}", "name": "Ada", "verify_url": "https://app.example/v", {extra}}}"#)
@@ -36,10 +44,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
     .await
     .unwrap();
 
-    let step = tokio::time::timeout(Duration::from_secs(30), app.dispatcher.dispatch_once())
-        .await
-        .expect("the batch ends")
-        .unwrap();
+    let step = one_batch(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -96,10 +101,7 @@ async fn a_message_with_more_recipients_than_the_limit_is_refused_without_render
     );
     let fine = db.enqueue("account_verification", fine).await;
 
-    let step = tokio::time::timeout(Duration::from_secs(30), app.dispatcher.dispatch_once())
-        .await
-        .expect("the batch ends")
-        .unwrap();
+    let step = one_batch(&app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 1),
         "{step:?}: {:?}",
@@ -197,4 +199,126 @@ async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_cla
         assert_eq!(db.error_class(id).await.as_deref(), Some("address"), "{id}");
     }
     assert_eq!(smtp.messages()[0].rcpt_tos, ["kept@example.com"]);
+}
+
+/// The columns a producer may set to a time, each with a CHECK since migration 12.
+const TIME_COLUMNS: [&str; 4] = ["created_at", "not_before", "next_attempt_at", "expires_at"];
+
+#[tokio::test]
+async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
+    let db = TestDb::new().await;
+    for column in TIME_COLUMNS {
+        for value in [
+            "infinity",
+            "-infinity",
+            "10000-01-01 00:00:00+00",
+            "262143-06-01",
+        ] {
+            // The other times set to now, so that only this one is off (the insert trigger
+            // would copy a not_before into next_attempt_at).
+            let others: Vec<_> = TIME_COLUMNS.into_iter().filter(|c| *c != column).collect();
+            let error = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO outbox_messages (kind, payload, {column}, {}) \
+                 VALUES ('account_verification', '{{}}', '{value}', now(), now(), now())",
+                others.join(", ")
+            )))
+            .execute(&db.pool)
+            .await
+            .expect_err("refused");
+            let error = error.as_database_error().expect("a database error");
+            assert_eq!(
+                error.code().as_deref(),
+                Some("23514"),
+                "{column} = {value}: {error}"
+            );
+            assert_eq!(
+                error.constraint(),
+                Some(format!("outbox_messages_{column}_on_the_calendar").as_str())
+            );
+        }
+    }
+    // The years 1 and 9999 themselves are fine.
+    for value in ["0001-01-01 00:00:00+00", "9999-12-31 23:59:59+00"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO outbox_messages (kind, payload, expires_at) \
+             VALUES ('account_verification', '{{}}', '{value}')"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    // The Rust producer API says so before the database does, and inserts nothing.
+    let far = chrono::DateTime::from_timestamp(253_402_300_800, 0).unwrap();
+    for message in [
+        outboxd::message::NewMessage {
+            not_before: Some(far),
+            ..outboxd::message::NewMessage::new(
+                "account_verification",
+                verification("a@example.com"),
+            )
+        },
+        outboxd::message::NewMessage {
+            expires_at: Some(far),
+            ..outboxd::message::NewMessage::new(
+                "account_verification",
+                verification("a@example.com"),
+            )
+        },
+    ] {
+        let refused = outboxd::store::enqueue(&db.pool, message)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("years 1 to 9999"), "{refused}");
+    }
+    assert_eq!(db.count("all").await, 2);
+}
+
+#[tokio::test]
+async fn a_row_from_before_the_checks_with_infinite_times_is_sent_and_does_not_stop_the_rest() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(
+        &db,
+        Some(&smtp.url()),
+        &["--expire-after", "account_verification=24h"],
+    )
+    .await;
+    // A table from before migration 12 may hold such rows: take the checks away to write them.
+    for column in TIME_COLUMNS {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE outbox_messages DROP CONSTRAINT outbox_messages_{column}_on_the_calendar"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, created_at, next_attempt_at, expires_at) \
+         VALUES ('account_verification', $1, now(), now(), 'infinity'), \
+                ('account_verification', $2, '270000-01-01', '-infinity', NULL), \
+                ('account_verification', $3, now(), now(), NULL) \
+         RETURNING id",
+    )
+    .bind(verification("never-expires@example.com"))
+    .bind(verification("far-future@example.com"))
+    .bind(verification("plain@example.com"))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+
+    // The gauges' query reads them too.
+    let sample = outboxd::store::sample(&db.pool)
+        .await
+        .expect("the gauges are read");
+    assert!(sample.oldest_ready_age > 0.0, "{sample:?}");
+    let step = one_batch(&app).await;
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 3,
+            sent: 3,
+            ..BatchReport::default()
+        }),
+        "rows {ids:?}"
+    );
 }
