@@ -231,7 +231,7 @@ pub async fn list_dead_letters(
         "SELECT id, kind, ",
         recipients_column!(),
         ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
-                created_at, dead_lettered_at \
+                outbox_on_the_calendar(created_at) AS created_at, dead_lettered_at \
          FROM outbox_messages \
          WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
            AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
@@ -244,7 +244,9 @@ pub async fn list_dead_letters(
     .await
 }
 
-/// One message in any state, with its payload.
+/// One message in any state, with its payload; its times read through
+/// `outbox_on_the_calendar` (migration 12), so that a row from before its CHECKs can be
+/// looked at.
 pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
     sqlx::query_as(concat!(
         "SELECT id, kind, payload::text AS payload, ",
@@ -254,9 +256,12 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
                 WHEN end_reason IS NOT NULL THEN end_reason \
                 WHEN discarded_at IS NULL THEN 'dead_lettered' \
                 ELSE 'discarded' END AS state, \
-           attempts, last_error, error_class, created_at, not_before, next_attempt_at, \
+           attempts, last_error, error_class, outbox_on_the_calendar(created_at) AS created_at, \
+           outbox_on_the_calendar(not_before) AS not_before, \
+           outbox_on_the_calendar(next_attempt_at) AS next_attempt_at, \
            dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent, \
-           priority, expires_at, idempotency_key, end_reason, feedback, feedback_at \
+           priority, outbox_on_the_calendar(expires_at) AS expires_at, idempotency_key, \
+           end_reason, feedback, feedback_at \
          FROM outbox_messages WHERE id = $1"
     ))
     .bind(id)

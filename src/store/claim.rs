@@ -44,9 +44,9 @@ pub struct ClaimRequest<'a> {
 /// would fail the claim of its whole batch. One set-returning function per row keeps the
 /// planner's estimate far under `jit_above_cost` (BENCHMARKS.md, *Second round*).
 ///
-/// The times it returns are clamped to years 1 to 9999: the table refuses others since
-/// migration 12, and a row written before it with an infinite time must not fail the claim
-/// of its whole batch (the driver cannot read such a time back).
+/// It moves a row's times into the years 1 to 9999 (`outbox_on_the_calendar`, migration 12):
+/// a row written before that migration's CHECKs may hold an infinite time, which the driver
+/// cannot read back, and which the CHECKs refuse in any update of the row.
 ///
 /// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
 /// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
@@ -84,21 +84,19 @@ const CLAIM: &str = "\
         SET locked_until = now() + make_interval(secs => $2), \
             next_attempt_at = now() + make_interval(secs => $2), \
             locked_by = $3, \
-            claim_token = $5 \
+            claim_token = $5, \
+            created_at = outbox_on_the_calendar(m.created_at), \
+            not_before = outbox_on_the_calendar(m.not_before), \
+            expires_at = outbox_on_the_calendar(m.expires_at) \
         FROM due \
         WHERE m.id = due.id \
-        RETURNING m.id, m.kind, m.attempts, m.traceparent, \
-                  least(greatest(m.created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS created_at, \
-                  CASE WHEN m.expires_at IS NOT NULL THEN least(greatest(m.expires_at, \
-                      '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') END AS expires_at, \
-                  m.priority, m.throttled_releases, \
+        RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
+                  m.throttled_releases, \
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
                   octet_length(due.payload_text) AS payload_bytes, \
                   due.previous_lease IS NOT NULL AS reclaimed, \
-                  least(greatest(m.created_at, m.not_before, '0001-01-01 00:00:00+00'), \
-                        '9999-12-31 23:59:59+00') AS due_at, \
-                  now() AS claimed_at, \
-                  greatest(due.next_attempt_at, '0001-01-01 00:00:00+00') AS was_due_at, \
+                  greatest(m.created_at, m.not_before) AS due_at, \
+                  now() AS claimed_at, outbox_on_the_calendar(due.next_attempt_at) AS was_due_at, \
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN \
                       jsonb_path_query_array(m.payload, '$.to[*] ? (@.type() == \"string\")') \
                       || jsonb_path_query_array(m.payload, '$.cc[*] ? (@.type() == \"string\")') \

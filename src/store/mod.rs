@@ -402,9 +402,9 @@ pub struct Sample {
 }
 
 /// Reads the gauges' values. Each subquery walks a partial index on pending or
-/// dead-lettered rows, never the dispatched history. An infinite time (a row from before
-/// migration 12) counts as year 1: the age is absurd, and the alert on it fires, rather
-/// than the query failing.
+/// dead-lettered rows, never the dispatched history. A time of `-infinity` (a row from
+/// before migration 12) counts as year 1: the age is absurd and its alert fires, where the
+/// query used to fail.
 pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
     sqlx::query_as(
         "SELECT \
@@ -412,14 +412,12 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
            (SELECT count(*) FROM outbox_messages \
              WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL) AS dead_letters, \
-           (SELECT coalesce(extract(epoch FROM now() - CASE WHEN min(greatest(created_at, not_before)) IS NOT NULL \
-                     THEN greatest(min(greatest(created_at, not_before)), '0001-01-01 00:00:00+00') END), 0)::float8 \
+           (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(greatest(created_at, not_before)))), 0)::float8 \
               FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
                AND greatest(created_at, not_before) IS NOT NULL \
                AND greatest(created_at, not_before) <= now()) AS oldest_pending_age, \
-           (SELECT coalesce(extract(epoch FROM now() - CASE WHEN min(next_attempt_at) IS NOT NULL \
-                     THEN greatest(min(next_attempt_at), '0001-01-01 00:00:00+00') END), 0)::float8 \
+           (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(next_attempt_at))), 0)::float8 \
               FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
                AND next_attempt_at <= now()) AS oldest_ready_age",

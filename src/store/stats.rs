@@ -41,8 +41,8 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         "SELECT kind, count(*) AS pending, \
                 count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
                 count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
-                coalesce(extract(epoch FROM now() - min(greatest(created_at, not_before)) \
-                    FILTER (WHERE greatest(created_at, not_before) <= now())), 0)::float8 AS oldest \
+                coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(greatest(created_at, not_before)) \
+                    FILTER (WHERE greatest(created_at, not_before) <= now()))), 0)::float8 AS oldest \
          FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
          GROUP BY kind",
     )

@@ -204,15 +204,45 @@ async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_cla
 /// The columns a producer may set to a time, each with a CHECK since migration 12.
 const TIME_COLUMNS: [&str; 4] = ["created_at", "not_before", "next_attempt_at", "expires_at"];
 
+/// Migration 12, run again on a table whose rows were written without its CHECKs: the
+/// state of a table upgraded to it.
+const TIMES_MIGRATION: &str =
+    include_str!("../../migrations/20261130000012_times_on_the_calendar.sql");
+
+async fn drop_time_checks(db: &TestDb) {
+    for column in TIME_COLUMNS {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE outbox_messages DROP CONSTRAINT outbox_messages_{column}_on_the_calendar"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
     let db = TestDb::new().await;
+    let checks: Vec<String> = sqlx::query_scalar(
+        "SELECT conname::text FROM pg_constraint \
+         WHERE conrelid = 'outbox_messages'::regclass AND conname LIKE '%on_the_calendar' \
+         ORDER BY conname",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut expected: Vec<String> = TIME_COLUMNS
+        .iter()
+        .map(|c| format!("outbox_messages_{c}_on_the_calendar"))
+        .collect();
+    expected.sort();
+    assert_eq!(checks, expected);
     for column in TIME_COLUMNS {
         for value in [
             "infinity",
             "-infinity",
             "10000-01-01 00:00:00+00",
-            "262143-06-01",
+            "0001-12-31 23:59:59+00 BC",
         ] {
             // The other times set to now, so that only this one is off (the insert trigger
             // would copy a not_before into next_attempt_at).
@@ -237,44 +267,35 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
             );
         }
     }
-    // The years 1 and 9999 themselves are fine.
-    for value in ["0001-01-01 00:00:00+00", "9999-12-31 23:59:59+00"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO outbox_messages (kind, payload, expires_at) \
-             VALUES ('account_verification', '{{}}', '{value}')"
-        )))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    }
-    // The Rust producer API says so before the database does, and inserts nothing.
-    let far = chrono::DateTime::from_timestamp(253_402_300_800, 0).unwrap();
-    for message in [
-        outboxd::message::NewMessage {
-            not_before: Some(far),
-            ..outboxd::message::NewMessage::new(
-                "account_verification",
-                verification("a@example.com"),
-            )
-        },
-        outboxd::message::NewMessage {
-            expires_at: Some(far),
-            ..outboxd::message::NewMessage::new(
-                "account_verification",
-                verification("a@example.com"),
-            )
-        },
-    ] {
-        let refused = outboxd::store::enqueue(&db.pool, message)
+    // The Rust producer API holds the same range (`TIME_RANGE_SECS`): it refuses a second
+    // past either end before the database does, and the database takes both ends.
+    let (first, last) = (
+        *outboxd::message::TIME_RANGE_SECS.start(),
+        *outboxd::message::TIME_RANGE_SECS.end(),
+    );
+    let at = |secs: i64, nanos: u32| chrono::DateTime::from_timestamp(secs, nanos).unwrap();
+    let message = |time| outboxd::message::NewMessage {
+        not_before: Some(time),
+        expires_at: Some(time),
+        ..outboxd::message::NewMessage::new("account_verification", verification("a@example.com"))
+    };
+    for time in [at(first - 1, 0), at(last + 1, 0)] {
+        let refused = outboxd::store::enqueue(&db.pool, message(time))
             .await
             .unwrap_err();
         assert!(refused.to_string().contains("years 1 to 9999"), "{refused}");
+    }
+    assert_eq!(db.count("all").await, 0);
+    for time in [at(first, 0), at(last, 999_999_000)] {
+        outboxd::store::enqueue(&db.pool, message(time))
+            .await
+            .unwrap();
     }
     assert_eq!(db.count("all").await, 2);
 }
 
 #[tokio::test]
-async fn a_row_from_before_the_checks_with_infinite_times_is_sent_and_does_not_stop_the_rest() {
+async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(
@@ -283,42 +304,64 @@ async fn a_row_from_before_the_checks_with_infinite_times_is_sent_and_does_not_s
         &["--expire-after", "account_verification=24h"],
     )
     .await;
-    // A table from before migration 12 may hold such rows: take the checks away to write them.
-    for column in TIME_COLUMNS {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER TABLE outbox_messages DROP CONSTRAINT outbox_messages_{column}_on_the_calendar"
-        )))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    }
+    drop_time_checks(&db).await;
     let ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO outbox_messages (kind, payload, created_at, next_attempt_at, expires_at) \
-         VALUES ('account_verification', $1, now(), now(), 'infinity'), \
-                ('account_verification', $2, '270000-01-01', '-infinity', NULL), \
-                ('account_verification', $3, now(), now(), NULL) \
+        "INSERT INTO outbox_messages (kind, payload, created_at, not_before, next_attempt_at, expires_at) \
+         VALUES ('account_verification', $1, now(), now(), now(), 'infinity'), \
+                ('account_verification', $2, '270000-01-01', now(), '-infinity', NULL), \
+                ('account_verification', $3, '-infinity', '-infinity', '-infinity', NULL), \
+                ('account_verification', $4, now(), now(), now(), '10000-01-01'), \
+                ('account_verification', $5, now(), now(), now(), NULL) \
          RETURNING id",
     )
     .bind(verification("never-expires@example.com"))
     .bind(verification("far-future@example.com"))
+    .bind(verification("long-ago@example.com"))
+    .bind(verification("year-10000@example.com"))
     .bind(verification("plain@example.com"))
     .fetch_all(&db.pool)
     .await
     .unwrap();
+    let mut upgrade = db.pool.begin().await.unwrap();
+    sqlx::raw_sql(TIMES_MIGRATION)
+        .execute(&mut *upgrade)
+        .await
+        .unwrap();
+    upgrade.commit().await.unwrap();
 
-    // The gauges' query reads them too.
+    // What reads the table copes: the gauges (a due time of -infinity counts as year 1, an
+    // absurd age whose alert fires), the counts per kind, an operator's look at a row.
     let sample = outboxd::store::sample(&db.pool)
         .await
         .expect("the gauges are read");
-    assert!(sample.oldest_ready_age > 0.0, "{sample:?}");
-    let step = one_batch(&app).await;
+    assert!(sample.oldest_pending_age > 6e10, "{sample:?}");
+    outboxd::store::stats::stats(&db.pool)
+        .await
+        .expect("the stats are read");
+    for id in &ids {
+        outboxd::store::admin::message(&db.pool, *id)
+            .await
+            .expect("the row is read")
+            .expect("the row exists");
+    }
+    // The claim moves the times into the range as it takes the rows (the CHECKs refuse
+    // any update that does not). Created "at -infinity", year 1 once moved, one row is past
+    // its kind's 24 hours and ends as expired; the others are sent.
     assert_eq!(
-        step,
+        one_batch(&app).await,
         Step::Batch(BatchReport {
-            claimed: 3,
-            sent: 3,
+            claimed: 5,
+            sent: 4,
+            expired: 1,
             ..BatchReport::default()
         }),
         "rows {ids:?}"
     );
+    let expired: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM outbox_messages WHERE end_reason = 'expired'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(expired, [ids[2]]);
+    assert_eq!(db.count("dispatched").await, 4);
 }
