@@ -243,7 +243,8 @@ fn count(report: &mut BatchReport, outcome: &Outcome) {
 
 /// One line per recorded outcome; never a recipient address.
 fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: Option<Duration>) {
-    let (id, kind, attempts) = (message.id, message.kind.as_str(), message.attempts + 1);
+    let (id, kind) = (message.id, message.kind.as_str());
+    let attempts = message.attempts.saturating_add(1);
     match outcome {
         // Debug, not info: at the default level a line per sent message cost about a sixth
         // of the drain's CPU (BENCHMARKS.md); failures and dead letters are still logged.

@@ -401,7 +401,7 @@ impl MessageSender {
             messaging.destination.name = %message.kind,
             messaging.message.id = message.id,
             outbox.id = message.id,
-            outbox.attempt = message.attempts + 1,
+            outbox.attempt = message.attempts.saturating_add(1),
             error.type = field::Empty,
         );
         if let Some(producer) = message.traceparent.as_deref().and_then(parse_traceparent) {

@@ -280,10 +280,13 @@ impl SchemaState {
 /// which may be below another dispatcher's claim floor (its claim began before this
 /// commit): the same statement tells them, as the insert trigger does for new rows. A
 /// recipient the server said does not exist is suppressed by the same statement, so the
-/// list and the outcome cannot disagree.
+/// list and the outcome cannot disagree. `attempts` stops at the integer's end: a producer
+/// may write any count, and an overflow would fail the outcomes of the whole batch, again
+/// at every try.
 const RECORD_OUTCOMES: &str = "WITH updated AS ( \
          UPDATE outbox_messages AS m \
-         SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+         SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') \
+                                          AND m.attempts < 2147483647 THEN 1 ELSE 0 END, \
              throttled_releases = m.throttled_releases \
                  + CASE WHEN o.action = 'release' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \

@@ -365,3 +365,35 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     assert_eq!(expired, [ids[2]]);
     assert_eq!(db.count("dispatched").await, 4);
 }
+
+#[tokio::test]
+async fn a_row_whose_attempts_are_at_the_integers_end_fails_alone_and_its_batch_is_recorded() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    // A producer may write any count of attempts; this one cannot go up by one more.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, attempts) \
+         VALUES ('account_verification', '{\"to\": \"no-url@example.com\", \"name\": \"Ada\"}', \
+                 2147483647), \
+                ('account_verification', $1, 0) \
+         RETURNING id",
+    )
+    .bind(verification("fine@example.com"))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        one_batch(&app).await,
+        Step::Batch(BatchReport {
+            claimed: 2,
+            sent: 1,
+            dead_lettered: 1,
+            ..BatchReport::default()
+        })
+    );
+    let stuck = db.row(ids[0]).await;
+    assert!(stuck.dead && stuck.attempts == i32::MAX, "{stuck:?}");
+    assert!(db.row(ids[1]).await.dispatched);
+    assert_eq!(app.dispatcher.held_outcomes(), 0);
+}
