@@ -6,9 +6,10 @@
 --
 -- Safe on a live table of millions of rows: the CHECK constraints are added NOT VALID, so
 -- nothing scans the table while the brief ACCESS EXCLUSIVE lock is held; they hold for
--- every row inserted or updated from now on. A row written before is not checked here, and
--- outboxd reads it through outbox_on_the_calendar(), and moves its times into the range
--- when it claims it (an update must pass the CHECKs). The lock timeout makes the migration
+-- every row inserted or updated from now on. A row written before is not checked here;
+-- outboxd reads its times through outbox_on_the_calendar() and writes them back moved into
+-- the range whenever it updates the row, which must pass the CHECKs (README, *Operations
+-- notes*, gives the repair of all such rows and the VALIDATE statements). The lock timeout makes the migration
 -- give up after 2 s, to be run again, rather than queue behind a long transaction and
 -- block the application's inserts for longer than that.
 -- Checked on a 2-million-row table (437 MB) taking about 4 000 inserts a second, twice:

@@ -304,24 +304,27 @@ pub async fn apply(
     };
     let mut tx = pool.begin().await?;
     let sql = match action {
-        Action::Retry => {
+        Action::Retry => concat!(
             "UPDATE outbox_messages \
              SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now(), \
-                 locked_until = NULL, locked_by = NULL, claim_token = NULL \
-             WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
+                 locked_until = NULL, locked_by = NULL, claim_token = NULL, ",
+            super::times_on_the_calendar!(),
+            " WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
                AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \
                AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3) \
                AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4) \
              RETURNING id"
-        }
-        Action::Discard => {
-            "UPDATE outbox_messages SET discarded_at = now(), discarded_by = $5 \
-             WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
+        ),
+        Action::Discard => concat!(
+            "UPDATE outbox_messages SET discarded_at = now(), discarded_by = $5, \
+                 next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
+            super::times_on_the_calendar!(),
+            " WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
                AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \
                AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3) \
                AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4) \
              RETURNING id"
-        }
+        ),
     };
     let query = sqlx::query_scalar(sql)
         .bind(ids)

@@ -145,11 +145,13 @@ async fn record_one(
     }
     if let (Some(id), Some(mark)) = (feedback.message_id, feedback.mark) {
         // A complaint outranks a bounce, and a hard bounce a soft one.
-        sqlx::query(
-            "UPDATE outbox_messages SET feedback = $2, feedback_at = now() \
-             WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
-                                OR (feedback = 'hard_bounce' AND $2 = 'complaint'))",
-        )
+        sqlx::query(concat!(
+            "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
+                 next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
+            super::times_on_the_calendar!(),
+            " WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
+                                OR (feedback = 'hard_bounce' AND $2 = 'complaint'))"
+        ))
         .bind(id)
         .bind(mark)
         .execute(&mut **tx)

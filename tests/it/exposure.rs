@@ -173,45 +173,58 @@ async fn no_recipient_address_reaches_the_logs() {
 }
 
 #[tokio::test]
-async fn readiness_fails_when_outboxd_cannot_write_its_table() {
+async fn readiness_fails_when_outboxd_cannot_write_its_table_or_call_its_function() {
     let db = TestDb::new().await;
-    // A role that may read the outbox but not update it.
-    let role = format!("reader_{}", &db.name[db.name.len() - 8..]);
-    for statement in [
-        format!("CREATE ROLE {role} LOGIN"),
-        format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"),
+    // Roles that may read the outbox but not update it, or not call the function every
+    // claim uses (a database that revokes EXECUTE from PUBLIC by default).
+    let suffix = &db.name[db.name.len() - 8..];
+    for (role, grants, says) in [
+        (
+            format!("reader_{suffix}"),
+            "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
+            "may not SELECT and UPDATE outbox_messages",
+        ),
+        (
+            format!("writer_{suffix}"),
+            "GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA public TO {role}; \
+             REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC",
+            "may not EXECUTE outbox_on_the_calendar(timestamptz)",
+        ),
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(statement))
-            .execute(&db.pool)
-            .await
-            .unwrap();
-    }
-    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
-    assert_ne!(url, db.url);
-    let http = format!("127.0.0.1:{}", crate::helpers::free_port());
-    let mut child = outboxd()
-        .args(["run", "--database-url", &url, "--listen", &http])
-        .stderr(std::process::Stdio::null())
-        .spawn()
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {role} LOGIN; {}",
+            grants.replace("{role}", &role)
+        )))
+        .execute(&db.pool)
+        .await
         .unwrap();
-    let body = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
-        let (status, body) = http_get(&http, "/readyz?verbose").await;
-        (status == 503).then_some(body)
-    })
-    .await;
-    assert!(
-        body.contains(&format!("[-]writable failed: the role {role} may not")),
-        "{body}"
-    );
-    assert!(body.contains("[+]schema ok"), "{body}");
-    let _ = child.kill();
-    let _ = child.wait();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP OWNED BY {role}; DROP ROLE {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+        let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+        assert_ne!(url, db.url);
+        let http = format!("127.0.0.1:{}", crate::helpers::free_port());
+        let mut child = outboxd()
+            .args(["run", "--database-url", &url, "--listen", &http])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let body = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
+            let (status, body) = http_get(&http, "/readyz?verbose").await;
+            (status == 503).then_some(body)
+        })
+        .await;
+        assert!(
+            body.contains(&format!("[-]writable failed: the role {role} {says}")),
+            "{body}"
+        );
+        assert!(body.contains("[+]schema ok"), "{body}");
+        let _ = child.kill();
+        let _ = child.wait();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP OWNED BY {role}; DROP ROLE {role}"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
 }
 
 #[tokio::test]

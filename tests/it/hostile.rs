@@ -209,6 +209,16 @@ const TIME_COLUMNS: [&str; 4] = ["created_at", "not_before", "next_attempt_at", 
 const TIMES_MIGRATION: &str =
     include_str!("../../migrations/20261130000012_times_on_the_calendar.sql");
 
+/// Runs migration 12 again, over whatever the table holds now.
+async fn add_time_checks(db: &TestDb) {
+    let mut upgrade = db.pool.begin().await.unwrap();
+    sqlx::raw_sql(TIMES_MIGRATION)
+        .execute(&mut *upgrade)
+        .await
+        .unwrap();
+    upgrade.commit().await.unwrap();
+}
+
 async fn drop_time_checks(db: &TestDb) {
     for column in TIME_COLUMNS {
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -322,12 +332,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    let mut upgrade = db.pool.begin().await.unwrap();
-    sqlx::raw_sql(TIMES_MIGRATION)
-        .execute(&mut *upgrade)
-        .await
-        .unwrap();
-    upgrade.commit().await.unwrap();
+    add_time_checks(&db).await;
 
     // What reads the table copes: the gauges (a due time of -infinity counts as year 1, an
     // absurd age whose alert fires), the counts per kind, an operator's look at a row.
@@ -364,6 +369,49 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
             .unwrap();
     assert_eq!(expired, [ids[2]]);
     assert_eq!(db.count("dispatched").await, 4);
+}
+
+#[tokio::test]
+async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_calendar() {
+    use outboxd::store::admin::{Action, Selection, apply};
+    let db = TestDb::new().await;
+    drop_time_checks(&db).await;
+    // Dead letters never come back to the claim that repairs a row's times: the operators'
+    // updates must pass the CHECKs by themselves.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO outbox_messages \
+             (kind, payload, created_at, not_before, next_attempt_at, expires_at, dead_lettered_at) \
+         VALUES ('account_verification', '{}', '20000-01-01', now(), now(), 'infinity', now()), \
+                ('account_verification', '{}', now(), '-infinity', '-infinity', NULL, now()) \
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    add_time_checks(&db).await;
+
+    let requeued = apply(
+        &db.pool,
+        Action::Retry,
+        &Selection::Ids(vec![ids[0]]),
+        "ops",
+    )
+    .await
+    .expect("retried");
+    assert_eq!(requeued, [ids[0]]);
+    let discarded = apply(&db.pool, Action::Discard, &Selection::All, "ops")
+        .await
+        .expect("discarded");
+    assert_eq!(discarded, [ids[1]]);
+    // Both rows now pass every check.
+    for column in TIME_COLUMNS {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE outbox_messages VALIDATE CONSTRAINT outbox_messages_{column}_on_the_calendar"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
 }
 
 #[tokio::test]
