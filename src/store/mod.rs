@@ -301,12 +301,13 @@ impl SchemaState {
 /// recipient the server said does not exist is suppressed by the same statement, so the
 /// list and the outcome cannot disagree. `attempts` stops at the integer's end: a producer
 /// may write any count, and an overflow would fail the outcomes of the whole batch, again
-/// at every try.
+/// at every try. `throttled_releases` counts from zero: a negative count written by a
+/// producer would buy its row that many more releases without an attempt.
 const RECORD_OUTCOMES: &str = "WITH updated AS ( \
          UPDATE outbox_messages AS m \
          SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') \
                                           AND m.attempts < 2147483647 THEN 1 ELSE 0 END, \
-             throttled_releases = m.throttled_releases \
+             throttled_releases = greatest(m.throttled_releases, 0) \
                  + CASE WHEN o.action = 'release' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \
              error_class = coalesce(o.error_class, m.error_class), \

@@ -445,3 +445,40 @@ async fn a_row_whose_attempts_are_at_the_integers_end_fails_alone_and_its_batch_
     assert!(db.row(ids[1]).await.dispatched);
     assert_eq!(app.dispatcher.held_outcomes(), 0);
 }
+
+#[tokio::test]
+async fn a_negative_count_of_throttled_releases_buys_no_extra_free_releases() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start_with(
+        crate::helpers::free_port(),
+        &["--throttle-every", "1", "--throttle-for", "600"],
+    );
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, throttled_releases) \
+         VALUES ('account_verification', $1, -1000000) RETURNING id",
+    )
+    .bind(verification("throttled@example.com"))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let step = one_batch(&app).await;
+    assert_eq!(
+        step,
+        Step::Batch(BatchReport {
+            claimed: 1,
+            released: 1,
+            ..BatchReport::default()
+        })
+    );
+    let count: i32 =
+        sqlx::query_scalar("SELECT throttled_releases FROM outbox_messages WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        count, 1,
+        "the count starts from zero, not from the producer's -1000000"
+    );
+}
