@@ -231,7 +231,8 @@ pub async fn list_dead_letters(
         "SELECT id, kind, ",
         recipients_column!(),
         ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
-                outbox_on_the_calendar(created_at) AS created_at, dead_lettered_at \
+                outbox_on_the_calendar(created_at) AS created_at, \
+                outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at \
          FROM outbox_messages \
          WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
            AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
@@ -244,9 +245,9 @@ pub async fn list_dead_letters(
     .await
 }
 
-/// One message in any state, with its payload; its times read through
-/// `outbox_on_the_calendar` (migration 12), so that a row from before its CHECKs can be
-/// looked at.
+/// One message in any state, with its payload. Its times are read through
+/// `outbox_on_the_calendar` (migration 12): a producer may have written any time, and one
+/// the driver cannot read back must not take an operator's view of the row down.
 pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
     sqlx::query_as(concat!(
         "SELECT id, kind, payload::text AS payload, ",
@@ -259,9 +260,12 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
            attempts, last_error, error_class, outbox_on_the_calendar(created_at) AS created_at, \
            outbox_on_the_calendar(not_before) AS not_before, \
            outbox_on_the_calendar(next_attempt_at) AS next_attempt_at, \
-           dispatched_at, dead_lettered_at, discarded_at, discarded_by, locked_by, traceparent, \
-           priority, outbox_on_the_calendar(expires_at) AS expires_at, idempotency_key, \
-           end_reason, feedback, feedback_at \
+           outbox_on_the_calendar(dispatched_at) AS dispatched_at, \
+           outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at, \
+           outbox_on_the_calendar(discarded_at) AS discarded_at, discarded_by, locked_by, \
+           traceparent, priority, outbox_on_the_calendar(expires_at) AS expires_at, \
+           idempotency_key, end_reason, feedback, \
+           outbox_on_the_calendar(feedback_at) AS feedback_at \
          FROM outbox_messages WHERE id = $1"
     ))
     .bind(id)
@@ -278,7 +282,8 @@ pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
              FROM outbox_messages \
              WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
              GROUP BY 1, 2) \
-         SELECT g.kind, g.error_class, g.count, g.newest_id, m.last_error, m.dead_lettered_at \
+         SELECT g.kind, g.error_class, g.count, g.newest_id, m.last_error, \
+                outbox_on_the_calendar(m.dead_lettered_at) AS dead_lettered_at \
          FROM g JOIN outbox_messages m ON m.id = g.newest_id \
          ORDER BY g.count DESC, g.kind, g.error_class",
     )
@@ -307,7 +312,7 @@ pub async fn apply(
         Action::Retry => concat!(
             "UPDATE outbox_messages \
              SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now(), \
-                 locked_until = NULL, locked_by = NULL, claim_token = NULL, ",
+                 locked_until = NULL, locked_by = NULL, claim_token = NULL, end_reason = NULL, ",
             super::times_on_the_calendar!(),
             " WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
                AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \

@@ -482,3 +482,42 @@ async fn a_negative_count_of_throttled_releases_buys_no_extra_free_releases() {
         "the count starts from zero, not from the producer's -1000000"
     );
 }
+
+#[tokio::test]
+async fn dead_letters_with_odd_fields_a_producer_wrote_can_be_listed_looked_at_and_retried() {
+    use outboxd::store::admin::{Action, Selection, apply, groups, list_dead_letters, message};
+    let db = TestDb::new().await;
+    // Columns that are outboxd's own, but that an insert can still set: a time the driver
+    // cannot read back, and an end reason without its discard.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO outbox_messages \
+             (kind, payload, dead_lettered_at, dispatched_at, feedback_at, end_reason) \
+         VALUES ('account_verification', '{}', 'infinity', NULL, NULL, NULL), \
+                ('account_verification', '{}', '-infinity', 'infinity', '-infinity', NULL), \
+                ('account_verification', '{}', now(), NULL, NULL, 'expired'), \
+                ('account_verification', '{}', now(), NULL, NULL, NULL) \
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        list_dead_letters(&db.pool, None, None, 100)
+            .await
+            .expect("the dead letters are listed")
+            .len(),
+        4
+    );
+    groups(&db.pool).await.expect("the groups are read");
+    for id in &ids {
+        message(&db.pool, *id)
+            .await
+            .expect("the row is read")
+            .expect("the row exists");
+    }
+    let mut requeued = apply(&db.pool, Action::Retry, &Selection::All, "ops")
+        .await
+        .expect("one odd row does not hold up the others");
+    requeued.sort_unstable();
+    assert_eq!(requeued, ids);
+}
