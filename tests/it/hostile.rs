@@ -219,15 +219,26 @@ async fn add_time_checks(db: &TestDb) {
     upgrade.commit().await.unwrap();
 }
 
-async fn drop_time_checks(db: &TestDb) {
+/// The CHECK migration 12 puts on one of [`TIME_COLUMNS`].
+fn time_check(column: &str) -> String {
+    format!("outbox_messages_{column}_on_the_calendar")
+}
+
+/// `ALTER TABLE ... {verb} CONSTRAINT` for each time check: `DROP` or `VALIDATE`.
+async fn on_each_time_check(db: &TestDb, verb: &str) {
     for column in TIME_COLUMNS {
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER TABLE outbox_messages DROP CONSTRAINT outbox_messages_{column}_on_the_calendar"
+            "ALTER TABLE outbox_messages {verb} CONSTRAINT {}",
+            time_check(column)
         )))
         .execute(&db.pool)
         .await
         .unwrap();
     }
+}
+
+async fn drop_time_checks(db: &TestDb) {
+    on_each_time_check(db, "DROP").await;
 }
 
 #[tokio::test]
@@ -241,10 +252,7 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    let mut expected: Vec<String> = TIME_COLUMNS
-        .iter()
-        .map(|c| format!("outbox_messages_{c}_on_the_calendar"))
-        .collect();
+    let mut expected: Vec<String> = TIME_COLUMNS.iter().map(|c| time_check(c)).collect();
     expected.sort();
     assert_eq!(checks, expected);
     for column in TIME_COLUMNS {
@@ -271,10 +279,7 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
                 Some("23514"),
                 "{column} = {value}: {error}"
             );
-            assert_eq!(
-                error.constraint(),
-                Some(format!("outbox_messages_{column}_on_the_calendar").as_str())
-            );
+            assert_eq!(error.constraint(), Some(time_check(column).as_str()));
         }
     }
     // The Rust producer API holds the same range (`TIME_RANGE_SECS`): it refuses a second
@@ -404,14 +409,7 @@ async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_c
         .expect("discarded");
     assert_eq!(discarded, [ids[1]]);
     // Both rows now pass every check.
-    for column in TIME_COLUMNS {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "ALTER TABLE outbox_messages VALIDATE CONSTRAINT outbox_messages_{column}_on_the_calendar"
-        )))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    }
+    on_each_time_check(&db, "VALIDATE").await;
 }
 
 #[tokio::test]
