@@ -14,6 +14,7 @@ use super::suppress::Suppressed;
 use super::Step;
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, Outcome};
+use crate::store::RowLocks;
 
 /// The most outcomes one write takes.
 const RECORD_CHUNK: usize = 256;
@@ -37,6 +38,7 @@ pub(super) struct LeasedBatch {
 }
 
 /// One message's outcome, decided when its send ended and waiting to be written.
+#[derive(Clone)]
 pub(super) struct Decided {
     /// The message's place in its batch.
     pub index: usize,
@@ -181,12 +183,28 @@ pub(super) struct SentBatch {
     pub outage: bool,
 }
 
-/// Decided outcomes of one claim that the database did not take (it was down, or the
-/// connection dropped): written before anything else is claimed.
+/// Decided outcomes of one claim that the database did not take (it was down, the
+/// connection dropped, or another transaction has locked their rows): written before
+/// anything else is claimed.
 pub(super) struct Unrecorded {
     pub claimed: ClaimedBatch,
     pub decided: Vec<Decided>,
     pub span: tracing::Span,
+    /// `Skip` when the rows were locked at the last try: the next skips them at once,
+    /// rather than wait for the lock before every claim.
+    pub locks: RowLocks,
+}
+
+impl Unrecorded {
+    /// Outcomes the database did not take, tried again as any others.
+    pub fn new(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
+        Self {
+            claimed,
+            decided,
+            span,
+            locks: RowLocks::WaitBriefly,
+        }
+    }
 }
 
 /// What a claim came to.

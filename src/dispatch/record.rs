@@ -11,7 +11,7 @@ use super::batch::{BatchReport, Chunk, Decided, OutcomeQueue, SentBatch, Unrecor
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Delivery, Outcome};
-use crate::store;
+use crate::store::{self, RowLocks};
 use crate::suppression::{BounceType, FeedbackSource};
 use crate::telemetry::metrics::DatabaseOperation;
 use crate::text::mask_addresses;
@@ -37,11 +37,7 @@ impl Dispatcher {
             if let Some((e, mut held)) = failed.take() {
                 held.extend(chunk);
                 if last {
-                    self.hold(Unrecorded {
-                        claimed: claimed.clone(),
-                        decided: held,
-                        span,
-                    });
+                    self.hold(Unrecorded::new(claimed.clone(), held, span));
                     return Err(e);
                 }
                 failed = Some((e, held));
@@ -50,8 +46,14 @@ impl Dispatcher {
             if last {
                 return Ok((report, chunk));
             }
-            match self.record_outcomes(claimed, &chunk).await {
-                Ok(recorded) => report.add(&recorded),
+            match self
+                .record_outcomes(claimed, &chunk, RowLocks::WaitBriefly)
+                .await
+            {
+                Ok((recorded, locked)) => {
+                    report.add(&recorded);
+                    self.hold_locked(claimed, locked, &span, true);
+                }
                 Err(e) => failed = Some((e, chunk)),
             }
         }
@@ -88,14 +90,16 @@ impl Dispatcher {
         if decided.is_empty() {
             return Ok(BatchReport::default());
         }
-        match self.record_outcomes(claimed, &decided).await {
-            Ok(report) => Ok(report),
+        match self
+            .record_outcomes(claimed, &decided, RowLocks::WaitBriefly)
+            .await
+        {
+            Ok((report, locked)) => {
+                self.hold_locked(claimed, locked, &span, true);
+                Ok(report)
+            }
             Err(e) => {
-                self.hold(Unrecorded {
-                    claimed: claimed.clone(),
-                    decided,
-                    span,
-                });
+                self.hold(Unrecorded::new(claimed.clone(), decided, span));
                 Err(e)
             }
         }
@@ -109,30 +113,61 @@ impl Dispatcher {
         lock(&self.unrecorded).push(unrecorded);
     }
 
-    /// Records outcomes held after a database failure, oldest first; stops at the first
-    /// failure, which keeps the rest held. Also used at shutdown.
+    /// Holds outcomes whose rows another transaction has locked, to write again before the
+    /// next claim; says so the first time, and only at debug level on every try after.
+    fn hold_locked(
+        &self,
+        claimed: &ClaimedBatch,
+        locked: Vec<Decided>,
+        span: &tracing::Span,
+        first: bool,
+    ) {
+        if locked.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = locked
+            .iter()
+            .map(|d| claimed.messages[d.index].id)
+            .collect();
+        if first {
+            warn!(
+                outbox.ids = ?ids,
+                "outcome not recorded yet: another transaction has locked the row; recording it when the lock is gone"
+            );
+        } else {
+            debug!(outbox.ids = ?ids, "the row is still locked by another transaction");
+        }
+        lock(&self.unrecorded).push(Unrecorded {
+            locks: RowLocks::Skip,
+            ..Unrecorded::new(claimed.clone(), locked, span.clone())
+        });
+    }
+
+    /// Records the outcomes held after a database failure or a row locked elsewhere, oldest
+    /// first, each once: a row still locked is held again. Stops at the first failure,
+    /// which keeps the rest held. Also used at shutdown.
     pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
         let mut total = BatchReport::default();
-        loop {
-            let next = {
-                let mut held = lock(&self.unrecorded);
-                if held.is_empty() {
-                    return Ok(total);
-                }
-                held.remove(0)
-            };
+        let mut held = std::mem::take(&mut *lock(&self.unrecorded)).into_iter();
+        while let Some(next) = held.next() {
             let recorded = self
-                .record_outcomes(&next.claimed, &next.decided)
+                .record_outcomes(&next.claimed, &next.decided, next.locks)
                 .instrument(next.span.clone())
                 .await;
             match recorded {
-                Ok(report) => total.add(&report),
+                Ok((report, locked)) => {
+                    total.add(&report);
+                    self.hold_locked(&next.claimed, locked, &next.span, false);
+                }
                 Err(e) => {
-                    lock(&self.unrecorded).insert(0, next);
+                    // Before anything held meanwhile: oldest first.
+                    let mut unrecorded = lock(&self.unrecorded);
+                    unrecorded.splice(0..0, std::iter::once(next).chain(held));
                     return Err(e);
                 }
             }
         }
+        Ok(total)
     }
 
     /// Messages sent whose outcomes are not recorded yet.
@@ -143,13 +178,14 @@ impl Dispatcher {
             .sum()
     }
 
-    /// Writes outcomes of one claim, where its token still holds the row; returns the ids
-    /// written.
+    /// Writes outcomes of one claim, where its token still holds the row and no other
+    /// transaction has locked it.
     async fn write_outcomes(
         &self,
         claimed: &ClaimedBatch,
         decided: &[Decided],
-    ) -> Result<HashSet<i64>, DispatchError> {
+        locks: RowLocks,
+    ) -> Result<store::Recorded, DispatchError> {
         let rows: Vec<store::OutcomeRow<'_>> = decided
             .iter()
             .map(|d| store::OutcomeRow {
@@ -159,23 +195,29 @@ impl Dispatcher {
                 suppress: self.settings.suppress_hard_bounces,
             })
             .collect();
-        let recorded = self
-            .database
-            .record_outcomes(claimed.token, &rows)
+        self.database
+            .record_outcomes(claimed.token, &rows, locks)
             .await
-            .map_err(DispatchError::database(DatabaseOperation::Record))?;
-        Ok(recorded.into_iter().collect())
+            .map_err(DispatchError::database(DatabaseOperation::Record))
     }
 
     /// Writes outcomes of one claim (only where its token still holds the row), then logs
     /// and counts each one that was written: the one place outcomes are reported, so the
-    /// metrics cannot drift from the table.
+    /// metrics cannot drift from the table. Returns, besides, the outcomes of rows another
+    /// transaction has locked, neither written nor counted yet.
     async fn record_outcomes(
         &self,
         claimed: &ClaimedBatch,
         decided: &[Decided],
-    ) -> Result<BatchReport, DispatchError> {
-        let recorded = self.write_outcomes(claimed, decided).await?;
+        locks: RowLocks,
+    ) -> Result<(BatchReport, Vec<Decided>), DispatchError> {
+        let store::Recorded { written, locked } =
+            self.write_outcomes(claimed, decided, locks).await?;
+        let (written, locked): (HashSet<i64>, HashSet<i64>) =
+            (written.into_iter().collect(), locked.into_iter().collect());
+        let (locked, decided): (Vec<&Decided>, Vec<&Decided>) = decided
+            .iter()
+            .partition(|d| locked.contains(&claimed.messages[d.index].id));
         let mut report = BatchReport {
             claimed: decided.len(),
             ..BatchReport::default()
@@ -194,7 +236,7 @@ impl Dispatcher {
                 self.metrics.reclaimed();
                 warn!(outbox.id = id, outbox.kind = %kind, "took over a row whose previous lease ran out");
             }
-            if !recorded.contains(&id) {
+            if !written.contains(&id) {
                 report.lost += 1;
                 self.metrics.lease_lost();
                 warn!(
@@ -220,7 +262,7 @@ impl Dispatcher {
             count(&mut report, outcome);
             log_outcome(message, outcome, sent_latency);
         }
-        Ok(report)
+        Ok((report, locked.into_iter().cloned().collect()))
     }
 }
 

@@ -154,22 +154,14 @@ impl Dispatcher {
                 decided.extend(rest);
                 Ok(SentBatch {
                     report,
-                    rest: Unrecorded {
-                        claimed,
-                        decided,
-                        span,
-                    },
+                    rest: Unrecorded::new(claimed, decided, span),
                     outage,
                 })
             }
             Err(e) => {
                 // What the recorder had is held already; the releases join it.
                 if !rest.is_empty() {
-                    self.hold(Unrecorded {
-                        claimed,
-                        decided: rest,
-                        span,
-                    });
+                    self.hold(Unrecorded::new(claimed, rest, span));
                 }
                 if outage {
                     self.breaker.open(&self.metrics);

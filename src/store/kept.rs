@@ -17,7 +17,7 @@ use sqlx::{PgConnection, PgPool, Postgres};
 use uuid::Uuid;
 
 use super::suppressions::suppressed_among;
-use super::{ClaimRequest, OutcomeRow, claim, record_outcomes};
+use super::{ClaimRequest, OutcomeRow, Recorded, RowLocks, claim, record_outcomes};
 use crate::lock::lock;
 use crate::message::ClaimedBatch;
 use crate::suppression::SuppressionReason;
@@ -73,12 +73,15 @@ impl KeptConnection {
         &self,
         token: Uuid,
         outcomes: &[OutcomeRow<'_>],
-    ) -> Result<Vec<i64>, sqlx::Error> {
+        locks: RowLocks,
+    ) -> Result<Recorded, sqlx::Error> {
         if outcomes.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Recorded::default());
         }
-        self.on_connection(async |connection| record_outcomes(connection, token, outcomes).await)
-            .await
+        self.on_connection(async |connection| {
+            record_outcomes(connection, token, outcomes, locks).await
+        })
+        .await
     }
 
     /// Runs one statement on the kept connection (or one from the pool), and keeps the

@@ -10,14 +10,14 @@ use std::time::Duration;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{FromRow, PgExecutor};
-use uuid::Uuid;
 
-use crate::message::{InvalidMessage, NewMessage, Outcome, truncate_error};
+use crate::message::{InvalidMessage, NewMessage};
 use crate::trace_context::current_traceparent;
 
 pub mod admin;
 mod claim;
 mod kept;
+mod outcomes;
 pub mod prune;
 pub mod send_rate;
 pub mod stats;
@@ -25,6 +25,7 @@ pub mod suppressions;
 
 pub use claim::{ClaimRequest, claim};
 pub use kept::KeptConnection;
+pub use outcomes::{OutcomeRow, Recorded, RowLocks, record_outcomes};
 pub use prune::Prunable;
 
 /// The schema, embedded in the binary.
@@ -293,109 +294,6 @@ impl SchemaState {
         }
         Ok(())
     }
-}
-
-/// Writes outcomes where the claim token still holds. A release makes its row due now,
-/// which may be below another dispatcher's claim floor (its claim began before this
-/// commit): the same statement tells them, as the insert trigger does for new rows. A
-/// recipient the server said does not exist is suppressed by the same statement, so the
-/// list and the outcome cannot disagree. `attempts` stops at the integer's end: a producer
-/// may write any count, and an overflow would fail the outcomes of the whole batch, again
-/// at every try. `throttled_releases` counts from zero: a negative count written by a
-/// producer would buy its row that many more releases without an attempt.
-const RECORD_OUTCOMES: &str = "WITH updated AS ( \
-         UPDATE outbox_messages AS m \
-         SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') \
-                                          AND m.attempts < 2147483647 THEN 1 ELSE 0 END, \
-             throttled_releases = greatest(m.throttled_releases, 0) \
-                 + CASE WHEN o.action = 'release' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
-             last_error = coalesce(o.error, m.last_error), \
-             error_class = coalesce(o.error_class, m.error_class), \
-             dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
-             dead_lettered_at = CASE WHEN o.action IN ('dead', 'expired', 'suppressed') THEN now() END, \
-             discarded_at = CASE WHEN o.action IN ('expired', 'suppressed') THEN now() \
-                                 ELSE m.discarded_at END, \
-             discarded_by = CASE WHEN o.action IN ('expired', 'suppressed') THEN 'outboxd' \
-                                 ELSE m.discarded_by END, \
-             end_reason = CASE WHEN o.action IN ('expired', 'suppressed') THEN o.action \
-                               ELSE m.end_reason END, \
-             feedback = CASE WHEN o.bounced IS NOT NULL THEN 'hard_bounce' ELSE m.feedback END, \
-             feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END, \
-             next_attempt_at = CASE WHEN o.action IN ('retry', 'release') \
-                                    THEN now() + make_interval(secs => o.delay_secs) \
-                                    ELSE m.next_attempt_at END, \
-             locked_until = NULL, locked_by = NULL, claim_token = NULL \
-         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
-                     $9::bool[]) \
-              AS o(id, action, error, delay_secs, error_class, bounced, suppress) \
-         WHERE m.id = o.id AND m.claim_token = $1 \
-         RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
-         ), notified AS ( \
-             SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text) \
-             FROM updated WHERE action = 'release' LIMIT 1 \
-         ), suppressed AS ( \
-             INSERT INTO outbox_suppressions (address, reason, source, detail, message_id) \
-             SELECT DISTINCT ON (lower(bounced)) lower(bounced), 'hard_bounce', 'smtp', \
-                    left(error, 1000), id \
-             FROM updated WHERE bounced IS NOT NULL AND suppress \
-             ON CONFLICT (address) DO UPDATE SET \
-                 reason = excluded.reason, source = excluded.source, detail = excluded.detail, \
-                 message_id = excluded.message_id, created_at = now(), created_by = NULL, \
-                 suppressed_until = NULL \
-             WHERE outbox_suppressions.suppressed_until <= now() \
-         ) \
-         SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0";
-
-/// One outcome to record, and the recipient a server said does not exist, if any.
-#[derive(Debug, Clone, Copy)]
-pub struct OutcomeRow<'a> {
-    pub id: i64,
-    pub outcome: &'a Outcome,
-    /// Marked on the row as a hard bounce, and, with `suppress`, added to the suppression
-    /// list in the same statement.
-    pub bounced: Option<&'a str>,
-    pub suppress: bool,
-}
-
-/// Records a claim's outcomes in one round trip, only for rows this claim still holds.
-/// Returns the ids that were recorded; the others were taken over by another claimer
-/// after this lease ran out, and their outcome is that claimer's to record.
-pub async fn record_outcomes<'e>(
-    executor: impl PgExecutor<'e>,
-    token: Uuid,
-    outcomes: &[OutcomeRow<'_>],
-) -> Result<Vec<i64>, sqlx::Error> {
-    if outcomes.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut ids = Vec::with_capacity(outcomes.len());
-    let mut actions = Vec::with_capacity(outcomes.len());
-    let mut errors = Vec::with_capacity(outcomes.len());
-    let mut delays = Vec::with_capacity(outcomes.len());
-    let mut error_classes = Vec::with_capacity(outcomes.len());
-    let mut bounced = Vec::with_capacity(outcomes.len());
-    let mut suppress = Vec::with_capacity(outcomes.len());
-    for row in outcomes {
-        ids.push(row.id);
-        actions.push(row.outcome.action());
-        errors.push(row.outcome.error().map(truncate_error));
-        delays.push(row.outcome.delay().as_secs_f64());
-        error_classes.push(row.outcome.error_class());
-        bounced.push(row.bounced);
-        suppress.push(row.suppress);
-    }
-    sqlx::query_scalar(RECORD_OUTCOMES)
-        .bind(token)
-        .bind(&ids)
-        .bind(&actions)
-        .bind(&errors)
-        .bind(&delays)
-        .bind(&error_classes)
-        .bind(NOTIFY_CHANNEL)
-        .bind(&bounced)
-        .bind(&suppress)
-        .fetch_all(executor)
-        .await
 }
 
 /// A connection listening for the insert trigger's notifications.

@@ -417,17 +417,19 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
     };
     assert_eq!(
         store::record_outcomes(
-            &db.pool,
+            &mut db.pool.acquire().await.unwrap(),
             fresh.token,
             &[store::OutcomeRow {
                 id,
                 outcome: &sent,
                 bounced: None,
                 suppress: false,
-            }]
+            }],
+            store::RowLocks::WaitBriefly,
         )
         .await
-        .unwrap(),
+        .unwrap()
+        .written,
         [id]
     );
     let late = Outcome::Retry {
@@ -438,18 +440,20 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
     };
     assert!(
         store::record_outcomes(
-            &db.pool,
+            &mut db.pool.acquire().await.unwrap(),
             stale.token,
             &[store::OutcomeRow {
                 id,
                 outcome: &late,
                 bounced: None,
                 suppress: false,
-            }]
+            }],
+            store::RowLocks::WaitBriefly,
         )
         .await
         .unwrap()
-        .is_empty()
+            == store::Recorded::default(),
+        "a lease lost is neither written nor locked"
     );
     let row = db.row(id).await;
     assert!(

@@ -210,3 +210,76 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
         task.await.unwrap();
     }
 }
+
+/// An application transaction left open with a lock on one sent row (an `UPDATE`, or a
+/// `SELECT ... FOR UPDATE`) holds back that row's outcome only. Its batch-mates are recorded
+/// at once, and later messages go out; the row is recorded when the lock goes. Before, the
+/// outcome write waited on the lock: nothing more was sent, and the batch-mates' rows sat
+/// unwritten until their leases ran out and another replica sent them again.
+#[tokio::test]
+async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "200ms"]).await;
+    let locked = db
+        .enqueue("account_verification", verification("hold-a@example.com"))
+        .await;
+    let mate = db
+        .enqueue("account_verification", verification("hold-b@example.com"))
+        .await;
+    let dispatcher = app.dispatcher.clone();
+    let running = tokio::spawn(async move { dispatcher.run().await });
+    eventually(
+        Duration::from_secs(30),
+        "the server holding both messages",
+        || async { smtp.held() == 2 },
+    )
+    .await;
+    let mut open = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE")
+        .bind(locked)
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    smtp.release();
+    eventually(
+        Duration::from_secs(30),
+        "the batch-mate recorded while the other row is locked",
+        || async { db.row(mate).await.dispatched },
+    )
+    .await;
+    let later = db
+        .enqueue("account_verification", verification("later@example.com"))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "a later message sent and recorded while the row is locked",
+        || async { db.row(later).await.dispatched },
+    )
+    .await;
+    assert!(!db.row(locked).await.dispatched);
+    open.commit().await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the locked row recorded once its lock is gone",
+        || async { db.row(locked).await.dispatched },
+    )
+    .await;
+    let mut received: HashMap<String, usize> = HashMap::new();
+    for message in smtp.messages() {
+        for to in message.rcpt_tos {
+            *received.entry(to).or_default() += 1;
+        }
+    }
+    for to in [
+        "hold-a@example.com",
+        "hold-b@example.com",
+        "later@example.com",
+    ] {
+        assert_eq!(received.get(to), Some(&1), "{to}: {received:?}");
+    }
+    let row = db.row(locked).await;
+    assert_eq!(row.attempts, 0, "sent at the first attempt: {row:?}");
+    app.shutdown.stop.cancel();
+    running.await.unwrap();
+}
