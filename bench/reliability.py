@@ -14,6 +14,8 @@ Scenarios:
   smtp      the SMTP server dies for a while under steady traffic, then comes back
   throttle  the relay answers 454 4.7.0 to every fourth message for a minute, 2 replicas, 50/s
   database  a private PostgreSQL cluster stops for 60 s under steady traffic, then restarts
+  rowlock   a transaction locks one row of each batch while it is being sent, for 4 s and
+            for 15 s (past the 10 s lease), 2 replicas
   longtx    a REPEATABLE READ transaction held open for 10 minutes under 200 messages/s
   memory    peak memory draining 500 000 pending messages
 Needs what bench/run.py needs, plus aiosmtpd (tests/requirements.txt) and initdb/pg_ctl.
@@ -174,6 +176,51 @@ def scenario_lease(args):
     return [[f"{args.rounds}", f"{len(slow)}", f"{lost}", f"{duplicates}", lost_leases, f"{wall:.0f}"]]
 
 
+def scenario_rowlock(args):
+    """Rounds of 4 messages on 2 replicas (10 s leases), the server answering each 1.5 s
+    after its body: as soon as the batch is claimed, a transaction locks one of its rows
+    (SELECT ... FOR UPDATE) and keeps it locked for a while, shorter than the lease and
+    longer."""
+    import psycopg
+    flags = ["--lease", "10s", "--smtp-timeout", "3s", "--poll-interval", "200ms"]
+    rows = []
+    for lock_s in (4, 15):
+        with bench.database(f"outboxd_reliability_rowlock_{lock_s}") as url, \
+                smtp_server() as (port, spool, _, _), psycopg.connect(url) as conn:
+            replicas = [start_outboxd(url, port, flags, f"r{i}") for i in range(2)]
+            mates, locked, recorded_while_locked = [], [], 0
+            started = time.time()
+            for r in range(args.rounds):
+                batch = [f"lag1500-l{lock_s}-r{r}-{i}@example.com" for i in range(4)]
+                insert(url, batch)
+                while not conn.execute("SELECT claim_token IS NOT NULL FROM outbox_messages "
+                                       "WHERE payload->>'to' = %s", (batch[0],)).fetchone()[0]:
+                    conn.rollback()
+                    time.sleep(0.02)
+                conn.execute("SELECT 1 FROM outbox_messages WHERE payload->>'to' = %s FOR UPDATE", (batch[0],))
+                time.sleep(lock_s)
+                recorded_while_locked += int(bench.psql(
+                    url, "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NOT NULL "
+                         f"AND payload->>'to' LIKE 'lag1500-l{lock_s}-r{r}-%'"))
+                conn.commit()
+                wait_until(lambda: all(received(spool)[to] for to in batch), 60, "the round's messages")
+                mates += batch[1:]
+                locked.append(batch[0])
+            wait_until(lambda: settled(url), 120, "the row-lock scenario to settle")
+            # A batch-mate whose lease ran out unrecorded would now go out again.
+            time.sleep(11)
+            wall = time.time() - started
+            for proc in replicas:
+                proc.terminate()
+                proc.wait()
+            counts = received(spool)
+            lost, mates_twice = tally(mates, counts)
+            lost_locked, locked_twice = tally(locked, counts)
+        rows.append([f"{lock_s}", f"{args.rounds}", f"{recorded_while_locked} of {len(mates)}",
+                     f"{mates_twice}", f"{locked_twice}", f"{lost + lost_locked}", f"{wall:.0f}"])
+    return rows
+
+
 def steady_inserts(url, prefix, rate, stop_at):
     """Inserts `rate` messages a second until `stop_at`; returns the recipients."""
     import psycopg
@@ -316,6 +363,10 @@ SCENARIOS = {
     "database": ("Database stopped under 50 messages a second (private cluster, default settings)",
                  ["outage s", "messages", "lost", "duplicates", "drained s after it came back"],
                  scenario_database),
+    "rowlock": ("One row of each batch locked by another transaction (SELECT ... FOR UPDATE) as soon as "
+                "it is claimed, the server answering 1.5 s after each message, 2 replicas, 10 s leases",
+                ["lock held s", "rounds", "batch-mates recorded while locked", "batch-mates sent twice",
+                 "locked rows sent twice", "lost", "wall s"], scenario_rowlock),
     "longtx": ("A REPEATABLE READ transaction held open under 200 messages a second (private cluster, "
                "default settings, autovacuum on); minute 0 is before it opens", None, scenario_longtx),
     "memory": ("Memory draining a backlog (batch 400, 16 connections, smtp-sink)",
@@ -328,7 +379,10 @@ def main():
     parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS))
     parser.add_argument("--small", action="store_true", help="a quick run at a small size; prints only")
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
     args = parser.parse_args()
+    if args.binary:
+        bench.BIN = args.binary
     args.kill_messages, args.kills = (2000, 3) if args.small else (20_000, 20)
     args.rounds = 2 if args.small else 20
     args.outage = 5 if args.small else 30
@@ -336,7 +390,7 @@ def main():
     args.pending = 20_000 if args.small else 500_000
     args.longtx = 30 if args.small else 600
     args.throttle = 10 if args.small else 60
-    if not args.no_build:
+    if not args.no_build and not args.binary:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
     sections = {}
     for name in args.scenarios:

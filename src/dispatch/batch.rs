@@ -183,17 +183,20 @@ pub(super) struct SentBatch {
     pub outage: bool,
 }
 
-/// Decided outcomes of one claim that the database did not take (it was down, the
-/// connection dropped, or another transaction has locked their rows): written before
-/// anything else is claimed.
+/// Decided outcomes of one claim that the database did not take (it was down, or the
+/// connection dropped): written before anything else is claimed. Or outcomes whose rows
+/// another transaction has locked: claims go on, and they are tried again now and then.
 pub(super) struct Unrecorded {
     pub claimed: ClaimedBatch,
     pub decided: Vec<Decided>,
     pub span: tracing::Span,
-    /// `Skip` when the rows were locked at the last try: the next skips them at once,
-    /// rather than wait for the lock before every claim.
-    pub locks: RowLocks,
+    /// When the rows were found locked: the next try skips locked rows at once, and comes
+    /// [`LOCKED_RETRY`] later at the earliest, however often the dispatcher claims.
+    pub locked_at: Option<Instant>,
 }
+
+/// How often outcomes held for rows locked by another transaction are tried again.
+pub(super) const LOCKED_RETRY: Duration = Duration::from_secs(1);
 
 impl Unrecorded {
     /// Outcomes the database did not take, tried again as any others.
@@ -202,7 +205,16 @@ impl Unrecorded {
             claimed,
             decided,
             span,
-            locks: RowLocks::WaitBriefly,
+            locked_at: None,
+        }
+    }
+
+    /// How the next try treats locked rows.
+    pub fn row_locks(&self) -> RowLocks {
+        if self.locked_at.is_some() {
+            RowLocks::Skip
+        } else {
+            RowLocks::WaitBriefly
         }
     }
 }

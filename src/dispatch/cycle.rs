@@ -146,12 +146,17 @@ impl Dispatcher {
                 Woken::Look => {}
             }
         }
-        if let Err(e) = self.record_held().await {
-            error!(
+        match self.record_held().await {
+            Err(e) => error!(
                 error = %e,
                 messages = self.held_outcomes(),
                 "could not record the outcomes of sent messages; they will be sent again when their lease ends"
-            );
+            ),
+            Ok(_) if self.held_outcomes() > 0 => error!(
+                messages = self.held_outcomes(),
+                "could not record the outcomes of sent messages whose rows another transaction still locks; they will be sent again when their lease ends"
+            ),
+            Ok(_) => {}
         }
         self.release_connection();
         info!("dispatcher stopped");
@@ -216,7 +221,8 @@ impl Dispatcher {
     }
 
     /// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes
-    /// held after a database failure are recorded first.
+    /// held after a database failure are recorded first, and those held for locked rows
+    /// tried again when due.
     async fn claim_next(&self, due_by: Option<DateTime<Utc>>) -> Result<NextBatch, DispatchError> {
         if self.shutdown.stop.is_cancelled() {
             return Ok(NextBatch::Halt(Step::Stopped));

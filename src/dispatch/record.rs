@@ -5,9 +5,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use tracing::{Instrument as _, debug, error, info, warn};
 
-use super::batch::{BatchReport, Chunk, Decided, OutcomeQueue, SentBatch, Unrecorded};
+use super::batch::{
+    BatchReport, Chunk, Decided, LOCKED_RETRY, OutcomeQueue, SentBatch, Unrecorded,
+};
 use super::{DispatchError, Dispatcher};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Delivery, Outcome};
@@ -138,35 +142,44 @@ impl Dispatcher {
             debug!(outbox.ids = ?ids, "the row is still locked by another transaction");
         }
         lock(&self.unrecorded).push(Unrecorded {
-            locks: RowLocks::Skip,
+            locked_at: Some(Instant::now()),
             ..Unrecorded::new(claimed.clone(), locked, span.clone())
         });
     }
 
-    /// Records the outcomes held after a database failure or a row locked elsewhere, oldest
-    /// first, each once: a row still locked is held again. Stops at the first failure,
-    /// which keeps the rest held. Also used at shutdown.
+    /// Records the outcomes held after a database failure, oldest first, and those held for
+    /// rows another transaction has locked when their next try is due (all of them when
+    /// stopping); a row still locked is held again. Stops at the first failure, which keeps
+    /// the rest held. Also used at shutdown.
     pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
         let mut total = BatchReport::default();
+        let mut later = Vec::new();
         let mut held = std::mem::take(&mut *lock(&self.unrecorded)).into_iter();
         while let Some(next) = held.next() {
+            let due = next.locked_at.is_none_or(|at| at.elapsed() >= LOCKED_RETRY);
+            if !due && !self.shutdown.stop.is_cancelled() {
+                later.push(next);
+                continue;
+            }
             let recorded = self
-                .record_outcomes(&next.claimed, &next.decided, next.locks)
+                .record_outcomes(&next.claimed, &next.decided, next.row_locks())
                 .instrument(next.span.clone())
                 .await;
             match recorded {
                 Ok((report, locked)) => {
                     total.add(&report);
-                    self.hold_locked(&next.claimed, locked, &next.span, false);
+                    let first = next.locked_at.is_none();
+                    self.hold_locked(&next.claimed, locked, &next.span, first);
                 }
                 Err(e) => {
                     // Before anything held meanwhile: oldest first.
-                    let mut unrecorded = lock(&self.unrecorded);
-                    unrecorded.splice(0..0, std::iter::once(next).chain(held));
+                    let rest = later.into_iter().chain(std::iter::once(next)).chain(held);
+                    lock(&self.unrecorded).splice(0..0, rest);
                     return Err(e);
                 }
             }
         }
+        lock(&self.unrecorded).splice(0..0, later);
         Ok(total)
     }
 

@@ -7,9 +7,9 @@ use uuid::Uuid;
 use super::NOTIFY_CHANNEL;
 use crate::message::{Outcome, truncate_error};
 
-/// The statement that writes outcomes where the claim token still holds, given what it
-/// updates: `WITH` clauses before the update (ending in a comma), and the update's `FROM`,
-/// which names the outcomes `o`.
+/// The statement that writes outcomes where the claim token still holds, given `WITH`
+/// clauses before the update (ending in a comma), the update's `FROM` (which names the
+/// outcomes `o`) and further conditions, and what it returns: `(id, written)` rows.
 ///
 /// A release makes its row due now, which may be below another dispatcher's claim floor
 /// (its claim began before this commit): the same statement tells them, as the insert
@@ -20,13 +20,13 @@ use crate::message::{Outcome, truncate_error};
 /// negative count written by a producer would buy its row that many more releases without
 /// an attempt.
 ///
-/// A row lock held by another transaction is waited for one second at most
-/// (`lock_timeout`, set for this statement alone before its first row): an application's
-/// `UPDATE` or `SELECT ... FOR UPDATE` left open on one row used to hold every other
-/// outcome of the statement unwritten, and the dispatcher with it, until those rows' leases
-/// ran out and another replica sent them again.
+/// A row lock held by another transaction is waited for one second at most in the usual
+/// statement (`lock_timeout`, set for the statement's transaction before its first row):
+/// an application's `UPDATE` or `SELECT ... FOR UPDATE` left open on one row used to hold
+/// every other outcome of the statement unwritten, and the dispatcher with it, until those
+/// rows' leases ran out and another replica sent them again.
 macro_rules! record_outcomes_sql {
-    ($with:literal, $from:literal) => {
+    ($with:literal, $from:literal, $also:literal, $returning:literal) => {
         concat!(
             "WITH ",
             $with,
@@ -54,9 +54,9 @@ macro_rules! record_outcomes_sql {
              locked_until = NULL, locked_by = NULL, claim_token = NULL \
             ",
             $from,
-            " WHERE m.id = o.id AND m.claim_token = $1 \
-                AND (SELECT set_config('lock_timeout', '1s', true)) IS NOT NULL \
-         RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
+            " WHERE m.id = o.id AND m.claim_token = $1 ",
+            $also,
+            " RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
          ), notified AS ( \
              SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text) \
              FROM updated WHERE action = 'release' LIMIT 1 \
@@ -70,31 +70,41 @@ macro_rules! record_outcomes_sql {
                  message_id = excluded.message_id, created_at = now(), created_by = NULL, \
                  suppressed_until = NULL \
              WHERE outbox_suppressions.suppressed_until <= now() \
-         ) \
-         SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0"
+         ) ",
+            $returning
         )
     };
 }
 
 /// Outcomes as they come: a row lock is rare, so the statement waits a moment for one
-/// rather than lock every row first.
+/// rather than lock every row first. When it did not time out, no row was locked, and
+/// those it did not write are no longer this claim's.
 const RECORD_OUTCOMES: &str = record_outcomes_sql!(
     "",
     "FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
-                  $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress)"
+                  $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress)",
+    "AND (SELECT set_config('lock_timeout', '1s', true)) IS NOT NULL",
+    "SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0"
 );
 
 /// Outcomes where a row lock was met: each row is locked first, skipping those another
 /// transaction holds (in the mode an `UPDATE` that keeps the key takes, so that a foreign
-/// key's `KEY SHARE` does not count). Locking every row costs PostgreSQL about an eighth
-/// more in a drain, so it is not the usual statement.
+/// key's `KEY SHARE` does not count), which it returns as not written. Locking every row
+/// costs PostgreSQL about an eighth more in a drain, so it is not the usual statement. No
+/// `lock_timeout`: a lock on a suppression row the statement updates is waited out, as any
+/// other lock on a table outboxd writes to.
 const RECORD_OUTCOMES_SKIPPING_LOCKED: &str = record_outcomes_sql!(
     "mine AS MATERIALIZED ( \
          SELECT id FROM outbox_messages WHERE id = ANY($2) AND claim_token = $1 \
          FOR NO KEY UPDATE SKIP LOCKED),",
     "FROM mine JOIN unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], \
                            $8::text[], $9::bool[]) \
-          AS o(id, action, error, delay_secs, error_class, bounced, suppress) ON o.id = mine.id"
+          AS o(id, action, error, delay_secs, error_class, bounced, suppress) ON o.id = mine.id",
+    "",
+    "SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0 \
+     UNION ALL \
+     SELECT id, false FROM outbox_messages \
+     WHERE id = ANY($2) AND claim_token = $1 AND id NOT IN (SELECT id FROM mine)"
 );
 
 /// One outcome to record, and the recipient a server said does not exist, if any.
@@ -128,9 +138,9 @@ pub enum RowLocks {
     Skip,
 }
 
-/// Records a claim's outcomes in one round trip, only for rows this claim still holds and
-/// no other transaction has locked. Only when some were not written, a second statement
-/// tells the locked rows from those lost to another claimer.
+/// Records a claim's outcomes, only for rows this claim still holds and no other
+/// transaction has locked, in one round trip unless a row lock is met. Runs outside a
+/// transaction: inside one, the `lock_timeout` would stay set and a timeout abort it.
 pub async fn record_outcomes(
     connection: &mut PgConnection,
     token: Uuid,
@@ -140,8 +150,8 @@ pub async fn record_outcomes(
     if outcomes.is_empty() {
         return Ok(Recorded::default());
     }
-    let mut columns = Columns::of(outcomes);
-    let written = match columns.write(connection, token, locks).await {
+    let columns = Columns::of(outcomes);
+    let rows = match columns.write(connection, token, locks).await {
         // The statement wrote nothing: the same outcomes again, skipping locked rows.
         Err(sqlx::Error::Database(e))
             if locks == RowLocks::WaitBriefly
@@ -149,23 +159,13 @@ pub async fn record_outcomes(
         {
             columns.write(connection, token, RowLocks::Skip).await?
         }
-        written => written?,
+        rows => rows?,
     };
-    if written.len() == columns.ids.len() {
-        return Ok(Recorded {
-            written,
-            locked: Vec::new(),
-        });
-    }
-    columns.ids.retain(|id| !written.contains(id));
-    let locked = sqlx::query_scalar(
-        "SELECT id FROM outbox_messages WHERE id = ANY($2) AND claim_token = $1",
-    )
-    .bind(token)
-    .bind(&columns.ids)
-    .fetch_all(&mut *connection)
-    .await?;
-    Ok(Recorded { written, locked })
+    let (written, locked): (Vec<_>, Vec<_>) = rows.into_iter().partition(|&(_, written)| written);
+    Ok(Recorded {
+        written: written.into_iter().map(|(id, _)| id).collect(),
+        locked: locked.into_iter().map(|(id, _)| id).collect(),
+    })
 }
 
 /// The outcomes as the statement's arrays, one element per row.
@@ -201,18 +201,18 @@ impl<'a> Columns<'a> {
         }
     }
 
-    /// The ids written.
+    /// Each row written (`true`), or still this claim's but locked (`false`).
     async fn write(
         &self,
         connection: &mut PgConnection,
         token: Uuid,
         locks: RowLocks,
-    ) -> Result<Vec<i64>, sqlx::Error> {
+    ) -> Result<Vec<(i64, bool)>, sqlx::Error> {
         let statement = match locks {
             RowLocks::WaitBriefly => RECORD_OUTCOMES,
             RowLocks::Skip => RECORD_OUTCOMES_SKIPPING_LOCKED,
         };
-        sqlx::query_scalar(statement)
+        sqlx::query_as(statement)
             .bind(token)
             .bind(&self.ids)
             .bind(&self.actions)

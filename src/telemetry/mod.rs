@@ -8,6 +8,8 @@ pub use panics::{
     CaughtPanic, PANIC_TARGET, PanicPlace, catch_panic, catch_panic_now, log_caught, log_panics,
 };
 
+use std::io::IsTerminal as _;
+
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -61,7 +63,13 @@ pub fn init(format: LogFormat) -> TelemetryGuard {
     let otel_layer = provider
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("outboxd")));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: a pipe or a file (a container's log, a journal) would
+    // keep the escape codes. `NO_COLOR` turns them off on a terminal too.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
     let installed = match format {
         LogFormat::Text => registry.with(fmt).try_init(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outboxd::dispatch::{BatchReport, Step};
 
-use crate::helpers::{SmtpServer, TestDb, app, eventually, free_port, verification};
+use crate::helpers::{Outboxd, SmtpServer, TestDb, app, eventually, free_port, verification};
 
 #[tokio::test]
 async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_outage() {
@@ -221,33 +221,10 @@ async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &["--poll-interval", "200ms"]).await;
-    let locked = db
-        .enqueue("account_verification", verification("hold-a@example.com"))
-        .await;
-    let mate = db
-        .enqueue("account_verification", verification("hold-b@example.com"))
-        .await;
+    let (locked, mate) = two_to_hold(&db).await;
     let dispatcher = app.dispatcher.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
-    eventually(
-        Duration::from_secs(30),
-        "the server holding both messages",
-        || async { smtp.held() == 2 },
-    )
-    .await;
-    let mut open = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE")
-        .bind(locked)
-        .execute(&mut *open)
-        .await
-        .unwrap();
-    smtp.release();
-    eventually(
-        Duration::from_secs(30),
-        "the batch-mate recorded while the other row is locked",
-        || async { db.row(mate).await.dispatched },
-    )
-    .await;
+    let open = lock_while_held(&db, &smtp, locked, mate).await;
     let later = db
         .enqueue("account_verification", verification("later@example.com"))
         .await;
@@ -282,4 +259,79 @@ async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     assert_eq!(row.attempts, 0, "sent at the first attempt: {row:?}");
     app.shutdown.stop.cancel();
     running.await.unwrap();
+}
+
+/// Stopping while a row's lock holds its outcome back says that the message will go out
+/// again, as for any outcome that could not be written.
+#[tokio::test]
+async fn stopping_while_a_row_is_locked_says_its_message_will_be_sent_again() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (locked, mate) = two_to_hold(&db).await;
+    let outboxd = Outboxd::start(
+        &db.url,
+        &[
+            "--smtp-url",
+            &smtp.url(),
+            "--from",
+            "a@example.com",
+            "--poll-interval",
+            "200ms",
+        ],
+        &[],
+    )
+    .await;
+    let open = lock_while_held(&db, &smtp, locked, mate).await;
+    outboxd.sigterm();
+    let (status, logs) = outboxd.wait(Duration::from_secs(30));
+    assert!(status.success(), "{logs}");
+    assert!(logs.contains("another transaction still locks"), "{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "no colour escapes in logs that go to a pipe: {logs}"
+    );
+    assert!(!db.row(locked).await.dispatched);
+    open.rollback().await.unwrap();
+}
+
+/// Two messages for the server to hold: the row to lock, and its batch-mate. Enqueued
+/// before outboxd starts, so that one claim takes both.
+async fn two_to_hold(db: &TestDb) -> (i64, i64) {
+    let locked = db
+        .enqueue("account_verification", verification("hold-a@example.com"))
+        .await;
+    let mate = db
+        .enqueue("account_verification", verification("hold-b@example.com"))
+        .await;
+    (locked, mate)
+}
+
+/// Once the server holds both messages, locks `row` in a transaction left open, lets the
+/// server answer, and waits until `mate`'s outcome is recorded all the same.
+async fn lock_while_held(
+    db: &TestDb,
+    smtp: &SmtpServer,
+    row: i64,
+    mate: i64,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    eventually(
+        Duration::from_secs(30),
+        "the server holding both messages",
+        || async { smtp.held() == 2 },
+    )
+    .await;
+    let mut open = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE")
+        .bind(row)
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    smtp.release();
+    eventually(
+        Duration::from_secs(30),
+        "the batch-mate recorded while the other row is locked",
+        || async { db.row(mate).await.dispatched },
+    )
+    .await;
+    open
 }
