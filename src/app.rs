@@ -30,9 +30,14 @@ const POOL_SIZE: u32 = 4;
 /// Connections for the admin surface and retention: a pool of their own, so that no HTTP
 /// request can take the dispatcher's.
 const SURFACE_POOL_SIZE: u32 = 2;
-/// Connections for readiness and the sampler, so that a busy admin page or a long
-/// retention pass cannot make a replica unready.
+/// Connections for readiness, so that a busy admin page or a long retention pass cannot
+/// make a replica unready.
 const HEALTH_POOL_SIZE: u32 = 1;
+/// Connections for the sampler, apart from readiness's: its gauges walk every pending
+/// entry, and under a transaction left open elsewhere (which keeps vacuum from removing
+/// what was sent) a sample grows by about 18 ms a minute at 200 messages a second
+/// (BENCHMARKS.md). Sharing readiness's connection, hours of that made readiness time out.
+const SAMPLE_POOL_SIZE: u32 = 1;
 /// Open connections on the metrics and probes listener, and on a separate admin listener.
 const MAX_HTTP_CONNECTIONS: usize = 256;
 const MAX_ADMIN_CONNECTIONS: usize = 64;
@@ -43,8 +48,10 @@ pub struct App {
     pub pool: PgPool,
     /// The admin surface's and retention's: see [`SURFACE_POOL_SIZE`].
     surface_pool: PgPool,
-    /// Readiness's and the sampler's: see [`HEALTH_POOL_SIZE`].
+    /// Readiness's: see [`HEALTH_POOL_SIZE`].
     health_pool: PgPool,
+    /// The sampler's: see [`SAMPLE_POOL_SIZE`].
+    sample_pool: PgPool,
     pub dispatcher: Arc<Dispatcher>,
     pub mailer: Arc<Mailer>,
     pub metrics: Arc<Metrics>,
@@ -75,12 +82,18 @@ impl App {
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
         let pool = connect_checked(&config.database).await?;
-        let surface_pool = store::connect(config.database.options(), SURFACE_POOL_SIZE)
+        let options = config.database.options();
+        let failed = |e| store::connect_error(e, options);
+        let surface_pool = store::connect(options, SURFACE_POOL_SIZE)
             .await
-            .map_err(|e| store::connect_error(e, config.database.options()))?;
-        let health_pool = store::connect(config.database.options(), HEALTH_POOL_SIZE)
+            .map_err(failed)?;
+        let health_pool = store::connect(options, HEALTH_POOL_SIZE)
             .await
-            .map_err(|e| store::connect_error(e, config.database.options()))?;
+            .map_err(failed)?;
+        // A sample that outlasts its interval is cancelled by the server, not left running.
+        let sample_pool = store::connect_bounded(options, SAMPLE_POOL_SIZE, config.sample_interval)
+            .await
+            .map_err(failed)?;
         let shutdown = Shutdown::default();
         let metrics = Arc::new(Metrics::new(renderer.kinds(), mailer.is_enabled()));
         let mailer = Arc::new(mailer);
@@ -102,6 +115,7 @@ impl App {
             pool,
             surface_pool,
             health_pool,
+            sample_pool,
             dispatcher,
             mailer,
             metrics,
@@ -195,11 +209,12 @@ impl App {
                 move || retention::run(pool.clone(), retention, Arc::clone(&metrics), stop.clone()),
             )));
         }
-        let (health, metrics, interval, sampler_stop) = (
+        let (health, metrics, interval, sampler_stop, sample_pool) = (
             Arc::clone(&self.health),
             Arc::clone(&self.metrics),
             self.config.sample_interval,
             stop.clone(),
+            self.sample_pool.clone(),
         );
         tasks.push(tokio::spawn(supervise(
             BackgroundTask::Sampler,
@@ -207,6 +222,7 @@ impl App {
             stop.clone(),
             move || {
                 sampler::run(
+                    sample_pool.clone(),
                     Arc::clone(&health),
                     Arc::clone(&metrics),
                     interval,
@@ -266,6 +282,7 @@ impl App {
         self.pool.close().await;
         self.surface_pool.close().await;
         self.health_pool.close().await;
+        self.sample_pool.close().await;
         // A dispatcher that died must not look like a clean stop to the supervisor.
         // A panic was logged by the hook, masked; its message is not repeated here.
         ran.map_err(|e| {

@@ -48,10 +48,6 @@ impl Health {
         }
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// Whether the dispatch loop is making progress. Never looks at the database: an
     /// outage there must not make Kubernetes restart every replica.
     pub fn liveness(&self) -> Result<(), String> {

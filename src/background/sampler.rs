@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -11,17 +12,23 @@ use super::health::Health;
 use crate::store;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics, record_sample};
 
-/// Samples now and then every `interval` until `stop`. A failed sample leaves the gauges
-/// alone and says so through `outbox_last_sample_timestamp_seconds`, which stops advancing,
-/// and `outbox_database_errors_total{operation="sample"}`.
+/// How long past the sample interval the sampler waits for the server to cancel a sample
+/// (the pool's `statement_timeout`) before it gives up on the connection itself.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// Samples now and then every `interval` until `stop`, on a pool of its own whose server
+/// cancels a sample that outlasts the interval. A failed sample leaves the gauges alone and
+/// says so through `outbox_last_sample_timestamp_seconds`, which stops advancing, and
+/// `outbox_database_errors_total{operation="sample"}`.
 pub async fn run(
+    pool: PgPool,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
     interval: Duration,
     stop: CancellationToken,
 ) {
     loop {
-        match tokio::time::timeout(interval, store::sample(health.pool())).await {
+        match tokio::time::timeout(interval + CANCEL_GRACE, store::sample(&pool)).await {
             Ok(Ok(sample)) => {
                 record_sample(&sample);
                 debug!(?sample, "sampled the outbox");

@@ -172,6 +172,39 @@ pub async fn create_and_migrate(options: &PgConnectOptions) -> anyhow::Result<Pg
 
 /// Opens a pool, failing fast when the server cannot be reached.
 pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sqlx::Error> {
+    pool_options(size)
+        .after_connect(|connection, _| Box::pin(without_jit(connection)))
+        .connect_with(options.clone())
+        .await
+}
+
+/// Opens a pool whose statements the server cancels after `statement_timeout`: a
+/// statement given up on by its caller would otherwise go on running, and keep its
+/// connection busy, until it ended.
+pub async fn connect_bounded(
+    options: &PgConnectOptions,
+    size: u32,
+    statement_timeout: Duration,
+) -> Result<PgPool, sqlx::Error> {
+    let millis = i64::try_from(statement_timeout.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1);
+    pool_options(size)
+        .after_connect(move |connection, _| {
+            Box::pin(async move {
+                without_jit(connection).await?;
+                sqlx::query("SELECT set_config('statement_timeout', $1, false)")
+                    .bind(millis.to_string())
+                    .execute(connection)
+                    .await
+                    .map(drop)
+            })
+        })
+        .connect_with(options.clone())
+        .await
+}
+
+fn pool_options(size: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(Duration::from_secs(10))
@@ -179,9 +212,6 @@ pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sq
         // of every claim. A connection that died is found by the query itself, which fails
         // once and is retried after the dispatcher's back-off.
         .test_before_acquire(false)
-        .after_connect(|connection, _| Box::pin(without_jit(connection)))
-        .connect_with(options.clone())
-        .await
 }
 
 /// Every statement outboxd runs is short; PostgreSQL's JIT, which it starts on cost

@@ -316,6 +316,46 @@ async fn readyz_explains_each_check_and_turns_false_first_on_sigterm() {
     assert!(db.row(id).await.locked_by.is_none());
 }
 
+/// A sample held up (here by a table lock; in production by a transaction left open for
+/// hours, whose dead entries the gauges walk) neither makes the replica unready nor stays
+/// running: readiness has a connection of its own, and the server cancels a sample that
+/// outlasts its interval. Before, the two shared one connection, and readiness timed out
+/// behind the sample.
+#[tokio::test]
+async fn a_sample_held_up_in_the_database_neither_blocks_readiness_nor_keeps_running() {
+    let db = TestDb::new().await;
+    let outboxd = Outboxd::start(&db.url, &["--sample-interval", "1s"], &[]).await;
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "three samples cancelled, readiness answering throughout",
+        || async {
+            let (status, body) = http_get(&outboxd.http, "/readyz?verbose").await;
+            assert_eq!(status, 200, "{body}");
+            metric_value(
+                &http_get(&outboxd.http, "/metrics").await.1,
+                r#"outbox_database_errors_total{operation="sample"}"#,
+            )
+            .is_some_and(|failures| failures >= 3.0)
+        },
+    )
+    .await;
+    let stuck: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+           AND query LIKE '%AS oldest_ready_age%' AND state = 'active' \
+           AND now() - query_start > interval '3 seconds'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(stuck, 0, "a sample left waiting on the lock");
+    lock.rollback().await.unwrap();
+}
+
 #[tokio::test]
 async fn metrics_follow_prometheus_conventions() {
     let db = TestDb::new().await;
