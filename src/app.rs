@@ -90,8 +90,7 @@ impl App {
         let health_pool = store::connect(options, HEALTH_POOL_SIZE)
             .await
             .map_err(failed)?;
-        // A sample that outlasts its interval is cancelled by the server, not left running.
-        let sample_pool = store::connect_bounded(options, SAMPLE_POOL_SIZE, config.sample_interval)
+        let sample_pool = store::connect(options, SAMPLE_POOL_SIZE)
             .await
             .map_err(failed)?;
         let shutdown = Shutdown::default();

@@ -13,13 +13,13 @@ use crate::store;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics, record_sample};
 
 /// How long past the sample interval the sampler waits for the server to cancel a sample
-/// (the pool's `statement_timeout`) before it gives up on the connection itself.
+/// before it stops waiting (a server that does not answer at all).
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
-/// Samples now and then every `interval` until `stop`, on a pool of its own whose server
-/// cancels a sample that outlasts the interval. A failed sample leaves the gauges alone and
-/// says so through `outbox_last_sample_timestamp_seconds`, which stops advancing, and
-/// `outbox_database_errors_total{operation="sample"}`.
+/// Samples now and then every `interval` until `stop`, on a connection of its own (not
+/// readiness's), each sample cancelled by the server if it outlasts the interval. A failed
+/// sample leaves the gauges alone and says so through `outbox_last_sample_timestamp_seconds`,
+/// which stops advancing, and `outbox_database_errors_total{operation="sample"}`.
 pub async fn run(
     pool: PgPool,
     health: Arc<Health>,
@@ -28,7 +28,11 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     loop {
-        match tokio::time::timeout(interval + CANCEL_GRACE, store::sample(&pool)).await {
+        let sampled = tokio::select! {
+            () = stop.cancelled() => return,
+            sampled = tokio::time::timeout(interval + CANCEL_GRACE, store::sample(&pool, interval)) => sampled,
+        };
+        match sampled {
             Ok(Ok(sample)) => {
                 record_sample(&sample);
                 debug!(?sample, "sampled the outbox");

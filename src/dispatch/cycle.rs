@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
+use super::batch::{BatchReport, LOCKED_RETRY, LeasedBatch, NextBatch, SentBatch};
 use super::pace::Allowance;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
@@ -132,7 +132,12 @@ impl Dispatcher {
             // Every wait ends within a poll interval, so the heartbeat the liveness probe
             // reads keeps beating through SMTP and database outages.
             self.metrics.cycle_completed();
-            let wait = wait.min(self.settings.poll_interval);
+            // Outcomes held for locked rows are tried again every second, even when idle:
+            // an application's commit sends no notification.
+            let wait = match self.holds_locked() {
+                true => wait.min(self.settings.poll_interval).min(LOCKED_RETRY),
+                false => wait.min(self.settings.poll_interval),
+            };
             let woken = wakeups
                 .wait(wait, notified, &self.shutdown.stop, &self.floor)
                 .await;

@@ -183,6 +183,13 @@ impl Dispatcher {
         Ok(total)
     }
 
+    /// Whether outcomes are held for rows another transaction has locked.
+    pub(super) fn holds_locked(&self) -> bool {
+        lock(&self.unrecorded)
+            .iter()
+            .any(|unrecorded| unrecorded.locked_at.is_some())
+    }
+
     /// Messages sent whose outcomes are not recorded yet.
     pub fn held_outcomes(&self) -> usize {
         lock(&self.unrecorded)

@@ -178,32 +178,6 @@ pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sq
         .await
 }
 
-/// Opens a pool whose statements the server cancels after `statement_timeout`: a
-/// statement given up on by its caller would otherwise go on running, and keep its
-/// connection busy, until it ended.
-pub async fn connect_bounded(
-    options: &PgConnectOptions,
-    size: u32,
-    statement_timeout: Duration,
-) -> Result<PgPool, sqlx::Error> {
-    let millis = i64::try_from(statement_timeout.as_millis())
-        .unwrap_or(i64::MAX)
-        .max(1);
-    pool_options(size)
-        .after_connect(move |connection, _| {
-            Box::pin(async move {
-                without_jit(connection).await?;
-                sqlx::query("SELECT set_config('statement_timeout', $1, false)")
-                    .bind(millis.to_string())
-                    .execute(connection)
-                    .await
-                    .map(drop)
-            })
-        })
-        .connect_with(options.clone())
-        .await
-}
-
 fn pool_options(size: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(size)
@@ -356,8 +330,20 @@ pub struct Sample {
 /// dead-lettered rows, never the dispatched history. A time of `-infinity` (a row from
 /// before migration 12) counts as year 1: the age is absurd and its alert fires, where the
 /// query used to fail.
-pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
-    sqlx::query_as(
+///
+/// The server cancels the sample after `within`: under a transaction left open elsewhere
+/// the walk grows by the minute, and a sample given up on would go on running, and keep its
+/// connection busy, until it ended. The timeout is the transaction's own (`SET LOCAL`, sent
+/// with `BEGIN` in one round trip), so that it never reaches another session, as it would
+/// through a pooler in transaction mode.
+pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Error> {
+    let millis = within.as_millis().clamp(1, i32::MAX as u128);
+    let mut transaction = pool
+        .begin_with(sqlx::AssertSqlSafe(format!(
+            "BEGIN; SET LOCAL statement_timeout = {millis}"
+        )))
+        .await?;
+    let sample = sqlx::query_as(
         "SELECT \
            (SELECT count(*) FROM outbox_messages \
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
@@ -373,6 +359,8 @@ pub async fn sample(pool: &PgPool) -> Result<Sample, sqlx::Error> {
              WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
                AND next_attempt_at <= now()) AS oldest_ready_age",
     )
-    .fetch_one(pool)
-    .await
+    .fetch_one(&mut *transaction)
+    .await?;
+    transaction.commit().await?;
+    Ok(sample)
 }

@@ -403,7 +403,10 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
     assert_eq!(listed["dead_letters"].as_array().unwrap().len(), 1);
     assert_eq!(listed["dead_letters"][0]["id"], kept);
     assert_eq!(
-        outboxd::store::sample(&db.pool).await.unwrap().dead_letters,
+        outboxd::store::sample(&db.pool, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .dead_letters,
         1
     );
     assert_eq!(

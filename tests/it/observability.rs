@@ -346,14 +346,20 @@ async fn a_sample_held_up_in_the_database_neither_blocks_readiness_nor_keeps_run
     .await;
     let stuck: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-           AND query LIKE '%AS oldest_ready_age%' AND state = 'active' \
-           AND now() - query_start > interval '3 seconds'",
+           AND pid <> pg_backend_pid() AND query LIKE '%AS oldest_ready_age%' \
+           AND state = 'active' AND now() - query_start > interval '3 seconds'",
     )
     .fetch_one(&db.pool)
     .await
     .unwrap();
     assert_eq!(stuck, 0, "a sample left waiting on the lock");
     lock.rollback().await.unwrap();
+    let series = "outbox_last_sample_timestamp_seconds";
+    let before = metric_value(&http_get(&outboxd.http, "/metrics").await.1, series);
+    eventually(Duration::from_secs(30), "sampling again", || async {
+        metric_value(&http_get(&outboxd.http, "/metrics").await.1, series) > before
+    })
+    .await;
 }
 
 #[tokio::test]

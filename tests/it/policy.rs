@@ -260,7 +260,9 @@ async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
     .await;
     assert_eq!(as_dead.status, 404);
     // Not a dead letter: the gauge and the dead-letter list leave it out.
-    let sample = outboxd::store::sample(&db.pool).await.unwrap();
+    let sample = outboxd::store::sample(&db.pool, Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(sample.dead_letters, 0);
     assert_eq!(sample.pending, 0);
     let stats = outboxd::store::stats::stats(&db.pool).await.unwrap();

@@ -220,7 +220,9 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
 async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "200ms"]).await;
+    // A poll interval longer than the test's waits: the locked row's outcome must be tried
+    // again of itself once the lock goes, which no notification announces.
+    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "5m"]).await;
     let (locked, mate) = two_to_hold(&db).await;
     let dispatcher = app.dispatcher.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });

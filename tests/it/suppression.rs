@@ -61,7 +61,9 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     assert_eq!(received[0].outbox_id, mixed.to_string());
     assert_eq!(state_of(&db, only).await.0.as_deref(), Some("suppressed"));
     // Not a dead letter: the gauge leaves it out; the detail says why.
-    let sample = outboxd::store::sample(&db.pool).await.unwrap();
+    let sample = outboxd::store::sample(&db.pool, std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!((sample.dead_letters, sample.pending), (0, 0));
     let detail = outboxd::store::admin::message(&db.pool, only)
         .await
