@@ -11,13 +11,14 @@ use crate::helpers::{
 };
 
 /// The most messages the server took in any one-second window.
-fn busiest_second(mut times: Vec<f64>) -> usize {
+/// The most messages received within any `window` seconds.
+fn busiest(mut times: Vec<f64>, window: f64) -> usize {
     times.sort_by(f64::total_cmp);
     (0..times.len())
         .map(|i| {
             times[i..]
                 .iter()
-                .take_while(|&&t| t < times[i] + 1.0)
+                .take_while(|&&t| t < times[i] + window)
                 .count()
         })
         .max()
@@ -76,12 +77,16 @@ async fn two_and_four_replicas_together_stay_under_a_global_rate_limit() {
         let times: Vec<f64> = received.iter().map(|m| m.received_at).collect();
         let span = times.iter().copied().fold(f64::MIN, f64::max)
             - times.iter().copied().fold(f64::MAX, f64::min);
-        // The documented bound: the limit plus one, plus what uneven send times add (sends
-        // that started late catch up); on this shared machine, under a fifth.
-        let busiest = busiest_second(times);
+        // The documented bound: the limit plus one a second, plus what uneven send times
+        // add (sends that started late catch up). Over three seconds, so that a process
+        // held up for a few hundred milliseconds on this shared machine (the whole suite
+        // runs at once) stays within a fifth, while replicas that each took the whole
+        // limit would send twice as many.
+        const WINDOW: usize = 3;
+        let busiest = busiest(times, WINDOW as f64);
         assert!(
-            busiest <= LIMIT + LIMIT / 5,
-            "{count} replicas: {busiest} messages in one second under a limit of {LIMIT}/s"
+            busiest <= (WINDOW * LIMIT) + (WINDOW * LIMIT) / 5,
+            "{count} replicas: {busiest} messages in {WINDOW} seconds under a limit of {LIMIT}/s"
         );
         assert!(
             span >= 300.0 / LIMIT as f64 - 1.5,
