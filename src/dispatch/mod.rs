@@ -136,6 +136,8 @@ pub struct Dispatcher {
     /// are recorded before anything else is claimed, so a database blip does not make
     /// their messages go out again when their lease ends.
     unrecorded: Mutex<Vec<Unrecorded>>,
+    /// The one write, at most, waiting on another transaction's row locks.
+    lock_waiter: Mutex<Option<record::LockWaiter>>,
 }
 
 impl Dispatcher {
@@ -171,6 +173,7 @@ impl Dispatcher {
             pace,
             claim_size: AtomicU32::new(batch_size),
             unrecorded: Mutex::new(Vec::new()),
+            lock_waiter: Mutex::new(None),
         }
     }
 }

@@ -20,6 +20,13 @@ use crate::suppression::{BounceType, FeedbackSource};
 use crate::telemetry::metrics::DatabaseOperation;
 use crate::text::mask_addresses;
 
+/// Outcomes whose rows another transaction has locked, being written by a task that waits
+/// for the locks on a connection of its own.
+pub(super) struct LockWaiter {
+    held: Unrecorded,
+    task: tokio::task::JoinHandle<Result<store::Recorded, sqlx::Error>>,
+}
+
 impl Dispatcher {
     /// Writes a batch's outcomes as the sends hand them over, a few milliseconds' worth at a
     /// time (see [`OutcomeQueue::next_chunk`]); returns what it wrote and what was left
@@ -152,14 +159,20 @@ impl Dispatcher {
     /// stopping); a row still locked is held again. Stops at the first failure, which keeps
     /// the rest held. Also used at shutdown.
     pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
-        let mut total = BatchReport::default();
+        let mut total = self.finish_waiter().await;
         let mut later = Vec::new();
         let mut held = std::mem::take(&mut *lock(&self.unrecorded)).into_iter();
-        while let Some(next) = held.next() {
+        while let Some(mut next) = held.next() {
             let due = next.locked_at.is_none_or(|at| at.elapsed() >= LOCKED_RETRY);
             if !due && !self.shutdown.stop.is_cancelled() {
                 later.push(next);
                 continue;
+            }
+            if next.locked_at.is_some() && !self.shutdown.stop.is_cancelled() {
+                match self.start_waiter(next) {
+                    None => continue,
+                    Some(not_started) => next = not_started,
+                }
             }
             let recorded = self
                 .record_outcomes(&next.claimed, &next.decided, next.row_locks())
@@ -185,17 +198,70 @@ impl Dispatcher {
 
     /// Whether outcomes are held for rows another transaction has locked.
     pub(super) fn holds_locked(&self) -> bool {
-        lock(&self.unrecorded)
-            .iter()
-            .any(|unrecorded| unrecorded.locked_at.is_some())
+        lock(&self.lock_waiter).is_some()
+            || lock(&self.unrecorded)
+                .iter()
+                .any(|unrecorded| unrecorded.locked_at.is_some())
     }
 
     /// Messages sent whose outcomes are not recorded yet.
     pub fn held_outcomes(&self) -> usize {
-        lock(&self.unrecorded)
-            .iter()
-            .map(|unrecorded| unrecorded.decided.len())
-            .sum()
+        let waiting = lock(&self.lock_waiter)
+            .as_ref()
+            .map_or(0, |waiter| waiter.held.decided.len());
+        waiting
+            + lock(&self.unrecorded)
+                .iter()
+                .map(|unrecorded| unrecorded.decided.len())
+                .sum::<usize>()
+    }
+
+    /// Hands outcomes held for locked rows to a task that waits for the locks, unless one
+    /// already waits: then they are given back, to be tried again skipping locked rows.
+    fn start_waiter(&self, held: Unrecorded) -> Option<Unrecorded> {
+        let mut waiter = lock(&self.lock_waiter);
+        if waiter.is_some() {
+            return Some(held);
+        }
+        let rows = self.outcome_rows(&held.claimed, &held.decided);
+        let write =
+            store::record_outcomes_when_unlocked(self.database.pool(), held.claimed.token, &rows);
+        *waiter = Some(LockWaiter {
+            task: tokio::spawn(write.instrument(held.span.clone())),
+            held,
+        });
+        None
+    }
+
+    /// What the waiting task came to, once it has ended: its outcomes reported, or held
+    /// again if it failed.
+    async fn finish_waiter(&self) -> BatchReport {
+        let ended = {
+            let mut waiter = lock(&self.lock_waiter);
+            match waiter.as_ref() {
+                Some(w) if w.task.is_finished() || self.shutdown.stop.is_cancelled() => {
+                    waiter.take()
+                }
+                _ => None,
+            }
+        };
+        let Some(LockWaiter { held, task }) = ended else {
+            return BatchReport::default();
+        };
+        task.abort();
+        match task.await {
+            Ok(Ok(recorded)) => {
+                let (report, _) = self.report_outcomes(&held.claimed, &held.decided, recorded);
+                report
+            }
+            failed => {
+                if let Ok(Err(e)) = failed {
+                    debug!(error = %e, "the write waiting on row locks failed; trying again");
+                }
+                lock(&self.unrecorded).push(held);
+                BatchReport::default()
+            }
+        }
     }
 
     /// Writes outcomes of one claim, where its token still holds the row and no other
@@ -206,7 +272,19 @@ impl Dispatcher {
         decided: &[Decided],
         locks: RowLocks,
     ) -> Result<store::Recorded, DispatchError> {
-        let rows: Vec<store::OutcomeRow<'_>> = decided
+        let rows = self.outcome_rows(claimed, decided);
+        self.database
+            .record_outcomes(claimed.token, &rows, locks)
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Record))
+    }
+
+    fn outcome_rows<'a>(
+        &self,
+        claimed: &ClaimedBatch,
+        decided: &'a [Decided],
+    ) -> Vec<store::OutcomeRow<'a>> {
+        decided
             .iter()
             .map(|d| store::OutcomeRow {
                 id: claimed.messages[d.index].id,
@@ -214,11 +292,7 @@ impl Dispatcher {
                 bounced: d.bounced.as_deref(),
                 suppress: self.settings.suppress_hard_bounces,
             })
-            .collect();
-        self.database
-            .record_outcomes(claimed.token, &rows, locks)
-            .await
-            .map_err(DispatchError::database(DatabaseOperation::Record))
+            .collect()
     }
 
     /// Writes outcomes of one claim (only where its token still holds the row), then logs
@@ -231,8 +305,18 @@ impl Dispatcher {
         decided: &[Decided],
         locks: RowLocks,
     ) -> Result<(BatchReport, Vec<Decided>), DispatchError> {
-        let store::Recorded { written, locked } =
-            self.write_outcomes(claimed, decided, locks).await?;
+        let recorded = self.write_outcomes(claimed, decided, locks).await?;
+        Ok(self.report_outcomes(claimed, decided, recorded))
+    }
+
+    /// Logs and counts each outcome written, and each lost to another claimer; returns the
+    /// outcomes of locked rows, neither.
+    fn report_outcomes(
+        &self,
+        claimed: &ClaimedBatch,
+        decided: &[Decided],
+        store::Recorded { written, locked }: store::Recorded,
+    ) -> (BatchReport, Vec<Decided>) {
         let (written, locked): (HashSet<i64>, HashSet<i64>) =
             (written.into_iter().collect(), locked.into_iter().collect());
         let (locked, decided): (Vec<&Decided>, Vec<&Decided>) = decided
@@ -282,7 +366,7 @@ impl Dispatcher {
             count(&mut report, outcome);
             log_outcome(message, outcome, sent_latency);
         }
-        Ok((report, locked.into_iter().cloned().collect()))
+        (report, locked.into_iter().cloned().collect())
     }
 }
 

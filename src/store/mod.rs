@@ -25,7 +25,9 @@ pub mod suppressions;
 
 pub use claim::{ClaimRequest, claim};
 pub use kept::KeptConnection;
-pub use outcomes::{OutcomeRow, Recorded, RowLocks, record_outcomes};
+pub use outcomes::{
+    OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,
+};
 pub use prune::Prunable;
 
 /// The schema, embedded in the binary.

@@ -1,7 +1,7 @@
 //! Writing outcomes: one statement for a claim's outcomes, guarded by its token, that
 //! waits only a moment on a row another transaction has locked.
 
-use sqlx::PgConnection;
+use sqlx::{Connection as _, PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::NOTIFY_CHANNEL;
@@ -107,6 +107,17 @@ const RECORD_OUTCOMES_SKIPPING_LOCKED: &str = record_outcomes_sql!(
      WHERE id = ANY($2) AND claim_token = $1 AND id NOT IN (SELECT id FROM mine)"
 );
 
+/// Outcomes whose rows were locked, written by a connection that waits for the locks as
+/// long as they last: the moment a lock goes, the row is this write's, before another
+/// replica's claim (which skips locked rows) can take it once its lease has run out.
+const RECORD_OUTCOMES_WAITING: &str = record_outcomes_sql!(
+    "",
+    "FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
+                  $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress)",
+    "",
+    "SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0"
+);
+
 /// One outcome to record, and the recipient a server said does not exist, if any.
 #[derive(Debug, Clone, Copy)]
 pub struct OutcomeRow<'a> {
@@ -136,6 +147,9 @@ pub enum RowLocks {
     WaitBriefly,
     /// Skip locked rows at once: for outcomes whose rows were locked at the last try.
     Skip,
+    /// Wait for locks as long as they last, on a connection of its own
+    /// ([`record_outcomes_when_unlocked`]).
+    Wait,
 }
 
 /// Records a claim's outcomes, only for rows this claim still holds and no other
@@ -168,19 +182,45 @@ pub async fn record_outcomes(
     })
 }
 
+/// Records outcomes whose rows another transaction has locked, on a connection of its own
+/// that waits for the locks however long they last, so that the write takes each row the
+/// moment its lock goes. What it returns owns everything, to run as a task of its own.
+pub fn record_outcomes_when_unlocked(
+    pool: &PgPool,
+    token: Uuid,
+    outcomes: &[OutcomeRow<'_>],
+) -> impl Future<Output = Result<Recorded, sqlx::Error>> + Send + 'static {
+    let columns = Columns::of(outcomes);
+    let options = pool.connect_options();
+    async move {
+        let mut connection = PgConnection::connect_with(&options).await?;
+        let written = columns
+            .write(&mut connection, token, RowLocks::Wait)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        connection.close().await?;
+        Ok(Recorded {
+            written,
+            locked: Vec::new(),
+        })
+    }
+}
+
 /// The outcomes as the statement's arrays, one element per row.
-struct Columns<'a> {
+struct Columns {
     ids: Vec<i64>,
     actions: Vec<&'static str>,
     errors: Vec<Option<String>>,
     delays: Vec<f64>,
-    error_classes: Vec<Option<&'a str>>,
-    bounced: Vec<Option<&'a str>>,
+    error_classes: Vec<Option<String>>,
+    bounced: Vec<Option<String>>,
     suppress: Vec<bool>,
 }
 
-impl<'a> Columns<'a> {
-    fn of(outcomes: &[OutcomeRow<'a>]) -> Self {
+impl Columns {
+    fn of(outcomes: &[OutcomeRow<'_>]) -> Self {
         Self {
             ids: outcomes.iter().map(|row| row.id).collect(),
             actions: outcomes.iter().map(|row| row.outcome.action()).collect(),
@@ -194,9 +234,12 @@ impl<'a> Columns<'a> {
                 .collect(),
             error_classes: outcomes
                 .iter()
-                .map(|row| row.outcome.error_class())
+                .map(|row| row.outcome.error_class().map(str::to_owned))
                 .collect(),
-            bounced: outcomes.iter().map(|row| row.bounced).collect(),
+            bounced: outcomes
+                .iter()
+                .map(|row| row.bounced.map(str::to_owned))
+                .collect(),
             suppress: outcomes.iter().map(|row| row.suppress).collect(),
         }
     }
@@ -211,6 +254,7 @@ impl<'a> Columns<'a> {
         let statement = match locks {
             RowLocks::WaitBriefly => RECORD_OUTCOMES,
             RowLocks::Skip => RECORD_OUTCOMES_SKIPPING_LOCKED,
+            RowLocks::Wait => RECORD_OUTCOMES_WAITING,
         };
         sqlx::query_as(statement)
             .bind(token)
