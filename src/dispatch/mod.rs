@@ -23,6 +23,7 @@ mod breaker;
 mod cycle;
 mod expiry;
 mod floor;
+mod held;
 mod pace;
 mod record;
 mod send;
@@ -137,7 +138,7 @@ pub struct Dispatcher {
     /// their messages go out again when their lease ends.
     unrecorded: Mutex<Vec<Unrecorded>>,
     /// The one write, at most, waiting on another transaction's row locks.
-    lock_waiter: Mutex<Option<record::LockWaiter>>,
+    lock_waiter: Mutex<Option<held::LockWaiter>>,
 }
 
 impl Dispatcher {
