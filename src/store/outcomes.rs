@@ -7,9 +7,10 @@ use uuid::Uuid;
 use super::NOTIFY_CHANNEL;
 use crate::message::{Outcome, truncate_error};
 
-/// The statement that writes outcomes where the claim token still holds, given `WITH`
-/// clauses before the update (ending in a comma), the update's `FROM` (which names the
-/// outcomes `o`) and further conditions, and what it returns: `(id, written)` rows.
+/// The statement that writes outcomes where the claim token still holds, returning
+/// `(id, written)` rows; given `WITH` clauses before the update (ending in a comma), what
+/// the outcomes `o` are joined to (ending in `JOIN`) and on what, further conditions, and
+/// rows to return besides those written.
 ///
 /// A release makes its row due now, which may be below another dispatcher's claim floor
 /// (its claim began before this commit): the same statement tells them, as the insert
@@ -26,7 +27,7 @@ use crate::message::{Outcome, truncate_error};
 /// every other outcome of the statement unwritten, and the dispatcher with it, until those
 /// rows' leases ran out and another replica sent them again.
 macro_rules! record_outcomes_sql {
-    ($with:literal, $from:literal, $also:literal, $returning:literal) => {
+    ($with:literal, $join:literal, $on:literal, $also:literal, $besides:literal) => {
         concat!(
             "WITH ",
             $with,
@@ -52,8 +53,11 @@ macro_rules! record_outcomes_sql {
                                     THEN now() + make_interval(secs => o.delay_secs) \
                                     ELSE m.next_attempt_at END, \
              locked_until = NULL, locked_by = NULL, claim_token = NULL \
-            ",
-            $from,
+         FROM ",
+            $join,
+            " unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
+                     $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress) ",
+            $on,
             " WHERE m.id = o.id AND m.claim_token = $1 ",
             $also,
             " RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
@@ -70,8 +74,9 @@ macro_rules! record_outcomes_sql {
                  message_id = excluded.message_id, created_at = now(), created_by = NULL, \
                  suppressed_until = NULL \
              WHERE outbox_suppressions.suppressed_until <= now() \
-         ) ",
-            $returning
+         ) \
+         SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0 ",
+            $besides
         )
     };
 }
@@ -81,10 +86,10 @@ macro_rules! record_outcomes_sql {
 /// those it did not write are no longer this claim's.
 const RECORD_OUTCOMES: &str = record_outcomes_sql!(
     "",
-    "FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
-                  $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress)",
+    "",
+    "",
     "AND (SELECT set_config('lock_timeout', '1s', true)) IS NOT NULL",
-    "SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0"
+    ""
 );
 
 /// Outcomes where a row lock was met: each row is locked first, skipping those another
@@ -97,12 +102,10 @@ const RECORD_OUTCOMES_SKIPPING_LOCKED: &str = record_outcomes_sql!(
     "mine AS MATERIALIZED ( \
          SELECT id FROM outbox_messages WHERE id = ANY($2) AND claim_token = $1 \
          FOR NO KEY UPDATE SKIP LOCKED),",
-    "FROM mine JOIN unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], \
-                           $8::text[], $9::bool[]) \
-          AS o(id, action, error, delay_secs, error_class, bounced, suppress) ON o.id = mine.id",
+    "mine JOIN",
+    "ON o.id = mine.id",
     "",
-    "SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0 \
-     UNION ALL \
+    "UNION ALL \
      SELECT id, false FROM outbox_messages \
      WHERE id = ANY($2) AND claim_token = $1 AND id NOT IN (SELECT id FROM mine)"
 );
@@ -110,13 +113,7 @@ const RECORD_OUTCOMES_SKIPPING_LOCKED: &str = record_outcomes_sql!(
 /// Outcomes whose rows were locked, written by a connection that waits for the locks as
 /// long as they last: the moment a lock goes, the row is this write's, before another
 /// replica's claim (which skips locked rows) can take it once its lease has run out.
-const RECORD_OUTCOMES_WAITING: &str = record_outcomes_sql!(
-    "",
-    "FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
-                  $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress)",
-    "",
-    "SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0"
-);
+const RECORD_OUTCOMES_WAITING: &str = record_outcomes_sql!("", "", "", "", "");
 
 /// One outcome to record, and the recipient a server said does not exist, if any.
 #[derive(Debug, Clone, Copy)]
