@@ -39,8 +39,11 @@ const HEALTH_POOL_SIZE: u32 = 1;
 /// (BENCHMARKS.md). Sharing readiness's connection, hours of that made readiness time out.
 const SAMPLE_POOL_SIZE: u32 = 1;
 /// Open connections on the metrics and probes listener, and on a separate admin listener.
+/// Only a handler at work holds its connection (`http::server`), and the webhooks' requests
+/// that wait for a turn are at most `feedback::Checks`' 65 and SNS's 32: the rest of each
+/// cap is always there for a probe, a scrape or a provider's notification.
 const MAX_HTTP_CONNECTIONS: usize = 256;
-const MAX_ADMIN_CONNECTIONS: usize = 64;
+const MAX_ADMIN_CONNECTIONS: usize = 256;
 
 /// A dispatcher ready to run, with what it was built from.
 pub struct App {

@@ -149,6 +149,9 @@ pub struct NewSuppression {
 /// What a provider reported of one message's recipient.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feedback {
+    /// The recipient reported, in the list's normal form: the row is marked only if it
+    /// was one of the row's recipients.
+    pub address: String,
     /// `hard_bounce`, `soft_bounce` or `complaint`: the message row's `feedback`; `None`
     /// for an unsubscribe.
     pub mark: Option<&'static str>,
@@ -175,18 +178,22 @@ pub fn normalize_address(text: &str) -> Result<String, String> {
         ));
     }
     let address = spec
-        .to_lowercase()
         .parse::<lettre::Address>()
         .map_err(|e| format!("{spec:?} is not an email address: {e}"))?;
     Ok(address_key(&address))
 }
 
-/// An address as the list keeps it: lower-cased, its domain in ASCII (`bücher.de` and
-/// `xn--bcher-kva.de` are one domain; providers report the latter).
+/// An address as the list keeps it, the one normal form every path uses (the SMTP
+/// replies, the webhooks, the API, the page and the CLI): the local part with ASCII
+/// letters lower-cased and nothing else changed, the domain in IDNA's ASCII form
+/// (`bücher.de` and `xn--bcher-kva.de` are one domain; providers report the latter).
+/// Unicode case folding of the local part would map two mailboxes onto one: KELVIN SIGN
+/// (U+212A) lower-cases to `k`, so a bounce for `\u{212A}ate@` suppressed `kate@`. The
+/// claim statement folds the same way (`store::claim`, ASCII only).
 pub fn address_key(address: &lettre::Address) -> String {
-    let domain = address.domain().to_lowercase();
-    let domain = idna::domain_to_ascii(&domain).unwrap_or(domain);
-    format!("{}@{domain}", address.user().to_lowercase())
+    let domain = address.domain();
+    let domain = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase());
+    format!("{}@{domain}", address.user().to_ascii_lowercase())
 }
 
 /// Whether a permanent SMTP reply says the mailbox does not exist, which suppresses its
@@ -249,6 +256,27 @@ mod tests {
         assert_eq!(
             normalize_address("Ana@Bücher.de").unwrap(),
             normalize_address("ana@xn--bcher-kva.de").unwrap()
+        );
+    }
+
+    #[test]
+    fn no_two_mailboxes_share_a_normal_form() {
+        // KELVIN SIGN, LATIN CAPITAL I WITH DOT, and the long s fold to ASCII letters under
+        // Unicode's lower-casing; each is a mailbox of its own.
+        for (unicode, ascii) in [
+            ("\u{212A}ate@example.com", "kate@example.com"),
+            ("\u{0130}da@example.com", "ida@example.com"),
+            ("\u{017F}am@example.com", "sam@example.com"),
+            ("\u{00C5}sa@example.com", "\u{00E5}sa@example.com"),
+        ] {
+            assert_ne!(
+                normalize_address(unicode).unwrap(),
+                normalize_address(ascii).unwrap()
+            );
+        }
+        assert_eq!(
+            normalize_address("\u{00C5}sa@Example.COM").unwrap(),
+            "\u{00C5}sa@example.com"
         );
     }
 

@@ -1,5 +1,5 @@
-//! Text made fit for a column, a table cell or a log line: cut to a length on a character
-//! boundary, and URLs with their passwords hidden.
+//! Text made fit for a column, a table cell, a terminal or a log line: cut to a length on a
+//! character boundary, control characters escaped, and URLs with their passwords hidden.
 
 use std::borrow::Cow;
 
@@ -19,6 +19,34 @@ pub fn cut_with_ellipsis(text: &str, max_chars: usize) -> Cow<'_, str> {
     } else {
         Cow::Owned(format!("{kept}…"))
     }
+}
+
+/// Whether a character can change how a terminal or a line of text shows what follows:
+/// control characters (newlines, escape sequences) and the bidirectional controls that
+/// reorder text (RIGHT-TO-LEFT OVERRIDE makes `exe.txt` of `txt.exe`).
+pub fn is_unsafe_to_show(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every character [`is_unsafe_to_show`] written as a `\u{..}` escape, for
+/// a terminal or a text log: what a producer or a caller wrote cannot forge a log line,
+/// colour an operator's terminal, or reorder what it shows.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe_to_show) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if is_unsafe_to_show(c) {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }
 
 /// A URL fit for logs: the password, if any, replaced by `***`; anything unparseable
@@ -86,6 +114,16 @@ pub fn mask_addresses(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_and_reordering_characters_are_escaped() {
+        assert_eq!(printable("plain text"), "plain text");
+        assert_eq!(printable("a\nb\x1b[31mc"), "a\\u{a}b\\u{1b}[31mc");
+        assert_eq!(
+            printable("invoice\u{202E}fdp.exe"),
+            "invoice\\u{202e}fdp.exe"
+        );
+    }
 
     #[test]
     fn text_is_cut_at_characters_not_bytes() {

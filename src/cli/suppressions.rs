@@ -63,13 +63,7 @@ pub async fn run(
             after,
             json,
         } => {
-            let page = suppressions::list(
-                pool,
-                search.as_deref().map(str::to_lowercase).as_deref(),
-                after.as_deref().map(str::to_lowercase).as_deref(),
-                limit,
-            )
-            .await?;
+            let page = suppressions::list(pool, search.as_deref(), after.as_deref(), limit).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&page)?);
             } else {

@@ -45,7 +45,7 @@ pub(super) struct Decided {
     pub outcome: Outcome,
     /// From the start of the lease to the end of the send.
     pub after: Duration,
-    /// The recipient the server said does not exist, to suppress (lower-cased).
+    /// The recipient the server said does not exist, to suppress (in the list's normal form).
     pub bounced: Option<String>,
 }
 

@@ -37,7 +37,8 @@ impl FeedbackSettings {
 /// Why a notification was refused; nothing was recorded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FeedbackError {
-    /// Credentials or signature missing or wrong, or a topic not configured.
+    /// Credentials or signature missing or wrong, or a topic not configured. Its text is
+    /// fixed, never the caller's: a provider's integrator is shown it.
     #[error("{0}")]
     Unauthorized(String),
     /// Not the provider's format.
@@ -47,6 +48,83 @@ pub enum FeedbackError {
     /// provider retries.
     #[error("{0}")]
     Unavailable(String),
+}
+
+/// One notification as a provider sent it: its id, when it has one (the same on every
+/// retry of it, so that it is recorded once), and what it reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Notification {
+    pub id: Option<String>,
+    pub events: Vec<Event>,
+}
+
+/// A bounded wait for one of a few turns: `turns` at once, at most `line` more waiting,
+/// each for at most `wait`; past that, a request is refused at once. A request that waits
+/// holds its connection, so an unbounded line would let a flood of requests, signed or
+/// not, hold every connection of a listener, the probes' included.
+#[derive(Debug)]
+pub struct Turnstile {
+    turns: tokio::sync::Semaphore,
+    waiting: std::sync::atomic::AtomicUsize,
+    line: usize,
+    wait: std::time::Duration,
+}
+
+impl Turnstile {
+    pub fn new(turns: usize, line: usize, wait: std::time::Duration) -> Self {
+        Self {
+            turns: tokio::sync::Semaphore::new(turns),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            line,
+            wait,
+        }
+    }
+
+    /// A turn, or the 503 that asks the provider to send it again.
+    pub async fn enter(&self) -> Result<tokio::sync::SemaphorePermit<'_>, FeedbackError> {
+        use std::sync::atomic::Ordering;
+        let busy = || FeedbackError::Unavailable("busy; send it again".to_owned());
+        if let Ok(turn) = self.turns.try_acquire() {
+            return Ok(turn);
+        }
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.line {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(busy());
+        }
+        let turn = tokio::time::timeout(self.wait, self.turns.acquire()).await;
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        turn.map_err(|_| busy())?.map_err(|_| busy())
+    }
+}
+
+/// Where notifications are checked and read: HMACs over a body, signatures, JSON. It runs
+/// on the blocking pool one at a time, so that a flood of requests, signed or not, leaves
+/// the runtime's threads to the dispatcher and the probes.
+#[derive(Debug)]
+pub struct Checks {
+    turnstile: Turnstile,
+}
+
+impl Default for Checks {
+    /// One at a time (one core's worth on a two-core pod), 64 waiting, 5 s each.
+    fn default() -> Self {
+        Self {
+            turnstile: Turnstile::new(1, 64, std::time::Duration::from_secs(5)),
+        }
+    }
+}
+
+impl Checks {
+    /// Runs `check` in its turn.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        check: impl FnOnce() -> Result<T, FeedbackError> + Send + 'static,
+    ) -> Result<T, FeedbackError> {
+        let _turn = self.turnstile.enter().await?;
+        tokio::task::spawn_blocking(check)
+            .await
+            .map_err(|_| FeedbackError::Unavailable("the check failed; send it again".to_owned()))?
+    }
 }
 
 /// What a notification reports of one recipient.
@@ -84,6 +162,7 @@ impl Event {
             EventKind::Unsubscribe => (None, Some(SuppressionReason::Unsubscribe)),
         };
         Feedback {
+            address: self.address.clone(),
             mark,
             message_id: self.message_id,
             suppression: reason.map(|reason| NewSuppression {

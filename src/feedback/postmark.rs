@@ -9,7 +9,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::{Event, EventKind, FeedbackError, address};
+use super::{Event, EventKind, FeedbackError, Notification, address};
 use crate::suppression::BounceType;
 
 /// The credentials Postmark must present.
@@ -53,8 +53,10 @@ impl PostmarkSettings {
     }
 }
 
-/// The recipient one Postmark webhook reports; none for records that change nothing.
-pub fn events(body: &[u8]) -> Result<Vec<Event>, FeedbackError> {
+/// The recipient one Postmark webhook reports (none for records that change nothing), and
+/// the record's id: its `ID` (bounces and complaints), or its message and time (a
+/// subscription change has no id of its own).
+pub fn notification(body: &[u8]) -> Result<Notification, FeedbackError> {
     let record: Value = serde_json::from_slice(body)
         .map_err(|e| FeedbackError::Invalid(format!("not Postmark JSON: {e}")))?;
     let record_type = record["RecordType"]
@@ -71,7 +73,7 @@ pub fn events(body: &[u8]) -> Result<Vec<Event>, FeedbackError> {
             EventKind::Unsubscribe
         }
         // Deliveries, opens, clicks, a subscription restored...: nothing to record.
-        _ => return Ok(Vec::new()),
+        _ => return Ok(Notification::default()),
     };
     let email = record["Email"]
         .as_str()
@@ -86,12 +88,25 @@ pub fn events(body: &[u8]) -> Result<Vec<Event>, FeedbackError> {
         .as_str()
         .or_else(|| record["Description"].as_str())
         .map(|d| crate::text::cut(d, 1000).to_owned());
-    Ok(vec![Event {
-        kind,
-        address: address(email)?,
-        message_id,
-        detail,
-    }])
+    let text = |field: &str| match &record[field] {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    };
+    let id = match (text("ID"), text("MessageID"), text("ChangedAt")) {
+        (Some(id), _, _) => Some(format!("{record_type}:{id}")),
+        (None, Some(message), Some(at)) => Some(format!("{record_type}:{message}:{at}")),
+        _ => None,
+    };
+    Ok(Notification {
+        id,
+        events: vec![Event {
+            kind,
+            address: address(email)?,
+            message_id,
+            detail,
+        }],
+    })
 }
 
 #[cfg(test)]
@@ -102,19 +117,27 @@ mod tests {
     fn hard_bounces_and_complaints_are_read_and_deliveries_ignored() {
         let bounce = br#"{"RecordType":"Bounce","Type":"HardBounce","Email":"Zed@Example.com",
                           "Details":"smtp;550 5.1.1","Metadata":{"outbox_id":"9"}}"#;
-        let events = events(bounce).unwrap();
+        let events = notification(bounce).unwrap().events;
         assert_eq!(events[0].kind, EventKind::Bounce(BounceType::Hard));
         assert_eq!(events[0].address, "zed@example.com");
         assert_eq!(events[0].message_id, Some(9));
         let spam =
             br#"{"RecordType":"SpamComplaint","Type":"SpamComplaint","Email":"a@b.example"}"#;
-        assert_eq!(super::events(spam).unwrap()[0].kind, EventKind::Complaint);
+        let spam = notification(spam).unwrap();
+        assert_eq!(spam.events[0].kind, EventKind::Complaint);
+        assert_eq!(spam.id, None);
+        let with_id = br#"{"RecordType":"SpamComplaint","ID":42,"Email":"a@b.example"}"#;
+        assert_eq!(
+            notification(with_id).unwrap().id.as_deref(),
+            Some("SpamComplaint:42")
+        );
         assert!(
-            super::events(br#"{"RecordType":"Delivery"}"#)
+            notification(br#"{"RecordType":"Delivery"}"#)
                 .unwrap()
+                .events
                 .is_empty()
         );
-        assert!(super::events(b"{}").is_err());
+        assert!(notification(b"{}").is_err());
     }
 
     #[test]

@@ -4,8 +4,12 @@
 //! proves that AWS sent it, and anyone can have AWS send to this endpoint from a topic of
 //! their own); its `SigningCertURL` is `https` on an SNS host; and its signature, over
 //! the fields SNS names in its documented order, verifies with that certificate's key
-//! (`SignatureVersion` 1: RSA with SHA-1, 2: RSA with SHA-256). Certificates are cached
-//! by URL. A subscription confirmation is answered by fetching its `SubscribeURL`, which
+//! (`SignatureVersion` 1: RSA with SHA-1, 2: RSA with SHA-256). Whatever needs no
+//! certificate is checked before one is fetched (topic, time, the signature's form, the
+//! URL), and every refusal of authenticity is worded alike, so that an answer does not
+//! tell a configured topic from another. Certificates are cached by normalized URL (no
+//! fragment), and requests naming a certificate being fetched wait for that fetch. A
+//! subscription confirmation is answered by fetching its `SubscribeURL`, which
 //! must also be on an SNS host.
 
 use std::collections::HashMap;
@@ -17,8 +21,11 @@ use rustls_pki_types::{AlgorithmIdentifier, CertificateDer, InvalidSignature, al
 use serde::Deserialize;
 use serde_json::Value;
 
+use hyper::body::Bytes;
+use tokio::sync::OnceCell;
+
 use super::fetch::HttpsClient;
-use super::{Event, EventKind, FeedbackError, address, outbox_id};
+use super::{Checks, Event, EventKind, FeedbackError, Notification, Turnstile, address, outbox_id};
 use crate::lock::lock;
 use crate::suppression::BounceType;
 
@@ -30,6 +37,13 @@ const MAX_CACHED_CERTIFICATES: usize = 16;
 /// Certificate fetches at once: anyone who knows a topic ARN can make outboxd fetch from
 /// the SNS hosts, and each fetch may take its whole timeout.
 const MAX_CONCURRENT_FETCHES: usize = 2;
+/// How long a request waits for a fetch of its own to start; it is not refused at once
+/// when others are fetching (a cold cache under a flood refused every notification).
+const FETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Requests waiting for a certificate at once (for one being fetched, or for a fetch of
+/// their own to start); more are refused at once, so that waiting requests cannot hold
+/// every connection of the listener.
+const MAX_WAITING_FOR_CERTIFICATES: usize = 32;
 
 /// What the SNS webhook accepts.
 #[derive(Debug, Clone)]
@@ -140,15 +154,30 @@ pub enum SnsOutcome {
     /// The subscription was confirmed.
     Confirmed,
     /// A notification: the bounces and complaints it reports (none for a delivery).
-    Events(Vec<Event>),
+    Notification(Notification),
 }
+
+/// A certificate (DER) being fetched, which every request naming it waits for.
+type Fetch = OnceCell<Arc<Vec<u8>>>;
 
 /// The SNS webhook's state: its settings and the certificates fetched so far.
 #[derive(Debug)]
 pub struct Sns {
     settings: SnsSettings,
+    /// Certificates by normalized URL.
     certificates: Mutex<HashMap<String, Arc<Vec<u8>>>>,
-    fetches: tokio::sync::Semaphore,
+    /// Fetches under way, by normalized URL: requests naming the same certificate wait for
+    /// the one fetch rather than start their own or be refused.
+    fetching: Mutex<HashMap<String, Arc<Fetch>>>,
+    /// Requests waiting for a certificate, and the fetches among them.
+    waiting: Turnstile,
+    fetches: Turnstile,
+}
+
+/// The refusal of a message that did not pass SNS's checks, worded the same whatever the
+/// check, so that an answer never tells which topics are configured.
+fn not_authentic(detail: String) -> FeedbackError {
+    FeedbackError::Unauthorized(detail)
 }
 
 impl Sns {
@@ -156,22 +185,41 @@ impl Sns {
         Self {
             settings,
             certificates: Mutex::new(HashMap::new()),
-            fetches: tokio::sync::Semaphore::new(MAX_CONCURRENT_FETCHES),
+            fetching: Mutex::new(HashMap::new()),
+            waiting: Turnstile::new(MAX_WAITING_FOR_CERTIFICATES, 0, FETCH_WAIT),
+            fetches: Turnstile::new(
+                MAX_CONCURRENT_FETCHES,
+                MAX_WAITING_FOR_CERTIFICATES,
+                FETCH_WAIT,
+            ),
         }
     }
 
-    /// Checks one POSTed message and reads it; confirms a subscription.
-    pub async fn receive(&self, body: &[u8]) -> Result<SnsOutcome, FeedbackError> {
-        let envelope: Envelope = serde_json::from_slice(body)
-            .map_err(|e| FeedbackError::Invalid(format!("not an SNS message: {e}")))?;
-        if !self.settings.topics.contains(&envelope.topic_arn) {
-            return Err(FeedbackError::Unauthorized(format!(
-                "topic {} is not in OUTBOXD_SNS_TOPIC_ARNS",
-                envelope.topic_arn
-            )));
-        }
-        self.verify(&envelope).await?;
-        check_fresh(&envelope.timestamp, chrono::Utc::now())?;
+    /// Checks one POSTed message and reads it; confirms a subscription. Everything that
+    /// needs no certificate is checked first (the topic, the time, the signature's form
+    /// and the certificate's URL), so that only a message that looks authentic can make
+    /// outboxd fetch; the CPU work runs in `checks`' turns.
+    pub async fn receive(
+        self: &Arc<Self>,
+        checks: &Checks,
+        body: Bytes,
+    ) -> Result<SnsOutcome, FeedbackError> {
+        let this = Arc::clone(self);
+        let (envelope, url, signature) = checks
+            .run(move || {
+                let envelope: Envelope = serde_json::from_slice(&body)
+                    .map_err(|_| FeedbackError::Invalid("not an SNS message".to_owned()))?;
+                let (url, signature) = this.precheck(&envelope, chrono::Utc::now())?;
+                Ok((envelope, url, signature))
+            })
+            .await?;
+        let der = self.certificate(&url).await?;
+        let envelope = checks
+            .run(move || {
+                verify_signature(&envelope, &der, &signature)?;
+                Ok(envelope)
+            })
+            .await?;
         match envelope.kind.as_str() {
             "SubscriptionConfirmation" => {
                 let url = envelope
@@ -184,18 +232,60 @@ impl Sns {
                 })?;
                 Ok(SnsOutcome::Confirmed)
             }
-            "Notification" => ses_events(&envelope.message).map(SnsOutcome::Events),
-            "UnsubscribeConfirmation" => Ok(SnsOutcome::Events(Vec::new())),
-            other => Err(FeedbackError::Invalid(format!(
-                "unknown SNS message type {other:?}"
-            ))),
+            "Notification" => {
+                let id = envelope.message_id.clone();
+                let events = checks.run(move || ses_events(&envelope.message)).await?;
+                Ok(SnsOutcome::Notification(Notification {
+                    id: Some(id),
+                    events,
+                }))
+            }
+            "UnsubscribeConfirmation" => Ok(SnsOutcome::Notification(Notification::default())),
+            _ => Err(FeedbackError::Invalid(
+                "unknown SNS message type".to_owned(),
+            )),
         }
+    }
+
+    /// The checks that need no certificate: a configured topic, a fresh time, a known
+    /// signature version with a signature of an RSA key's size, and a certificate URL on
+    /// an SNS host. Returns the certificate's normalized URL and the signature.
+    fn precheck(
+        &self,
+        envelope: &Envelope,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(url::Url, Vec<u8>), FeedbackError> {
+        if !self.settings.topics.contains(&envelope.topic_arn) {
+            return Err(not_authentic(
+                "its topic is not in OUTBOXD_SNS_TOPIC_ARNS".to_owned(),
+            ));
+        }
+        check_fresh(&envelope.timestamp, now)?;
+        if !matches!(envelope.signature_version.as_str(), "1" | "2") {
+            return Err(not_authentic("an unknown SignatureVersion".to_owned()));
+        }
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(envelope.signature.trim())
+            .ok()
+            .filter(|s| (256..=512).contains(&s.len()))
+            .ok_or_else(|| {
+                not_authentic("the signature is not the base64 of an RSA signature".to_owned())
+            })?;
+        let mut url = self.sns_url(&envelope.signing_cert_url)?;
+        if !url.path().ends_with(".pem") || url.query().is_some() {
+            return Err(not_authentic(
+                "the SigningCertURL is not a .pem file without a query".to_owned(),
+            ));
+        }
+        // One certificate, one key: `#anything` names the same file.
+        url.set_fragment(None);
+        Ok((url, signature))
     }
 
     /// A URL on an SNS host over https, without a query or credentials, or the refusal.
     fn sns_url(&self, text: &str) -> Result<url::Url, FeedbackError> {
         let url = url::Url::parse(text)
-            .map_err(|e| FeedbackError::Unauthorized(format!("bad URL {text:?}: {e}")))?;
+            .map_err(|_| not_authentic("a URL that does not parse".to_owned()))?;
         let host = url.host_str().unwrap_or_default();
         let port = url.port_or_known_default().unwrap_or_default();
         let allowed = url.scheme() == "https"
@@ -209,69 +299,69 @@ impl Sns {
         if allowed {
             Ok(url)
         } else {
-            Err(FeedbackError::Unauthorized(format!(
-                "{text:?} is not https on an SNS host (OUTBOXD_SNS_CERTIFICATE_HOSTS)"
-            )))
+            Err(not_authentic(
+                "a URL not https on an SNS host (OUTBOXD_SNS_CERTIFICATE_HOSTS)".to_owned(),
+            ))
         }
     }
 
-    async fn verify(&self, envelope: &Envelope) -> Result<(), FeedbackError> {
-        let algorithm: &dyn rustls_pki_types::SignatureVerificationAlgorithm =
-            match envelope.signature_version.as_str() {
-                "1" => &RSA_SHA1,
-                "2" => webpki::ring::RSA_PKCS1_2048_8192_SHA256,
-                other => {
-                    return Err(FeedbackError::Unauthorized(format!(
-                        "unknown SignatureVersion {other:?}"
-                    )));
-                }
-            };
-        let url = self.sns_url(&envelope.signing_cert_url)?;
-        if !url.path().ends_with(".pem") || url.query().is_some() {
-            return Err(FeedbackError::Unauthorized(
-                "the SigningCertURL is not a .pem file without a query".to_owned(),
-            ));
-        }
-        let der = self.certificate(&url).await?;
-        let der = CertificateDer::from(der.as_slice());
-        let certificate = webpki::EndEntityCert::try_from(&der).map_err(|e| {
-            FeedbackError::Unauthorized(format!("the signing certificate does not parse: {e}"))
-        })?;
-        let signature = base64::engine::general_purpose::STANDARD
-            .decode(envelope.signature.trim())
-            .map_err(|_| FeedbackError::Unauthorized("the signature is not base64".to_owned()))?;
-        certificate
-            .verify_signature(algorithm, string_to_sign(envelope).as_bytes(), &signature)
-            .map_err(|_| {
-                FeedbackError::Unauthorized("the SNS signature does not verify".to_owned())
-            })
-    }
-
+    /// The certificate at `url`: from the cache, from a fetch of it under way, or fetched
+    /// in its turn (at most [`MAX_CONCURRENT_FETCHES`] at once, the others waiting up to
+    /// [`FETCH_WAIT`]).
     async fn certificate(&self, url: &url::Url) -> Result<Arc<Vec<u8>>, FeedbackError> {
-        if let Some(der) = lock(&self.certificates).get(url.as_str()) {
+        let key = url.as_str();
+        if let Some(der) = lock(&self.certificates).get(key) {
             return Ok(Arc::clone(der));
         }
-        let _permit = self.fetches.try_acquire().map_err(|_| {
-            FeedbackError::Unavailable(
-                "too many certificate fetches at once; send it again".to_owned(),
-            )
-        })?;
-        let pem = self.settings.client.get(url).await.map_err(|e| {
-            FeedbackError::Unavailable(format!("cannot fetch the signing certificate: {e}"))
-        })?;
-        let der = CertificateDer::from_pem_slice(&pem).map_err(|e| {
-            FeedbackError::Unauthorized(format!("the signing certificate is not PEM: {e}"))
-        })?;
-        let der = Arc::new(der.as_ref().to_vec());
+        let _place = self.waiting.enter().await?;
+        let cell = Arc::clone(lock(&self.fetching).entry(key.to_owned()).or_default());
+        let fetched = cell.get_or_try_init(|| self.fetch(url)).await.cloned();
+        {
+            let mut fetching = lock(&self.fetching);
+            if fetching.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                fetching.remove(key);
+            }
+        }
+        let der = fetched?;
         let mut cache = lock(&self.certificates);
-        if cache.len() >= MAX_CACHED_CERTIFICATES
+        if !cache.contains_key(key)
+            && cache.len() >= MAX_CACHED_CERTIFICATES
             && let Some(evicted) = cache.keys().next().cloned()
         {
             cache.remove(&evicted);
         }
-        cache.insert(url.as_str().to_owned(), Arc::clone(&der));
+        cache.insert(key.to_owned(), Arc::clone(&der));
         Ok(der)
     }
+
+    async fn fetch(&self, url: &url::Url) -> Result<Arc<Vec<u8>>, FeedbackError> {
+        let _turn = self.fetches.enter().await?;
+        let pem = self.settings.client.get(url).await.map_err(|e| {
+            FeedbackError::Unavailable(format!("cannot fetch the signing certificate: {e}"))
+        })?;
+        let der = CertificateDer::from_pem_slice(&pem)
+            .map_err(|e| not_authentic(format!("the signing certificate is not PEM: {e}")))?;
+        Ok(Arc::new(der.as_ref().to_vec()))
+    }
+}
+
+/// Checks an envelope's signature with its certificate (DER).
+fn verify_signature(
+    envelope: &Envelope,
+    der: &[u8],
+    signature: &[u8],
+) -> Result<(), FeedbackError> {
+    let algorithm: &dyn rustls_pki_types::SignatureVerificationAlgorithm =
+        match envelope.signature_version.as_str() {
+            "1" => &RSA_SHA1,
+            _ => webpki::ring::RSA_PKCS1_2048_8192_SHA256,
+        };
+    let der = CertificateDer::from(der);
+    let certificate = webpki::EndEntityCert::try_from(&der)
+        .map_err(|e| not_authentic(format!("the signing certificate does not parse: {e}")))?;
+    certificate
+        .verify_signature(algorithm, string_to_sign(envelope).as_bytes(), signature)
+        .map_err(|_| not_authentic("the SNS signature does not verify".to_owned()))
 }
 
 /// SNS retries a notification for an hour at most: an older one is a replay (which could
@@ -282,12 +372,12 @@ const MAX_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
 fn check_fresh(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> Result<(), FeedbackError> {
     let sent = chrono::DateTime::parse_from_rfc3339(timestamp)
-        .map_err(|_| FeedbackError::Invalid(format!("Timestamp {timestamp:?} is not RFC 3339")))?;
+        .map_err(|_| FeedbackError::Invalid("the Timestamp is not RFC 3339".to_owned()))?;
     let age = now.signed_duration_since(sent);
     if age > MAX_AGE || age < -MAX_AHEAD {
-        return Err(FeedbackError::Unauthorized(format!(
-            "Timestamp {timestamp} is more than an hour old, or in the future: a replay?"
-        )));
+        return Err(not_authentic(
+            "its Timestamp is more than an hour old, or in the future: a replay?".to_owned(),
+        ));
     }
     Ok(())
 }

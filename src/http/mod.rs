@@ -26,6 +26,32 @@ use crate::background::health::Health;
 /// The largest admin request body: a bulk request of 10 000 ids fits.
 const MAX_ADMIN_BODY_BYTES: usize = 256 * 1024;
 
+/// The largest body `/metrics` and the probes take: they take none.
+const MAX_PROBE_BODY_BYTES: u64 = 16 * 1024;
+
+/// `router` answering 413 at once, before reading any of it, to a request whose declared
+/// length is over `limit`: a body of 10 GB was read up to the limit before, and a route
+/// that takes no body read nothing and answered. The webhooks check their own (and count
+/// what they refuse).
+fn refusing_bodies_over(router: Router, limit: u64) -> Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+            use hyper::body::Body as _;
+            if request.body().size_hint().lower() > limit {
+                let mut response = plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the body is over {limit} bytes\n"),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
+            }
+            next.run(request).await
+        },
+    ))
+}
+
 /// What the admin routes need.
 #[derive(Clone)]
 pub struct AdminState {
@@ -55,9 +81,11 @@ pub fn admin_router(pool: PgPool, token: &SecretString, kinds: Vec<String>) -> R
             auth::require_basic,
         ))
         .with_state(state);
-    api.merge(page)
+    let admin = api
+        .merge(page)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
-        .layer(axum::middleware::map_response(defensive_headers))
+        .layer(axum::middleware::map_response(defensive_headers));
+    refusing_bodies_over(admin, MAX_ADMIN_BODY_BYTES as u64)
 }
 
 /// On every admin response: nothing cached (recipients, CSRF tokens), no type sniffing, no
@@ -93,11 +121,12 @@ struct AppState {
 
 /// The router, ready to serve.
 pub fn router(prometheus: PrometheusHandle, health: Arc<Health>) -> Router {
-    Router::new()
+    let probes = Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .with_state(AppState { prometheus, health })
+        .with_state(AppState { prometheus, health });
+    refusing_bodies_over(probes, MAX_PROBE_BODY_BYTES)
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

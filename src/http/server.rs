@@ -7,6 +7,11 @@
 //! [`HEADER_TIMEOUT`] (at first, or while idle between requests) is closed, and when the
 //! cap is reached the oldest connection that is not serving a request makes room, so a
 //! quick request such as a probe gets through a flood of half-open connections.
+//!
+//! A request's body must arrive whole within [`BODY_TIMEOUT`], and a connection still
+//! receiving its body, or sending its response, can make room as an idle one does: only a
+//! handler at work holds its connection. Trickled bodies once held every connection of the
+//! admin listener, so that a signed bounce could not get in.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use axum::response::{IntoResponse as _, Response};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::future::Future as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
@@ -35,13 +41,22 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// A pause after a failed accept (such as too many open files), so as not to spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// How long a request's body may take to arrive, from its head on.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Between requests: may be evicted.
 const IDLE: u8 = 0;
-/// Serving a request, from its head until its response body is dropped.
-const BUSY: u8 = 1;
+/// A request whose body has not all arrived: may be evicted.
+const RECEIVING: u8 = 1;
+/// A handler at work, its body read (or none): holds its connection.
+const BUSY: u8 = 2;
+/// The response being sent: may be evicted.
+const RESPONDING: u8 = 3;
 /// Chosen to make room: takes no further request.
-const EVICTED: u8 = 2;
+const EVICTED: u8 = 4;
+/// Which states make room, in the order they are chosen: a connection that has sent
+/// nothing yet before one mid-body, before one whose response is on its way.
+const EVICTABLE: [u8; 3] = [IDLE, RECEIVING, RESPONDING];
 
 /// One open connection's state, shared by the eviction and the connection's service.
 struct Tracked {
@@ -69,16 +84,26 @@ impl Drop for Registered {
     }
 }
 
+/// Moves a connection from one state to another, unless it was evicted meanwhile (an
+/// evicted connection stays evicted).
+fn advance(state: &AtomicU8, from: &[u8], to: u8) {
+    for &from in from {
+        if state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
 /// Turns its connection back to idle when the response body is dropped (sent, or the
 /// connection gone), or when a handler panics.
 struct Serving(Arc<AtomicU8>);
 
 impl Drop for Serving {
     fn drop(&mut self) {
-        // Only a busy connection goes back to idle; an evicted one stays evicted.
-        let _ = self
-            .0
-            .compare_exchange(BUSY, IDLE, Ordering::AcqRel, Ordering::Acquire);
+        advance(&self.0, &[RESPONDING, BUSY, RECEIVING], IDLE);
     }
 }
 
@@ -91,14 +116,16 @@ impl Connections {
     ) -> Option<(Registered, Arc<AtomicU8>, CancellationToken)> {
         let mut open = lock(&self.open);
         if open.len() >= cap {
-            // Idle -> evicted in one step, so a request starting at the same moment either
-            // wins (and the connection is skipped) or finds the connection evicted.
-            let evicted = open.iter().find_map(|(id, tracked)| {
-                tracked
-                    .state
-                    .compare_exchange(IDLE, EVICTED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                    .then_some(*id)
+            // Evictable -> evicted in one step, so a change of state at the same moment
+            // either wins (and the connection is skipped) or finds the connection evicted.
+            let evicted = EVICTABLE.iter().find_map(|&evictable| {
+                open.iter().find_map(|(id, tracked)| {
+                    tracked
+                        .state
+                        .compare_exchange(evictable, EVICTED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                        .then_some(*id)
+                })
             })?;
             if let Some(tracked) = open.remove(&evicted) {
                 tracked.close.cancel();
@@ -169,27 +196,99 @@ pub fn spawn(
     })
 }
 
-/// One request on a tracked connection: refused if the connection was just evicted,
-/// otherwise busy until its response body is dropped.
+/// One request on a tracked connection: refused if the connection was just evicted;
+/// otherwise receiving until its body is in,
+/// busy while its handler works, and responding until its response body is dropped.
 async fn serve_request(
     router: Router,
     state: Arc<AtomicU8>,
     request: hyper::Request<Incoming>,
 ) -> Result<Response, std::convert::Infallible> {
+    use hyper::body::Body as _;
+    let receiving = if request.body().is_end_stream() {
+        BUSY
+    } else {
+        RECEIVING
+    };
     if state
-        .compare_exchange(IDLE, BUSY, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(IDLE, receiving, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
         return Ok(StatusCode::SERVICE_UNAVAILABLE.into_response());
     }
     let serving = Serving(state);
-    let response = router.oneshot(request.map(Body::new)).await?;
+    let state = Arc::clone(&serving.0);
+    let request = request.map(|body| Body::new(DeadlineBody::new(body, Arc::clone(&state))));
+    let response = router.oneshot(request).await?;
+    advance(&state, &[BUSY, RECEIVING], RESPONDING);
     Ok(response.map(|body| {
         Body::new(body.map_frame(move |frame| {
             let _serving = &serving;
             frame
         }))
     }))
+}
+
+/// A request body that must arrive whole within [`BODY_TIMEOUT`], and that moves its
+/// connection from receiving to busy once it has.
+struct DeadlineBody {
+    inner: Incoming,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    state: Arc<AtomicU8>,
+}
+
+impl DeadlineBody {
+    fn new(inner: Incoming, state: Arc<AtomicU8>) -> Self {
+        Self {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
+            state,
+        }
+    }
+}
+
+/// Why a request body stopped: it took longer than [`BODY_TIMEOUT`].
+#[derive(Debug, thiserror::Error)]
+#[error("the request body took longer than {BODY_TIMEOUT:?} to arrive")]
+pub struct BodyTimedOut;
+
+impl hyper::body::Body for DeadlineBody {
+    type Data = hyper::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(None) => {
+                advance(&this.state, &[RECEIVING], BUSY);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(frame)) => Poll::Ready(Some(frame.map_err(Into::into))),
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut.into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for DeadlineBody {
+    /// A handler that drops the body unread is at work all the same.
+    fn drop(&mut self) {
+        advance(&self.state, &[RECEIVING], BUSY);
+    }
 }
 
 /// One connection: HTTP/1.1 with the header timeout, until it ends, is evicted, or

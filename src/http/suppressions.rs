@@ -46,7 +46,7 @@ impl SuppressionQuery {
         }
         let text = |name: &str| -> Result<Option<String>, String> {
             match query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
-                Some(value) => check_text(name, value).map(|()| Some(value.to_lowercase())),
+                Some(value) => check_text(name, value).map(|()| Some(value.to_owned())),
                 None => Ok(None),
             }
         };

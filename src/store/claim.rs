@@ -37,7 +37,9 @@ pub struct ClaimRequest<'a> {
 /// The claim also reads each row's envelope addresses (`to`, `cc`, `bcc`: the strings among
 /// them, of a payload within the size limit) and which of them are on the suppression list,
 /// which saves the dispatcher a round trip per batch. It reads them by a simpler rule than
-/// the renderer's parser (the part between `<` and `>`, else the whole text, lower-cased):
+/// the renderer's parser (the part between `<` and `>`, else the whole text, its ASCII letters lower-cased
+/// as the list's normal form has them, `suppression::address_key`; not `lower()`, which
+/// folds KELVIN SIGN into `k` and would take one mailbox for another):
 /// the dispatcher looks up separately any address the renderer finds that this rule did not
 /// (an internationalized domain, say), so the list is always checked for exactly the
 /// addresses mailed. Nothing a payload holds can fail this part of the statement, which
@@ -108,8 +110,9 @@ const CLAIM: &str = "\
            c.was_due_at, k.looked_up, s.listed, s.reasons \
     FROM claimed AS c \
     CROSS JOIN LATERAL ( \
-        SELECT coalesce(array_agg(lower(btrim(CASE WHEN strpos(a, '<') > 0 \
-                   THEN coalesce(substring(a FROM '<([^<>]*)>[[:space:]]*$'), a) ELSE a END))) \
+        SELECT coalesce(array_agg(translate(btrim(CASE WHEN strpos(a, '<') > 0 \
+                   THEN coalesce(substring(a FROM '<([^<>]*)>[[:space:]]*$'), a) ELSE a END), \
+                   'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')) \
                    FILTER (WHERE a IS NOT NULL), '{}') AS looked_up \
         FROM jsonb_array_elements_text(c.envelope) AS e(a) \
     ) AS k \
@@ -181,7 +184,7 @@ struct ClaimedRow {
     claimed_at: DateTime<Utc>,
     /// `next_attempt_at` before the claim moved it to the lease's end.
     was_due_at: DateTime<Utc>,
-    /// The envelope addresses the claim read from the payload, lower-cased.
+    /// The envelope addresses the claim read from the payload, ASCII letters lower-cased.
     looked_up: Vec<String>,
     /// Those of them on the suppression list now, and the reason of each.
     listed: Vec<String>,

@@ -50,6 +50,18 @@ macro_rules! times_on_the_calendar {
 }
 pub(crate) use times_on_the_calendar;
 
+/// Of an `ON CONFLICT (address) DO UPDATE` on the suppression list by a report that
+/// suppresses for good (a hard bounce, a complaint, an unsubscribe): the existing entries
+/// it replaces, those that end (an operator's temporary entry, lapsed or not). Before, a
+/// complaint during an operator's temporary entry was answered "recorded" and dropped,
+/// and the complainer was mailed again when the entry ended.
+macro_rules! replaced_for_good {
+    () => {
+        "outbox_suppressions.suppressed_until IS NOT NULL"
+    };
+}
+pub(crate) use replaced_for_good;
+
 /// The channel the insert trigger notifies at commit.
 pub const NOTIFY_CHANNEL: &str = "outbox_messages";
 

@@ -66,15 +66,16 @@ macro_rules! record_outcomes_sql {
              FROM updated WHERE action = 'release' LIMIT 1 \
          ), suppressed AS ( \
              INSERT INTO outbox_suppressions (address, reason, source, detail, message_id) \
-             SELECT DISTINCT ON (lower(bounced)) lower(bounced), 'hard_bounce', 'smtp', \
+             SELECT DISTINCT ON (bounced) bounced, 'hard_bounce', 'smtp', \
                     left(error, 1000), id \
              FROM updated WHERE bounced IS NOT NULL AND suppress \
              ON CONFLICT (address) DO UPDATE SET \
                  reason = excluded.reason, source = excluded.source, detail = excluded.detail, \
                  message_id = excluded.message_id, created_at = now(), created_by = NULL, \
                  suppressed_until = NULL \
-             WHERE outbox_suppressions.suppressed_until <= now() \
-         ) \
+             WHERE ",
+            super::replaced_for_good!(),
+            " ) \
          SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0 ",
             $besides
         )

@@ -6,7 +6,9 @@ use serde::Serialize;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
 use super::admin::audit;
-use crate::suppression::{Feedback, NewSuppression, SuppressionReason};
+use crate::suppression::{
+    Feedback, FeedbackSource, NewSuppression, SuppressionReason, normalize_address,
+};
 
 /// The columns of [`Suppression`], for a `WHERE` to follow.
 macro_rules! select_suppressions {
@@ -67,8 +69,9 @@ pub async fn suppressed_among<'e>(
         .collect())
 }
 
-/// The list in address order; `search` matches any part of the address, `after` is the
-/// last address of the previous page.
+/// The list in address order; `search` matches any part of the address, its ASCII letters
+/// in either case as the normal form has them, and `after` is the last address of the
+/// previous page.
 pub async fn list(
     pool: &PgPool,
     search: Option<&str>,
@@ -77,11 +80,11 @@ pub async fn list(
 ) -> Result<Vec<Suppression>, sqlx::Error> {
     sqlx::query_as(concat!(
         select_suppressions!(),
-        "WHERE ($1::text IS NULL OR strpos(address, lower($1)) > 0) \
+        "WHERE ($1::text IS NULL OR strpos(address, $1) > 0) \
            AND ($2::text IS NULL OR address > $2) \
          ORDER BY address LIMIT $3"
     ))
-    .bind(search)
+    .bind(search.map(str::to_ascii_lowercase))
     .bind(after)
     .bind(limit)
     .fetch_all(pool)
@@ -125,50 +128,142 @@ pub async fn remove(pool: &PgPool, address: &str, actor: &str) -> Result<bool, s
     Ok(removed > 0)
 }
 
+/// What recording one notification changed, for the provider's answer and the log.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FeedbackRecorded {
+    /// The provider's notification id was seen before: a retry or a replay, and nothing
+    /// was changed again (an operator's removal since then stands).
+    pub replay: bool,
+    /// Addresses added to the list, or whose temporary entry was made permanent.
+    pub suppressed: usize,
+    /// Addresses already on the list for good: nothing to change.
+    pub already_suppressed: usize,
+    /// Rows marked with the bounce or complaint.
+    pub marked: usize,
+    /// Rows named that were not marked: gone (retention), already marked with as much, or
+    /// never sent to the address reported.
+    pub not_marked: usize,
+}
+
 /// Records a provider's notification: each recipient's suppression and the mark on the
-/// message's row, all in one transaction (a notification is taken whole or not at all). A
-/// report for a row that retention already deleted still suppresses.
-pub async fn record_feedback(pool: &PgPool, reports: &[Feedback]) -> Result<(), sqlx::Error> {
+/// message's row, all in one transaction (a notification is taken whole or not at all),
+/// once per notification id (`outbox_webhook_receipts`, kept a day, longer than any
+/// provider's retries and than the webhooks' freshness windows). A report for a row that
+/// retention already deleted still suppresses; a row is marked only when the address
+/// reported was one of its recipients.
+pub async fn record_feedback(
+    pool: &PgPool,
+    source: FeedbackSource,
+    notification_id: Option<&str>,
+    reports: &[Feedback],
+) -> Result<FeedbackRecorded, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let mut recorded = FeedbackRecorded::default();
+    if let Some(id) = notification_id
+        && !first_receipt(&mut tx, source, id).await?
+    {
+        recorded.replay = true;
+        return Ok(recorded);
+    }
     for feedback in reports {
-        record_one(&mut tx, feedback).await?;
+        if let Some(entry) = &feedback.suppression {
+            if upsert(&mut *tx, entry, None).await? {
+                recorded.suppressed += 1;
+            } else {
+                recorded.already_suppressed += 1;
+            }
+        }
+        if let (Some(id), Some(mark)) = (feedback.message_id, feedback.mark) {
+            if mark_row(&mut tx, id, mark, &feedback.address).await? {
+                recorded.marked += 1;
+            } else {
+                recorded.not_marked += 1;
+            }
+        }
     }
-    tx.commit().await
+    tx.commit().await?;
+    Ok(recorded)
 }
 
-async fn record_one(
+/// Keeps a notification's id; false when it was kept before. Old receipts go in the same
+/// statement, a few at a time, so the table stays about a day long without a task.
+async fn first_receipt(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    feedback: &Feedback,
-) -> Result<(), sqlx::Error> {
-    if let Some(entry) = &feedback.suppression {
-        upsert(&mut **tx, entry, None).await?;
-    }
-    if let (Some(id), Some(mark)) = (feedback.message_id, feedback.mark) {
-        // A complaint outranks a bounce, and a hard bounce a soft one.
-        sqlx::query(concat!(
-            "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
-                 next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
-            super::times_on_the_calendar!(),
-            " WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
-                                OR (feedback = 'hard_bounce' AND $2 = 'complaint'))"
-        ))
-        .bind(id)
-        .bind(mark)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
+    source: FeedbackSource,
+    id: &str,
+) -> Result<bool, sqlx::Error> {
+    let (first,): (bool,) = sqlx::query_as(
+        "WITH expired AS ( \
+             DELETE FROM outbox_webhook_receipts WHERE ctid = ANY(ARRAY( \
+                 SELECT ctid FROM outbox_webhook_receipts \
+                 WHERE received_at < now() - interval '1 day' LIMIT 100)) \
+         ), kept AS ( \
+             INSERT INTO outbox_webhook_receipts (source, notification_id) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING RETURNING 1 \
+         ) \
+         SELECT EXISTS (SELECT 1 FROM kept)",
+    )
+    .bind(source.as_str())
+    .bind(crate::text::cut(id, 200))
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(first)
 }
 
-/// Inserts an entry, or replaces one that has lapsed or that an operator is replacing.
-/// An active entry added by outboxd keeps its first reason: a complaint after a hard
-/// bounce changes nothing that matters to sending.
+/// Marks a row with a bounce or complaint if `address` was among its recipients. A
+/// complaint outranks a bounce, and a hard bounce a soft one.
+async fn mark_row(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: i64,
+    mark: &str,
+    address: &str,
+) -> Result<bool, sqlx::Error> {
+    let recipients: Option<(Vec<String>,)> = sqlx::query_as(
+        "SELECT ARRAY(SELECT jsonb_array_elements_text( \
+             jsonb_path_query_array(payload, '$.to[*] ? (@.type() == \"string\")') \
+             || jsonb_path_query_array(payload, '$.cc[*] ? (@.type() == \"string\")') \
+             || jsonb_path_query_array(payload, '$.bcc[*] ? (@.type() == \"string\")'))) \
+         FROM outbox_messages WHERE id = $1 FOR NO KEY UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((recipients,)) = recipients else {
+        return Ok(false);
+    };
+    let sent_to = recipients
+        .iter()
+        .filter_map(|text| normalize_address(text).ok())
+        .any(|recipient| recipient == address);
+    if !sent_to {
+        return Ok(false);
+    }
+    let marked = sqlx::query(concat!(
+        "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
+             next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
+        super::times_on_the_calendar!(),
+        " WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
+                            OR (feedback = 'hard_bounce' AND $2 = 'complaint'))"
+    ))
+    .bind(id)
+    .bind(mark)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(marked > 0)
+}
+
+/// Inserts an entry, or replaces one that has lapsed or that an operator is replacing,
+/// and a temporary one with a report that suppresses for good (a complaint or an
+/// unsubscribe while an operator's pause is on must outlast the pause). An active entry
+/// for good keeps its first reason: a complaint after a hard bounce changes nothing that
+/// matters to sending. True when the list changed.
 async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
     executor: E,
     entry: &NewSuppression,
     actor: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
+) -> Result<bool, sqlx::Error> {
+    let changed = sqlx::query(concat!(
         "INSERT INTO outbox_suppressions \
              (address, reason, source, detail, message_id, created_by, suppressed_until) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -177,9 +272,11 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
              message_id = excluded.message_id, created_at = now(), \
              created_by = excluded.created_by, suppressed_until = excluded.suppressed_until \
          WHERE excluded.created_by IS NOT NULL \
-            OR (outbox_suppressions.suppressed_until IS NOT NULL \
-                AND outbox_suppressions.suppressed_until <= now())",
-    )
+            OR (outbox_suppressions.suppressed_until <= now()) \
+            OR (excluded.suppressed_until IS NULL AND ",
+        super::replaced_for_good!(),
+        ")"
+    ))
     .bind(&entry.address)
     .bind(entry.reason.as_str())
     .bind(entry.source.as_str())
@@ -188,6 +285,7 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
     .bind(actor)
     .bind(entry.until)
     .execute(executor)
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected();
+    Ok(changed > 0)
 }

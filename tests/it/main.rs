@@ -13,6 +13,7 @@ mod exposure;
 mod failures;
 mod helpers;
 mod hostile;
+mod intake;
 mod observability;
 mod policy;
 mod reliability;

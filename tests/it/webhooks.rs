@@ -93,7 +93,7 @@ impl CertificateHost {
     /// An SNS message of `kind`, signed over the fields AWS documents, in their order.
     fn message(&self, kind: &str, fields: &[(&str, &str)], version: &str) -> Value {
         let mut message = json!({
-            "Type": kind, "MessageId": "9b0e1c3c-0000-4000-8000-000000000001",
+            "Type": kind, "MessageId": uuid::Uuid::new_v4().to_string(),
             "TopicArn": TOPIC,
             "Timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "SignatureVersion": version,
@@ -138,23 +138,47 @@ impl Drop for CertificateHost {
     }
 }
 
-async fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> HttpResponse {
+pub(crate) async fn post(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse {
     http_full(addr, "POST", path, headers, body).await.unwrap()
 }
 
-async fn suppressed(db: &TestDb, address: &str) -> Option<(SuppressionReason, String)> {
+pub(crate) async fn suppressed(db: &TestDb, address: &str) -> Option<(SuppressionReason, String)> {
     suppressions::get(&db.pool, address)
         .await
         .unwrap()
         .map(|s| (s.reason.0, s.source))
 }
 
-async fn feedback_of(db: &TestDb, id: i64) -> Option<String> {
+pub(crate) async fn feedback_of(db: &TestDb, id: i64) -> Option<String> {
     sqlx::query_scalar("SELECT feedback FROM outbox_messages WHERE id = $1")
         .bind(id)
         .fetch_one(&db.pool)
         .await
         .unwrap()
+}
+
+/// outboxd taking the test topic's notifications, with certificates from `host`; and the
+/// address of its webhooks.
+async fn sns_app(db: &TestDb, ca: &TestCa, host: &CertificateHost) -> (outboxd::app::App, String) {
+    let ca_file = ca.path("ca.pem");
+    let hosts = format!("localhost:{}", host.port);
+    let flags = [
+        "--sns-topic-arns",
+        TOPIC,
+        "--sns-certificate-hosts",
+        &hosts,
+        "--sns-ca-file",
+        &ca_file,
+    ];
+    let mut app = app(db, None, &flags).await;
+    app.spawn_background(tokio_util::sync::CancellationToken::new());
+    let addr = app.admin_addr().expect("webhooks served").to_string();
+    (app, addr)
 }
 
 #[tokio::test]
@@ -163,23 +187,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
     let db = TestDb::new().await;
     let ca = TestCa::new();
     let host = CertificateHost::start(&ca);
-    let ca_file = ca.path("ca.pem");
-    let hosts = format!("localhost:{}", host.port);
-    let mut app = app(
-        &db,
-        None,
-        &[
-            "--sns-topic-arns",
-            TOPIC,
-            "--sns-certificate-hosts",
-            &hosts,
-            "--sns-ca-file",
-            &ca_file,
-        ],
-    )
-    .await;
-    app.spawn_background(tokio_util::sync::CancellationToken::new());
-    let addr = app.admin_addr().expect("webhooks served").to_string();
+    let (app, addr) = sns_app(&db, &ca, &host).await;
     let id = db
         .enqueue(
             "account_verification",
@@ -291,22 +299,26 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         &[("Message", &other.to_string()), ("Timestamp", &stale_time)],
         "2",
     );
-    for (forged, says) in [
-        (&stale, "more than an hour old"),
-        (&changed, "does not verify"),
-        (&topic, "not in OUTBOXD_SNS_TOPIC_ARNS"),
-        (&elsewhere, "not https on an SNS host"),
-        (&plain_http, "not https on an SNS host"),
-        (&other_port, "not https on an SNS host"),
-        (&with_query, "without a query"),
-        (&not_pem, "not a .pem file"),
-        (&version, "unknown SignatureVersion"),
-        (&off_host, "not https on an SNS host"),
+    // Each is refused with the same answer, which tells an unknown topic from a known
+    // one no more than it tells any other check.
+    let mut answers = std::collections::BTreeSet::new();
+    for forged in [
+        &stale,
+        &changed,
+        &topic,
+        &elsewhere,
+        &plain_http,
+        &other_port,
+        &with_query,
+        &not_pem,
+        &version,
+        &off_host,
     ] {
         let refused = post(&addr, "/webhooks/sns", &[], &forged.to_string()).await;
-        assert_eq!(refused.status, 401, "{}", refused.body);
-        assert!(refused.body.contains(says), "{}", refused.body);
+        assert_eq!(refused.status, 401, "{forged}: {}", refused.body);
+        answers.insert(refused.body);
     }
+    assert_eq!(answers.len(), 1, "{answers:?}");
     let not_json = post(&addr, "/webhooks/sns", &[], "hello").await;
     assert_eq!(not_json.status, 400);
     let huge = "x".repeat(600 * 1024);
@@ -327,6 +339,47 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
             .unwrap_or_else(|| panic!("{series} missing"));
         assert!(value >= 1.0, "{series}");
     }
+}
+
+#[tokio::test]
+async fn a_garbage_signed_flood_on_a_cold_certificate_cache_refuses_no_real_notification() {
+    let db = TestDb::new().await;
+    let ca = TestCa::new();
+    let host = CertificateHost::start(&ca);
+    let (_app, addr) = sns_app(&db, &ca, &host).await;
+    let complaint = json!({"notificationType": "Complaint",
+        "complaint": {"complainedRecipients": [{"emailAddress": "real@example.com"}]}, "mail": {}});
+    let real = host.message("Notification", &[("Message", &complaint.to_string())], "2");
+    // Right topic, fresh, a signature of the right size that does not verify, and the real
+    // certificate's URL with a fragment of its own (which once forced a fetch each).
+    let flood: Vec<_> = (0..30)
+        .map(|n| {
+            let mut forged = real.clone();
+            forged["MessageId"] = json!(format!("forged-{n}"));
+            forged["Signature"] =
+                json!(base64::engine::general_purpose::STANDARD.encode([7u8; 256]));
+            forged["SigningCertURL"] =
+                json!(host.url(&format!("/SimpleNotificationService-test.pem#{n}")));
+            let addr = addr.clone();
+            tokio::spawn(
+                async move { post(&addr, "/webhooks/sns", &[], &forged.to_string()).await },
+            )
+        })
+        .collect();
+    let answered = post(&addr, "/webhooks/sns", &[], &real.to_string()).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    for forged in flood {
+        assert_ne!(forged.await.unwrap().status, 200);
+    }
+    assert_eq!(
+        suppressed(&db, "real@example.com").await.map(|s| s.0),
+        Some(SuppressionReason::Complaint)
+    );
+    let fetches = host
+        .requests()
+        .matches("SimpleNotificationService-test.pem")
+        .count();
+    assert_eq!(fetches, 1, "{}", host.requests());
 }
 
 fn basic(credentials: &str) -> String {
@@ -419,7 +472,7 @@ async fn postmark_webhooks_need_their_credentials_and_suppress_hard_bounces_and_
 }
 
 /// HMAC-SHA256 with openssl, as a Standard Webhooks sender computes it.
-fn standard_signature(secret: &[u8], id: &str, timestamp: &str, body: &str) -> String {
+pub(crate) fn standard_signature(secret: &[u8], id: &str, timestamp: &str, body: &str) -> String {
     let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     let mut child = Command::new("openssl")
         .args([
@@ -495,7 +548,7 @@ async fn the_standard_webhook_takes_signed_bounces_complaints_and_unsubscribes_a
             SuppressionReason::Unsubscribe,
         ),
     ] {
-        let answered = send(event, "msg_1", &now, None).await;
+        let answered = send(event, &format!("msg_{address}"), &now, None).await;
         assert_eq!(answered.status, 200, "{}", answered.body);
         assert_eq!(suppressed(&db, address).await.map(|s| s.0), Some(reason));
     }
@@ -513,7 +566,7 @@ async fn the_standard_webhook_takes_signed_bounces_complaints_and_unsubscribes_a
         ),
         (
             send(victim.clone(), "msg_2", &now, Some("v1,AAAA".into())).await,
-            "verifies",
+            "no v1 signature of 32 bytes",
         ),
     ] {
         assert_eq!(response.status, 401, "{}", response.body);

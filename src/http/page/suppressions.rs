@@ -32,8 +32,7 @@ pub(super) async fn rows(
 ) -> anyhow::Result<(Vec<Value>, Option<String>)> {
     let search = search.map(str::trim).filter(|s| !s.is_empty());
     let after = after.filter(|s| !s.is_empty());
-    let page =
-        suppressions::list(pool, search.map(str::to_lowercase).as_deref(), after, SHOWN).await?;
+    let page = suppressions::list(pool, search, after, SHOWN).await?;
     let next = (i64::try_from(page.len()).unwrap_or(i64::MAX) >= SHOWN)
         .then(|| page.last().map(|s| s.address.clone()))
         .flatten();
