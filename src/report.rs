@@ -3,12 +3,22 @@
 use crate::store::admin::DeadLetter;
 use crate::store::stats::Stats;
 use crate::store::suppressions::Suppression;
-use crate::text::cut_with_ellipsis;
+use crate::text::{cut_with_ellipsis, printable};
 
-/// Columns padded to their widest cell; the last column is left ragged.
+/// Columns padded to their widest cell; the last column is left ragged. What producers
+/// and providers wrote (kinds, recipients, errors, details) reaches the operator's terminal
+/// with its control and reordering characters escaped.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| printable(cell).into_owned())
+                .collect()
+        })
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
@@ -26,7 +36,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(&mut header.iter().copied());
-    for row in rows {
+    for row in &rows {
         line(&mut row.iter().map(String::as_str));
     }
     out

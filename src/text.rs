@@ -49,6 +49,19 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     )
 }
 
+/// Like [`printable`], keeping line breaks and tabs: a body shown on a terminal.
+pub fn printable_lines(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            line.split('\t')
+                .map(|part| printable(part.strip_suffix('\r').unwrap_or(part)).into_owned())
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A URL fit for logs: the password, if any, replaced by `***`; anything unparseable
 /// replaced whole, since it may hold a password where a parser cannot see it.
 pub fn redact_url(raw: &str) -> String {
@@ -123,6 +136,7 @@ mod tests {
             printable("invoice\u{202E}fdp.exe"),
             "invoice\\u{202e}fdp.exe"
         );
+        assert_eq!(printable_lines("a\tb\r\n\x1b[2Jc"), "a\tb\n\\u{1b}[2Jc");
     }
 
     #[test]

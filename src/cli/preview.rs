@@ -10,6 +10,7 @@ use lettre::message::Mailbox;
 
 use crate::config::DEV_FROM;
 use crate::render::Renderer;
+use crate::text::{printable, printable_lines};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("part").args(["html", "text", "raw"])))]
@@ -71,13 +72,13 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
         use std::io::Write as _;
         std::io::stdout().write_all(&preview.raw)?;
     } else if args.text {
-        print!("{}", preview.parts.text);
+        print!("{}", printable_lines(&preview.parts.text));
     } else if args.html {
         let html = preview
             .parts
             .html
             .with_context(|| format!("kind {} has no body.html", args.kind))?;
-        print!("{html}");
+        print!("{}", printable_lines(&html));
     } else {
         let raw = String::from_utf8_lossy(&preview.raw);
         let headers = raw.split("\r\n\r\n").next().unwrap_or_default();
@@ -87,14 +88,17 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
             .iter()
             .map(ToString::to_string)
             .collect();
-        println!("{}", headers.replace("\r\n", "\n"));
+        println!("{}", printable_lines(headers));
         println!(
             "\n--- envelope recipients (RCPT TO, not a header) ---\n{}",
-            recipients.join(", ")
+            printable(&recipients.join(", "))
         );
-        println!("\n--- text/plain ---\n{}", preview.parts.text);
+        println!(
+            "\n--- text/plain ---\n{}",
+            printable_lines(&preview.parts.text)
+        );
         if let Some(html) = &preview.parts.html {
-            println!("--- text/html ---\n{html}");
+            println!("--- text/html ---\n{}", printable_lines(html));
         }
     }
     Ok(())

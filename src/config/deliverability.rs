@@ -120,18 +120,27 @@ impl DeliverabilityArgs {
         ) {
             (None, None, None) => Ok(None),
             (Some(domain), Some(selector), Some(path)) => {
-                let pem = std::fs::read_to_string(path).with_context(|| {
+                let (pem, mode) = read_key_file(path).with_context(|| {
                     format!(
                         "cannot read --dkim-private-key-file / OUTBOXD_DKIM_PRIVATE_KEY_FILE {}",
                         path.display()
                     )
                 })?;
-                DkimKey::new(domain, selector, pem).map(Some).map_err(|e| {
+                let key = DkimKey::new(domain, selector, pem).map_err(|e| {
                     anyhow::anyhow!(
                         "invalid DKIM settings (OUTBOXD_DKIM_DOMAIN, OUTBOXD_DKIM_SELECTOR, OUTBOXD_DKIM_PRIVATE_KEY_FILE {}): {e}",
                         path.display()
                     )
-                })
+                })?;
+                // Not refused: Kubernetes mounts a Secret 0644 unless told otherwise.
+                if mode & 0o004 != 0 {
+                    tracing::warn!(
+                        path = %path.display(),
+                        mode = format!("{:o}", mode & 0o777),
+                        "the DKIM private key file is readable by every user of this machine: make it 0600 or 0400 (in Kubernetes, defaultMode: 0400)"
+                    );
+                }
+                Ok(Some(key))
             }
             _ => bail!(
                 "DKIM needs all of OUTBOXD_DKIM_DOMAIN, OUTBOXD_DKIM_SELECTOR and OUTBOXD_DKIM_PRIVATE_KEY_FILE"
@@ -194,4 +203,31 @@ impl DeliverabilityArgs {
             standard,
         })
     }
+}
+
+/// The largest key file read: an RSA key of 8 192 bits is under 7 KB of PEM.
+const MAX_KEY_FILE_BYTES: u64 = 64 * 1024;
+
+/// Reads a private key file, and its mode: a regular file of at most
+/// [`MAX_KEY_FILE_BYTES`] (a path to `/dev/zero` once read until memory ran out).
+fn read_key_file(path: &std::path::Path) -> anyhow::Result<(String, u32)> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        bail!("not a regular file");
+    }
+    if metadata.len() > MAX_KEY_FILE_BYTES {
+        bail!(
+            "{} bytes: a key file is at most {MAX_KEY_FILE_BYTES}",
+            metadata.len()
+        );
+    }
+    let mut pem = String::new();
+    file.take(MAX_KEY_FILE_BYTES + 1).read_to_string(&mut pem)?;
+    if pem.len() as u64 > MAX_KEY_FILE_BYTES {
+        bail!("longer than {MAX_KEY_FILE_BYTES} bytes");
+    }
+    Ok((pem, metadata.permissions().mode()))
 }

@@ -28,10 +28,14 @@ const RESERVED: &[&str] = &[
     "subject",
     "to",
     "x-outbox-id",
+    "x-pm-metadata-outbox_id",
 ];
 
 /// The longest value a declared header may render to.
 const MAX_HEADER_CHARS: usize = 2000;
+/// The longest line of a header (RFC 5322 2.1.1), its name and `: ` included: an ASCII
+/// value is not folded where it has no space, so a longer one would break the line limit.
+const MAX_HEADER_LINE_OCTETS: usize = 998;
 /// The longest attachment filename.
 const MAX_FILENAME_CHARS: usize = 255;
 
@@ -41,6 +45,9 @@ pub(super) struct DeclaredHeader {
     pub name: String,
     /// The template's name in the environment.
     pub template: String,
+    /// How many `<` its template writes: a `List-*` header rendered with more holds a URI
+    /// that a payload value added (`x>, <https://elsewhere`).
+    pub angle_brackets: usize,
 }
 
 /// Reads `<kind>/headers.txt`: one `Name: value template` per line; blank lines and lines
@@ -81,6 +88,7 @@ pub(super) fn parse_headers_file(
         let header = DeclaredHeader {
             name: name.to_owned(),
             template: format!("{kind}/headers.txt#{name}"),
+            angle_brackets: value.matches('<').count(),
         };
         headers.push((header, value.trim().to_owned()));
     }
@@ -89,10 +97,31 @@ pub(super) fn parse_headers_file(
 
 /// A declared header's rendered value as a header, or `None` when it rendered empty (so a
 /// template can leave a header out: `{% if unsubscribe_url %}...{% endif %}`).
-pub(super) fn header_value(name: &str, rendered: &str) -> Result<Option<HeaderValue>, RenderError> {
+pub(super) fn header_value(
+    declared: &DeclaredHeader,
+    rendered: &str,
+) -> Result<Option<HeaderValue>, RenderError> {
+    let name = declared.name.as_str();
     let value = rendered.trim();
     if value.is_empty() {
         return Ok(None);
+    }
+    let refused = |reason: String| RenderError::Declared {
+        what: format!("header {name}"),
+        reason,
+        class: "render",
+    };
+    if value.is_ascii() && name.len() + 2 + value.len() > MAX_HEADER_LINE_OCTETS {
+        return Err(refused(format!(
+            "renders a line longer than {MAX_HEADER_LINE_OCTETS} octets"
+        )));
+    }
+    if name.to_ascii_lowercase().starts_with("list-")
+        && value.matches('<').count() > declared.angle_brackets
+    {
+        return Err(refused(
+            "holds more URIs than its template writes: a payload value added one".to_owned(),
+        ));
     }
     if has_control(value) {
         return Err(RenderError::Declared {
@@ -170,6 +199,19 @@ pub(super) fn attachments(
     Ok(parts)
 }
 
+/// A type and a subtype, nothing more (RFC 6838's restricted names): parameters
+/// (`; charset=`, `; name=`) would let a payload contradict the part outboxd builds.
+fn is_bare_mime_type(text: &str) -> bool {
+    let is_name = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    text.split_once('/')
+        .is_some_and(|(kind, subtype)| is_name(kind) && is_name(subtype))
+}
+
 /// One attachment as a MIME part, with its decoded size.
 fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError> {
     let invalid = |reason: String| RenderError::Declared {
@@ -179,7 +221,7 @@ fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError
     };
     let injection = |field: &str| RenderError::Declared {
         what: format!("attachments[{i}].{field}"),
-        reason: "contains a line break or another control character".to_owned(),
+        reason: "contains a line break, a control or a bidirectional character".to_owned(),
         class: "header_injection",
     };
     let field = |name: &str| {
@@ -193,12 +235,17 @@ fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError
             "filename must be 1 to {MAX_FILENAME_CHARS} characters"
         )));
     }
-    if filename.chars().any(char::is_control) {
+    if filename.chars().any(crate::text::is_unsafe_to_show) {
         return Err(injection("filename"));
     }
     let content_type = field("content_type")?;
     if content_type.chars().any(char::is_control) {
         return Err(injection("content_type"));
+    }
+    if !is_bare_mime_type(content_type) {
+        return Err(invalid(
+            "content_type must be a MIME type without parameters (type/subtype)".to_owned(),
+        ));
     }
     // A part of its own, never a MIME structure or a whole email inside the payload's.
     let essence = content_type

@@ -151,6 +151,13 @@ impl Default for RenderLimits {
     }
 }
 
+/// What one template may spend on one render: about a million instructions, or 64 MB of
+/// values (minijinja's fuel). A template that loops on a payload value (`range(n)`, nested
+/// loops over a list) once rendered for 20 s and more, holding its send; now it stops, and
+/// the message is a dead letter of class `render`. The built-in templates spend a few
+/// hundred.
+const TEMPLATE_FUEL: u64 = 1_000_000;
+
 /// A subject longer than this is a template's bug; a header line may not pass 998 octets.
 const MAX_SUBJECT_CHARS: usize = 500;
 
@@ -202,6 +209,7 @@ impl Renderer {
     ) -> Result<Self, TemplateLoadError> {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         let mut names = BTreeSet::new();
         let mut headers_files = BTreeMap::new();
         let builtin = BUILTIN_TEMPLATES
@@ -339,11 +347,17 @@ impl Renderer {
             .from(self.from.clone())
             .subject(&subject)
             .message_id(Some(self.message_id(id)))
-            .header(XOutboxId(id));
+            .header(XOutboxId(id))
+            // Postmark hands this back as the `outbox_id` metadata of its bounce and
+            // complaint webhooks, which is how they find the row; it strips it on delivery.
+            .raw_header(HeaderValue::new(
+                HeaderName::new_from_ascii_str("X-PM-Metadata-outbox_id"),
+                id.to_string(),
+            ));
         builder = addresses::add(builder, payload, &self.from)?;
         for header in self.declared.get(kind).into_iter().flatten() {
             let value = self.render_template(&header.template, &context)?;
-            if let Some(value) = extras::header_value(&header.name, &value)? {
+            if let Some(value) = extras::header_value(header, &value)? {
                 builder = builder.raw_header(value);
             }
         }

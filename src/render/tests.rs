@@ -168,3 +168,105 @@ fn control_characters_are_refused_in_subjects_and_addresses() {
     let refused = renderer().render(1, "workspace_invite", &long).unwrap_err();
     assert!(refused.to_string().contains("at most 500"), "{refused}");
 }
+
+/// A renderer with one kind of the test's own, `k`, whose files are given.
+fn renderer_with(files: &[(&str, &str)]) -> Renderer {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("k")).unwrap();
+    for (name, source) in [("subject.txt", "Hi"), ("body.txt", "Body")]
+        .iter()
+        .chain(files)
+    {
+        std::fs::write(dir.path().join("k").join(name), source).unwrap();
+    }
+    Renderer::new(
+        Some(dir.path()),
+        "Outbox <outbox@example.com>".parse().unwrap(),
+        "example.com".into(),
+    )
+    .unwrap()
+}
+
+fn reason(error: &RenderError) -> String {
+    error.to_string()
+}
+
+#[test]
+fn a_declared_header_may_not_render_past_the_line_limit() {
+    let renderer = renderer_with(&[("headers.txt", "X-Campaign: {{ tag }}")]);
+    let fits = json!({"to": "a@example.com", "tag": "x".repeat(980)});
+    assert!(renderer.render(1, "k", &fits).is_ok());
+    let long = json!({"to": "a@example.com", "tag": "x".repeat(1500)});
+    let error = renderer.render(1, "k", &long).unwrap_err();
+    assert!(reason(&error).contains("998 octets"), "{error}");
+}
+
+#[test]
+fn a_payload_value_cannot_add_a_uri_to_list_unsubscribe() {
+    let renderer = renderer_with(&[("headers.txt", "List-Unsubscribe: <{{ unsubscribe_url }}>")]);
+    let honest = json!({"to": "a@example.com", "unsubscribe_url": "https://x.example/u?t=1"});
+    let sent = formatted(&renderer.render(1, "k", &honest).unwrap());
+    assert!(
+        sent.contains("List-Unsubscribe: <https://x.example/u?t=1>"),
+        "{sent}"
+    );
+    let added = json!({"to": "a@example.com",
+        "unsubscribe_url": "https://x.example/u>, <https://elsewhere.test/track"});
+    let error = renderer.render(1, "k", &added).unwrap_err();
+    assert!(reason(&error).contains("more URIs"), "{error}");
+}
+
+#[test]
+fn attachment_names_may_not_reorder_text_and_types_take_no_parameters() {
+    let renderer = renderer();
+    let with = |filename: &str, content_type: &str| {
+        json!({"to": "a@example.com", "name": "A", "verify_url": "u",
+               "attachments": [{"filename": filename, "content_type": content_type,
+                                "content_base64": "aGVsbG8="}]})
+    };
+    assert!(
+        renderer
+            .render(1, "account_verification", &with("a.txt", "text/plain"))
+            .is_ok()
+    );
+    for (filename, content_type) in [
+        ("invoice\u{202E}fdp.exe", "application/pdf"),
+        ("a\u{2066}b.pdf", "application/pdf"),
+        ("a.txt", "text/plain; charset=utf-7"),
+        ("a.txt", "text/plain; name=\"other.exe\""),
+        ("a.txt", "text"),
+    ] {
+        let payload = with(filename, content_type);
+        assert!(
+            renderer
+                .render(1, "account_verification", &payload)
+                .is_err(),
+            "{filename:?} {content_type:?} accepted"
+        );
+    }
+}
+
+#[test]
+fn a_template_that_loops_on_a_payload_value_stops() {
+    let renderer = renderer_with(&[(
+        "body.txt",
+        "{% for i in range(n) %}{% for j in range(n) %}.{% endfor %}{% endfor %}",
+    )]);
+    let small = json!({"to": "a@example.com", "n": 10});
+    assert!(renderer.render(1, "k", &small).is_ok());
+    let huge = json!({"to": "a@example.com", "n": 100000});
+    let error = renderer.render(1, "k", &huge).unwrap_err();
+    assert!(reason(&error).contains("fuel"), "{error}");
+    assert_eq!(error.error_class(), "render");
+}
+
+#[test]
+fn postmark_is_told_the_row_of_each_email() {
+    let payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://x/v"});
+    let sent = formatted(
+        &renderer()
+            .render(7, "account_verification", &payload)
+            .unwrap(),
+    );
+    assert!(sent.contains("X-PM-Metadata-outbox_id: 7\r\n"), "{sent}");
+}

@@ -219,8 +219,25 @@ def promtool_rules(doc: dict, where: str) -> list[str]:
     return [f"{where}: its {count} rules pass promtool check rules and tests/alerts/outboxd.rules.test.yml"]
 
 
+def network_policy_ports(docs: list[tuple[dict, str]]) -> list[str]:
+    """The NetworkPolicy admits each port the Deployment declares, by the names it declares,
+    so that renaming a port cannot leave the webhooks or the scrape unreachable."""
+    policies = [(doc, where) for doc, where in docs if doc["kind"] == "NetworkPolicy"]
+    deployments = [doc for doc, _ in docs if doc["kind"] == "Deployment"]
+    check(bool(policies), "deploy/kubernetes has no NetworkPolicy for outboxd's ports")
+    declared = {p["name"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]
+                for p in c.get("ports", [])}
+    notes = []
+    for policy, where in policies:
+        admitted = {p["port"] for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])}
+        check(admitted == declared, f"{where}: admits ports {sorted(admitted)}, the Deployment declares {sorted(declared)}")
+        notes.append(f"{where}: admits exactly the Deployment's ports {sorted(declared)}")
+    return notes
+
+
 def body(args) -> list[str]:
     notes = []
+    base_docs = []
     files = manifests()
     check(bool(files), "no manifests found under deploy/")
     seen = 0
@@ -233,9 +250,12 @@ def body(args) -> list[str]:
             restricted(doc, where)
             notes.append(f"{where}: {what}")
             seen += 1
+            if rel(path).startswith("deploy/kubernetes/"):
+                base_docs.append((doc, where))
             if doc["kind"] == "PrometheusRule":
                 notes.extend(promtool_rules(doc, where))
     check(seen > 0, "no Kubernetes objects found under deploy/")
+    notes.extend(network_policy_ports(base_docs))
     return notes
 
 

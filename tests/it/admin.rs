@@ -856,6 +856,50 @@ async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
 }
 
 #[tokio::test]
+async fn what_producers_wrote_reaches_an_operators_terminal_escaped() {
+    let db = TestDb::new().await;
+    // A kind, a recipient and an error that would clear the screen, colour it, or reorder
+    // what it shows.
+    let hostile = "x\u{1b}[2J\u{1b}[31mred\u{202E}";
+    dead_letter(&db, hostile, hostile, &format!("{hostile}@example.com")).await;
+    for args in [&["dead-letters", "list"][..], &["stats"][..]] {
+        let output = outboxd()
+            .args(args)
+            .args(["--database-url", &db.url])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}");
+        let shown = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{202E}'),
+            "{args:?}: {shown:?}"
+        );
+        assert!(shown.contains("\\u{1b}[2J"), "{args:?}: {shown}");
+    }
+    let payload = json!({"to": "a@example.com", "name": "\u{1b}]0;owned\u{7}", "verify_url": "u"});
+    let output = outboxd()
+        .args([
+            "preview",
+            "--kind",
+            "account_verification",
+            "--payload",
+            &payload.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !shown.contains('\u{1b}') && shown.contains("\\u{1b}]0;owned"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
 async fn the_cli_lists_shows_retries_and_discards_dead_letters() {
     let db = TestDb::new().await;
     let a = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;

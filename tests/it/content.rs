@@ -6,7 +6,7 @@ use std::process::Command;
 use base64::Engine as _;
 use serde_json::json;
 
-use crate::helpers::{SmtpServer, TestDb, app, assert_refused, outboxd, python};
+use crate::helpers::{Outboxd, SmtpServer, TestDb, app, assert_refused, outboxd, python};
 
 /// An RSA private key of `bits` made with openssl, in PKCS#1 PEM.
 fn rsa_key(path: &std::path::Path, bits: &str) {
@@ -160,6 +160,17 @@ async fn a_dkim_key_that_cannot_sign_stops_outboxd_before_it_starts() {
             ],
             "cannot read --dkim-private-key-file",
         ),
+        (
+            vec![
+                "--dkim-domain",
+                "example.test",
+                "--dkim-selector",
+                "s1",
+                "--dkim-private-key-file",
+                "/dev/zero",
+            ],
+            "not a regular file",
+        ),
         (vec!["--dkim-domain", "example.test"], "DKIM needs all of"),
         (
             vec!["--max-attachment-bytes", "4MiB"],
@@ -196,6 +207,37 @@ async fn a_dkim_key_that_cannot_sign_stops_outboxd_before_it_starts() {
         assert_refused(&output, says);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn a_dkim_key_every_user_may_read_is_used_with_a_warning() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let db = TestDb::new().await;
+    let keys = DkimKeyPair::new();
+    let key = keys.key_path();
+    for (mode, warned) in [(0o600, false), (0o644, true)] {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let outboxd = Outboxd::start(
+            &db.url,
+            &[
+                "--dkim-domain",
+                "example.test",
+                "--dkim-selector",
+                "s1",
+                "--dkim-private-key-file",
+                &key,
+            ],
+            &[],
+        )
+        .await;
+        outboxd.sigterm();
+        let (_, stderr) = outboxd.wait(std::time::Duration::from_secs(30));
+        assert_eq!(
+            stderr.contains("readable by every user"),
+            warned,
+            "{mode:o}: {stderr}"
+        );
     }
 }
 
