@@ -159,10 +159,14 @@ impl App {
     /// The HTTP servers: metrics and probes, and the admin surface with them or apart.
     fn spawn_http(&mut self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
-        let admin =
-            self.config.admin_token.as_ref().map(|token| {
-                http::admin_router(self.surface_pool.clone(), token, self.kinds.clone())
-            });
+        let admin = self.config.admin_token.as_ref().map(|token| {
+            http::admin_router(
+                self.surface_pool.clone(),
+                token,
+                self.kinds.clone(),
+                self.config.admin_hosts.clone(),
+            )
+        });
         // The webhooks go where the admin surface goes: providers reach them there.
         let webhooks = http::webhooks::router(
             self.surface_pool.clone(),
@@ -261,6 +265,14 @@ impl App {
         }
         if let Some(address) = self.admin_addr.filter(|_| self.config.feedback.any()) {
             info!(%address, "serving the bounce and complaint webhooks (/webhooks/...)");
+            if self.config.admin_listen.is_none() {
+                // Providers reach the webhooks from the internet; /metrics tells whoever
+                // reads it when mail was suppressed and why (docs/webhooks.md).
+                warn!(
+                    %address,
+                    "the webhooks share OUTBOXD_LISTEN with /metrics and the probes: publish them on OUTBOXD_ADMIN_LISTEN and keep OUTBOXD_LISTEN off the internet"
+                );
+            }
         }
         let background_stop = CancellationToken::new();
         let background = self.spawn_background(background_stop.clone());

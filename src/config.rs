@@ -2,6 +2,7 @@
 //! then validated as a whole into typed settings before anything starts. The settings
 //! types belong to the modules they configure; this module only builds them.
 
+use crate::http::auth::AdminHosts;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -172,6 +173,12 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
 
+    /// Host names the admin page and API answer to, besides IP addresses and localhost
+    /// (comma-separated, e.g. admin.example.com; * for any): a request naming another
+    /// host gets 421, so that a page reached through DNS rebinding cannot use them.
+    #[arg(long, env = "OUTBOXD_ADMIN_HOSTS", default_value = "", value_parser = parse_admin_hosts)]
+    pub admin_hosts: AdminHosts,
+
     /// Delete dispatched and discarded rows older than this (e.g. 7d, 12h); 0 keeps them forever.
     /// Dead letters that are not discarded are never deleted.
     #[arg(long, env = "OUTBOXD_RETENTION", default_value = "7d", value_parser = parse_retention)]
@@ -263,6 +270,7 @@ pub struct RunConfig {
     /// `None`: the admin page and API are off.
     pub admin_token: Option<SecretString>,
     pub admin_listen: Option<SocketAddr>,
+    pub admin_hosts: AdminHosts,
     pub retention: Retention,
     /// Signs every email when set.
     pub dkim: Option<DkimKey>,
@@ -328,6 +336,7 @@ impl RunArgs {
             sample_interval: self.sample_interval,
             admin_token,
             admin_listen: self.admin_listen,
+            admin_hosts: self.admin_hosts.clone(),
             retention: self.retention,
             shutdown_timeout: self.shutdown_timeout,
             dkim: self.deliverability.dkim()?,
@@ -516,6 +525,10 @@ pub fn parse_duration_up_to<const MAX_SECONDS: u64>(value: &str) -> Result<Durat
         ));
     }
     Ok(duration)
+}
+
+fn parse_admin_hosts(text: &str) -> Result<AdminHosts, String> {
+    AdminHosts::parse(text)
 }
 
 /// `0` keeps rows forever; anything else is a duration such as `7d` or `12h`.

@@ -167,3 +167,106 @@ pub async fn require_basic(
     request.extensions_mut().insert(Actor(user));
     next.run(request).await
 }
+
+/// The names the admin surface answers to in a request's `Host`, besides IP literals and
+/// `localhost`. A page that a browser reaches by a name of the attacker's that resolves to
+/// this address (DNS rebinding) is the attacker's origin, whose scripts could use a token
+/// they know (the compose file's, say): such a request is refused with 421.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminHosts {
+    names: Vec<String>,
+    any: bool,
+}
+
+impl AdminHosts {
+    /// A comma-separated list of host names (no port); `*` allows any name.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut hosts = Self::default();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if name == "*" {
+                hosts.any = true;
+                continue;
+            }
+            let valid = name.split('.').all(|label| {
+                !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+            if !valid {
+                return Err(format!("{name:?} is not a host name (without a port)"));
+            }
+            hosts.names.push(name.to_ascii_lowercase());
+        }
+        Ok(hosts)
+    }
+
+    /// Whether a request with this `Host` may reach the admin surface; one without a
+    /// `Host` (no browser sends such a request) may.
+    fn allows(&self, host: Option<&str>) -> bool {
+        let Some(host) = host.map(str::trim) else {
+            return true;
+        };
+        let name = match host.strip_prefix('[') {
+            Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+            None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        self.any
+            || name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || name.ends_with(".localhost")
+            || self.names.contains(&name)
+    }
+}
+
+/// Admin requests must name this server in `Host` (see [`AdminHosts`]).
+pub async fn require_known_host(
+    State(hosts): State<Arc<AdminHosts>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    if hosts.allows(host) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        "this Host is not one the admin surface answers to: add it to OUTBOXD_ADMIN_HOSTS\n",
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AdminHosts;
+
+    #[test]
+    fn the_admin_surface_answers_to_addresses_localhost_and_the_names_given() {
+        let hosts = AdminHosts::parse("admin.example.com, outboxd-admin").unwrap();
+        for allowed in [
+            None,
+            Some("127.0.0.1:9899"),
+            Some("[::1]:9899"),
+            Some("10.1.2.3"),
+            Some("localhost:9899"),
+            Some("Admin.Example.com"),
+            Some("outboxd-admin:9899"),
+        ] {
+            assert!(hosts.allows(allowed), "{allowed:?}");
+        }
+        for refused in [
+            Some("rebind.attacker.test:9899"),
+            Some("example.com"),
+            Some(""),
+        ] {
+            assert!(!hosts.allows(refused), "{refused:?}");
+        }
+        assert!(
+            AdminHosts::parse("*")
+                .unwrap()
+                .allows(Some("anything.test"))
+        );
+        assert!(AdminHosts::parse("host:9899").is_err());
+    }
+}

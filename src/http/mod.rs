@@ -62,7 +62,12 @@ pub struct AdminState {
 }
 
 /// The admin API (Bearer token) and page (HTTP Basic), both behind the admin token.
-pub fn admin_router(pool: PgPool, token: &SecretString, kinds: Vec<String>) -> Router {
+pub fn admin_router(
+    pool: PgPool,
+    token: &SecretString,
+    kinds: Vec<String>,
+    hosts: auth::AdminHosts,
+) -> Router {
     let auth = Arc::new(auth::AdminAuth::new(token));
     let state = AdminState {
         pool,
@@ -84,6 +89,10 @@ pub fn admin_router(pool: PgPool, token: &SecretString, kinds: Vec<String>) -> R
     let admin = api
         .merge(page)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            auth::require_known_host,
+        ))
         .layer(axum::middleware::map_response(defensive_headers));
     refusing_bodies_over(admin, MAX_ADMIN_BODY_BYTES as u64)
 }

@@ -357,3 +357,55 @@ async fn refused_requests_are_not_echoed_and_are_logged_once_escaped() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn the_admin_surface_answers_only_to_the_hosts_it_knows() {
+    let db = TestDb::new().await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let outboxd = Outboxd::start(
+        &db.url,
+        &[
+            "--admin-listen",
+            &admin,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--admin-hosts",
+            "admin.example.com",
+        ],
+        &[],
+    )
+    .await;
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    for (host, status) in [
+        ("127.0.0.1", 200),
+        ("localhost:9899", 200),
+        ("admin.example.com", 200),
+        // A name of an attacker's that resolves to this address: DNS rebinding.
+        ("rebind.attacker.test:9899", 421),
+    ] {
+        let answered = crate::helpers::http_full(
+            &admin,
+            "GET",
+            "/api/v1/stats",
+            &[("Host", host), ("Authorization", &bearer)],
+            "",
+        )
+        .await
+        .unwrap();
+        assert_eq!(answered.status, status, "{host}: {}", answered.body);
+    }
+    drop(outboxd);
+}
+
+#[tokio::test]
+async fn webhooks_that_share_the_metrics_listener_are_warned_of() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (outboxd, _) = with_webhooks(&db, &smtp, false).await;
+    outboxd.sigterm();
+    let (_, stderr) = outboxd.wait(Duration::from_secs(30));
+    assert!(
+        stderr.contains("share OUTBOXD_LISTEN with /metrics"),
+        "{stderr}"
+    );
+}

@@ -18,6 +18,7 @@ use crate::http::auth::Actor;
 use crate::http::suppressions::AddRequest;
 use crate::store::suppressions;
 use crate::suppression::{SuppressionReason, normalize_address};
+use crate::text::mask_addresses;
 
 /// Addresses the page shows at once.
 const SHOWN: i64 = 50;
@@ -74,8 +75,10 @@ pub(super) struct RemoveForm {
     address: String,
 }
 
+/// Back to the page with a notice, which travels in the redirect's URL (into the browser's
+/// history and any proxy's access log): never with an address in it.
 fn back(notice: &str) -> Response {
-    back_to(&[], notice)
+    back_to(&[], &mask_addresses(notice))
 }
 
 pub(super) async fn add(
@@ -100,7 +103,10 @@ pub(super) async fn add(
     match suppressions::add(&state.pool, &entry, &actor.0).await {
         Ok(()) => {
             info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
-            back(&format!("Suppressed {} ({}).", entry.address, entry.reason))
+            back(&format!(
+                "Suppressed the address ({}); search the list below to see it.",
+                entry.reason
+            ))
         }
         Err(e) => database_unavailable(&e),
     }
@@ -122,9 +128,9 @@ pub(super) async fn remove(
     match suppressions::remove(&state.pool, &address, &actor.0).await {
         Ok(true) => {
             info!(actor = %actor.0, action = "unsuppress", "admin action");
-            back(&format!("Removed {address} from the suppression list."))
+            back("Removed the address from the suppression list.")
         }
-        Ok(false) => back(&format!("Could not remove: {address} is not suppressed.")),
+        Ok(false) => back("Could not remove: the address is not suppressed."),
         Err(e) => database_unavailable(&e),
     }
 }
