@@ -1,20 +1,21 @@
-//! DKIM signing (RFC 6376) with lettre's signer: RSA-SHA256, relaxed/relaxed
-//! canonicalization (a relay that refolds a header does not break the signature), over the
-//! headers outboxd writes and those the kinds declare.
+//! DKIM signing (RFC 6376): RSA-SHA256, relaxed/relaxed canonicalization (a relay that
+//! refolds a header does not break the signature), over the formatted email's headers that
+//! outboxd writes and those the kinds declare, each oversigned: listed once more than it
+//! occurs, so that a header added on the way, even one more `Subject:`, breaks the
+//! signature (lettre's signer signed each once, and a prepended `Subject:` still verified).
+//! RSA is ring's (constant-time, blinded) for keys of 2048 bits and more, and the `rsa`
+//! crate's for the 1024- to 2047-bit keys that ring does not take and verifiers still
+//! accept (RFC 8301).
 
-use lettre::message::dkim::{
-    DkimCanonicalization, DkimCanonicalizationType, DkimConfig, DkimSigningAlgorithm,
-    DkimSigningKey,
-};
-use lettre::message::header::HeaderName;
+mod canonical;
+
+use base64::Engine as _;
 use rustls_pki_types::PrivatePkcs1KeyDer;
 use rustls_pki_types::pem::PemObject as _;
 use secrecy::{ExposeSecret, SecretString};
 
 /// Headers every signature covers; an absent one is signed as absent, so that nobody can
-/// add it on the way. Not `Content-Type`: lettre writes a MIME body's own headers after it
-/// signs, so it would sign that header as absent and every verifier would fail (the body
-/// hash still covers the parts).
+/// add it on the way.
 const SIGNED_HEADERS: &[&str] = &[
     "From",
     "Reply-To",
@@ -24,6 +25,8 @@ const SIGNED_HEADERS: &[&str] = &[
     "Cc",
     "Message-ID",
     "MIME-Version",
+    "Content-Type",
+    "Content-Transfer-Encoding",
     "X-Outbox-Id",
 ];
 
@@ -92,22 +95,22 @@ impl DkimKey {
             selector: label(selector, "the selector")?,
             pem: SecretString::from(pem),
         };
-        key.signing_key()?;
+        key.der()?;
         let bits = key.modulus_bits()?;
         if bits < MIN_KEY_BITS {
             return Err(format!(
                 "the RSA key has {bits} bits: verifiers refuse keys under {MIN_KEY_BITS} (RFC 8301); use 2048"
             ));
         }
+        key.signing_key()?;
         Ok(key)
     }
 
     /// The size of the key's modulus, read from its PKCS#1 structure
     /// (`SEQUENCE { version INTEGER, modulus INTEGER, ... }`).
     fn modulus_bits(&self) -> Result<usize, String> {
-        let unreadable = || "the RSA key's structure cannot be read".to_owned();
-        let der = PrivatePkcs1KeyDer::from_pem_slice(self.pem.expose_secret().as_bytes())
-            .map_err(|_| unreadable())?;
+        let unreadable = || NOT_PKCS1.to_owned();
+        let der = self.der()?;
         let mut input = der.secret_pkcs1_der();
         let sequence = der_element(&mut input, 0x30).ok_or_else(unreadable)?;
         let mut fields = sequence;
@@ -117,38 +120,136 @@ impl DkimKey {
         Ok(significant * 8)
     }
 
-    fn signing_key(&self) -> Result<DkimSigningKey, String> {
-        DkimSigningKey::new(self.pem.expose_secret(), DkimSigningAlgorithm::Rsa).map_err(|_| {
-            "expected an RSA private key in PKCS#1 PEM (-----BEGIN RSA PRIVATE KEY-----); \
-             convert a PKCS#8 key with `openssl rsa -in key.pem -traditional`"
-                .to_owned()
-        })
+    fn der(&self) -> Result<PrivatePkcs1KeyDer<'static>, String> {
+        PrivatePkcs1KeyDer::from_pem_slice(self.pem.expose_secret().as_bytes())
+            .map_err(|_| NOT_PKCS1.to_owned())
     }
 
-    /// lettre's signer for these headers besides [`SIGNED_HEADERS`].
-    pub(super) fn config(&self, extra_headers: &[String]) -> Result<DkimConfig, String> {
-        let mut headers: Vec<HeaderName> = Vec::new();
+    fn signing_key(&self) -> Result<SigningKey, String> {
+        let der = self.der()?;
+        let unusable = |e: String| format!("the RSA key cannot sign: {e}");
+        if self.modulus_bits()? >= RING_MIN_BITS {
+            ring::signature::RsaKeyPair::from_der(der.secret_pkcs1_der())
+                .map(|key| SigningKey::Ring(Box::new(key)))
+                .map_err(|e| unusable(e.to_string()))
+        } else {
+            use rsa::pkcs1::DecodeRsaPrivateKey as _;
+            rsa::RsaPrivateKey::from_pkcs1_der(der.secret_pkcs1_der())
+                .map(|key| SigningKey::Small(Box::new(key)))
+                .map_err(|e| unusable(e.to_string()))
+        }
+    }
+
+    /// The signer for these headers besides [`SIGNED_HEADERS`].
+    pub(super) fn signer(&self, extra_headers: &[String]) -> Result<DkimSigner, String> {
+        let mut headers: Vec<String> = Vec::new();
         for name in SIGNED_HEADERS
             .iter()
             .map(|h| (*h).to_owned())
             .chain(extra_headers.iter().cloned())
         {
-            let taken = headers
-                .iter()
-                .any(|h| AsRef::<str>::as_ref(h).eq_ignore_ascii_case(&name));
-            if !taken {
-                headers.push(HeaderName::new_from_ascii(name).map_err(|e| e.to_string())?);
+            if !headers.iter().any(|h| h.eq_ignore_ascii_case(&name)) {
+                headers.push(name);
             }
         }
-        Ok(DkimConfig::new(
-            self.selector.clone(),
-            self.domain.clone(),
-            self.signing_key()?,
+        Ok(DkimSigner {
+            domain: self.domain.clone(),
+            selector: self.selector.clone(),
+            key: self.signing_key()?,
             headers,
-            DkimCanonicalization {
-                header: DkimCanonicalizationType::Relaxed,
-                body: DkimCanonicalizationType::Relaxed,
-            },
-        ))
+            random: ring::rand::SystemRandom::new(),
+        })
+    }
+}
+
+/// What a key file that is not an RSA private key in PKCS#1 PEM is told.
+const NOT_PKCS1: &str = "expected an RSA private key in PKCS#1 PEM (-----BEGIN RSA PRIVATE KEY-----); \
+     convert a PKCS#8 key with `openssl rsa -in key.pem -traditional`";
+
+/// ring's RSA signs with keys of 2048 bits and more.
+const RING_MIN_BITS: usize = 2048;
+
+/// The private key, in the library that signs with it.
+enum SigningKey {
+    Ring(Box<ring::signature::RsaKeyPair>),
+    Small(Box<rsa::RsaPrivateKey>),
+}
+
+/// Signs formatted emails for one domain, selector and key.
+pub struct DkimSigner {
+    domain: String,
+    selector: String,
+    key: SigningKey,
+    headers: Vec<String>,
+    random: ring::rand::SystemRandom,
+}
+
+impl std::fmt::Debug for DkimSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DkimSigner")
+            .field("domain", &self.domain)
+            .field("selector", &self.selector)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DkimSigner {
+    /// `message` (a formatted email, CRLF line ends) with a `DKIM-Signature` field first.
+    pub fn sign(&self, message: &[u8], now_unix: u64) -> Result<Vec<u8>, String> {
+        let (head, body) = match message.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(at) => (&message[..at], &message[at + 4..]),
+            None => (message, &b""[..]),
+        };
+        let body_hash = ring::digest::digest(&ring::digest::SHA256, &canonical::relaxed_body(body));
+        let fields = canonical::fields(head);
+        let names: Vec<&str> = self.headers.iter().map(String::as_str).collect();
+        let list = canonical::signed_names(&names, &fields);
+        let b64 = base64::engine::general_purpose::STANDARD;
+        // Folded at its tags, so no line of it passes 998 octets; `b=` last and empty here,
+        // as a verifier sees it once it has taken the signature out.
+        let unsigned = format!(
+            "DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d={}; s={};\r\n\tt={now_unix}; h={};\r\n\tbh={};\r\n\tb=",
+            self.domain,
+            self.selector,
+            list.join(":").to_ascii_lowercase(),
+            b64.encode(body_hash.as_ref()),
+        );
+        let mut signed = canonical::signed_headers(&list, &fields);
+        let own = canonical::relaxed_header(unsigned.as_bytes());
+        signed.extend_from_slice(own.strip_suffix(b"\r\n").unwrap_or(&own));
+        let signature = self.rsa_sha256(&signed)?;
+        let mut out = Vec::with_capacity(message.len() + unsigned.len() + 400);
+        out.extend_from_slice(unsigned.as_bytes());
+        for (i, chunk) in b64.encode(signature).as_bytes().chunks(72).enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"\r\n\t");
+            }
+            out.extend_from_slice(chunk);
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(message);
+        Ok(out)
+    }
+
+    fn rsa_sha256(&self, data: &[u8]) -> Result<Vec<u8>, String> {
+        match &self.key {
+            SigningKey::Ring(key) => {
+                let mut signature = vec![0; key.public().modulus_len()];
+                key.sign(
+                    &ring::signature::RSA_PKCS1_SHA256,
+                    &self.random,
+                    data,
+                    &mut signature,
+                )
+                .map_err(|_| "the RSA signature failed".to_owned())?;
+                Ok(signature)
+            }
+            SigningKey::Small(key) => {
+                let digest = ring::digest::digest(&ring::digest::SHA256, data);
+                key.sign(rsa::Pkcs1v15Sign::new::<sha2::Sha256>(), digest.as_ref())
+                    .map_err(|e| format!("the RSA signature failed: {e}"))
+            }
+        }
     }
 }

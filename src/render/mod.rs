@@ -126,7 +126,7 @@ pub struct Renderer {
     /// The headers each kind declares in its `headers.txt`.
     declared: BTreeMap<String, Vec<DeclaredHeader>>,
     /// Signs every email when a DKIM key is configured.
-    dkim: Option<lettre::message::dkim::DkimConfig>,
+    dkim: Option<dkim::DkimSigner>,
 }
 
 /// What one message may be: bounds on the work and memory any single row can cost.
@@ -276,7 +276,7 @@ impl Renderer {
             .flatten()
             .map(|header| header.name.clone())
             .collect();
-        self.dkim = Some(key.config(&declared)?);
+        self.dkim = Some(key.signer(&declared)?);
         Ok(self)
     }
 
@@ -293,11 +293,8 @@ impl Renderer {
         let payload = message
             .read_payload(self.limits.max_message_bytes)
             .map_err(RenderError::Payload)?;
-        let mut email = self.render(message.id, &message.kind, &payload)?;
-        if let Some(dkim) = &self.dkim {
-            email.sign(dkim);
-        }
-        let bytes = email.formatted();
+        let email = self.render(message.id, &message.kind, &payload)?;
+        let bytes = self.formatted(&email)?;
         if bytes.len() > self.limits.max_message_bytes {
             return Err(RenderError::TooLarge {
                 bytes: bytes.len(),
@@ -308,6 +305,20 @@ impl Renderer {
             envelope: email.envelope().clone(),
             bytes,
         })
+    }
+
+    /// The email's bytes as sent: signed when a DKIM key is set.
+    fn formatted(&self, email: &Message) -> Result<Vec<u8>, RenderError> {
+        let bytes = email.formatted();
+        match &self.dkim {
+            None => Ok(bytes),
+            Some(dkim) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                dkim.sign(&bytes, now).map_err(RenderError::Build)
+            }
+        }
     }
 
     /// The envelope addresses of a claimed row, as the suppression list keeps them; none
@@ -422,11 +433,8 @@ impl Renderer {
                 "payload is not a JSON object".to_owned(),
             ));
         }
-        let mut email = self.render(id, kind, payload)?;
-        if let Some(dkim) = &self.dkim {
-            email.sign(dkim);
-        }
-        let raw = email.formatted();
+        let email = self.render(id, kind, payload)?;
+        let raw = self.formatted(&email)?;
         if raw.len() > self.limits.max_message_bytes {
             return Err(RenderError::TooLarge {
                 bytes: raw.len(),

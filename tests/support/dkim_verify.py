@@ -3,7 +3,8 @@ an independent verifier, given the signer's public key instead of DNS.
 
 Usage: dkim_verify.py SPOOL SELECTOR DOMAIN PUBLIC_KEY_DER_BASE64
 Prints one JSON line per message: its X-Outbox-Id, whether its signature verifies, and
-whether a copy with one character of its body changed still verifies (it must not).
+whether a copy with one character of its body changed, or with one more Subject, From or
+To prepended, still verifies (none may).
 """
 
 import base64
@@ -36,10 +37,15 @@ def main():
             raw = base64.b64decode(message["raw"])
             head, _, body = raw.partition(b"\r\n\r\n")
             tampered = head + b"\r\n\r\n" + body.replace(b"a", b"b", 1)
+            prepended = [
+                b"%s: forged\r\n" % name + raw
+                for name in (b"Subject", b"From", b"To", b"Reply-To")
+            ]
             print(json.dumps({
                 "outbox_id": message["outbox_id"],
                 "verified": bool(dkim.verify(raw, dnsfunc=dnsfunc, logger=LOG)),
-                "tampered_verified": bool(dkim.verify(tampered, dnsfunc=dnsfunc)),
+                "tampered_verified": bool(dkim.verify(tampered, dnsfunc=dnsfunc))
+                or any(dkim.verify(p, dnsfunc=dnsfunc) for p in prepended),
                 "signature": next((v for k, v in message["headers"] if k.lower() == "dkim-signature"), None),
             }))
 
