@@ -39,8 +39,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
     args = parser.parse_args()
-    if not args.no_build:
+    if args.binary:
+        run.BIN = args.binary
+    elif not args.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=run.ROOT, check=True)
     with tempfile.TemporaryDirectory() as tmp:
         key = os.path.join(tmp, "dkim.pem")
