@@ -26,7 +26,16 @@ pub fn cut_with_ellipsis(text: &str, max_chars: usize) -> Cow<'_, str> {
 /// reorder text (RIGHT-TO-LEFT OVERRIDE makes `exe.txt` of `txt.exe`).
 pub fn is_unsafe_to_show(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// `text` with every character [`is_unsafe_to_show`] written as a `\u{..}` escape, for

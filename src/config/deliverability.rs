@@ -213,11 +213,12 @@ const MAX_KEY_FILE_BYTES: u64 = 64 * 1024;
 fn read_key_file(path: &std::path::Path) -> anyhow::Result<(String, u32)> {
     use std::io::Read as _;
     use std::os::unix::fs::PermissionsExt as _;
-    let file = std::fs::File::open(path)?;
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
+    // Looked at before it is opened: opening a FIFO would wait for a writer.
+    if !std::fs::metadata(path)?.is_file() {
         bail!("not a regular file");
     }
+    let file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
     if metadata.len() > MAX_KEY_FILE_BYTES {
         bail!(
             "{} bytes: a key file is at most {MAX_KEY_FILE_BYTES}",

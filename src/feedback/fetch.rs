@@ -58,14 +58,22 @@ impl HttpsClient {
         })
     }
 
-    /// GETs an `https://` URL; the body of a 200 answer, or why not.
-    pub async fn get(&self, url: &url::Url) -> Result<Bytes, String> {
-        tokio::time::timeout(TIMEOUT, self.get_now(url))
-            .await
-            .unwrap_or_else(|_| Err(format!("no answer within {}s", TIMEOUT.as_secs())))
+    /// GETs an `https://` URL; the body of a 2xx answer, or why not.
+    pub async fn get(&self, url: &url::Url) -> Result<Bytes, FetchError> {
+        match tokio::time::timeout(TIMEOUT, self.get_now(url)).await {
+            Ok(Ok(Ok(body))) => Ok(body),
+            Ok(Ok(Err(answered))) => Err(FetchError::Answered(answered)),
+            Ok(Err(failed)) => Err(FetchError::Failed(failed)),
+            Err(_) => Err(FetchError::Failed(format!(
+                "no answer within {}s",
+                TIMEOUT.as_secs()
+            ))),
+        }
     }
 
-    async fn get_now(&self, url: &url::Url) -> Result<Bytes, String> {
+    /// The body, `Err` inside for an answer other than 2xx, or `Err` outside for a
+    /// fetch that failed.
+    async fn get_now(&self, url: &url::Url) -> Result<Result<Bytes, String>, String> {
         if url.scheme() != "https" {
             return Err("only https is fetched".to_owned());
         }
@@ -108,8 +116,19 @@ impl HttpsClient {
             .to_bytes();
         driver.abort();
         if !status.is_success() {
-            return Err(format!("{host} answered {status}"));
+            return Ok(Err(format!("{host} answered {status}")));
         }
-        Ok(body)
+        Ok(Ok(body))
     }
+}
+
+/// Why a fetch brought no body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// The server answered, with something other than 2xx: what it has is not there.
+    #[error("{0}")]
+    Answered(String),
+    /// No answer: the connection, TLS or the time failed; it may work later.
+    #[error("{0}")]
+    Failed(String),
 }

@@ -13,6 +13,9 @@ pub mod postmark;
 pub mod sns;
 pub mod standard;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, SuppressionReason};
 
 pub use fetch::HttpsClient;
@@ -35,7 +38,7 @@ impl FeedbackSettings {
 }
 
 /// Why a notification was refused; nothing was recorded.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum FeedbackError {
     /// Credentials or signature missing or wrong, or a topic not configured. Its text is
     /// fixed, never the caller's: a provider's integrator is shown it.
@@ -61,69 +64,84 @@ pub struct Notification {
 /// A bounded wait for one of a few turns: `turns` at once, at most `line` more waiting,
 /// each for at most `wait`; past that, a request is refused at once. A request that waits
 /// holds its connection, so an unbounded line would let a flood of requests, signed or
-/// not, hold every connection of a listener, the probes' included.
+/// not, hold every connection of a listener, the probes' included. A request given up on
+/// while it waits (its client gone) leaves the line as it goes.
 #[derive(Debug)]
 pub struct Turnstile {
-    turns: tokio::sync::Semaphore,
-    waiting: std::sync::atomic::AtomicUsize,
+    turns: Arc<tokio::sync::Semaphore>,
+    waiting: AtomicUsize,
     line: usize,
     wait: std::time::Duration,
+}
+
+/// A place in a [`Turnstile`]'s line, given back however its wait ends.
+struct InLine<'t>(&'t AtomicUsize);
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Turnstile {
     pub fn new(turns: usize, line: usize, wait: std::time::Duration) -> Self {
         Self {
-            turns: tokio::sync::Semaphore::new(turns),
-            waiting: std::sync::atomic::AtomicUsize::new(0),
+            turns: Arc::new(tokio::sync::Semaphore::new(turns)),
+            waiting: AtomicUsize::new(0),
             line,
             wait,
         }
     }
 
-    /// A turn, or the 503 that asks the provider to send it again.
-    pub async fn enter(&self) -> Result<tokio::sync::SemaphorePermit<'_>, FeedbackError> {
-        use std::sync::atomic::Ordering;
+    /// A turn, held until the permit is dropped (it may move to another thread), or the
+    /// 503 that asks the provider to send it again.
+    pub async fn enter(&self) -> Result<tokio::sync::OwnedSemaphorePermit, FeedbackError> {
         let busy = || FeedbackError::Unavailable("busy; send it again".to_owned());
-        if let Ok(turn) = self.turns.try_acquire() {
+        if let Ok(turn) = Arc::clone(&self.turns).try_acquire_owned() {
             return Ok(turn);
         }
+        let place = InLine(&self.waiting);
         if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.line {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
             return Err(busy());
         }
-        let turn = tokio::time::timeout(self.wait, self.turns.acquire()).await;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let turn = tokio::time::timeout(self.wait, Arc::clone(&self.turns).acquire_owned()).await;
+        drop(place);
         turn.map_err(|_| busy())?.map_err(|_| busy())
     }
 }
 
-/// Where notifications are checked and read: HMACs over a body, signatures, JSON. It runs
-/// on the blocking pool one at a time, so that a flood of requests, signed or not, leaves
-/// the runtime's threads to the dispatcher and the probes.
+/// Where one webhook's notifications are checked and read: HMACs over a body, signatures,
+/// JSON. It runs on the blocking pool one at a time, so that a flood of requests, signed or
+/// not, leaves the runtime's threads to the dispatcher and the probes; each webhook has
+/// its own, so that a flood of one does not refuse the others' notifications.
 #[derive(Debug)]
 pub struct Checks {
     turnstile: Turnstile,
 }
 
 impl Default for Checks {
-    /// One at a time (one core's worth on a two-core pod), 64 waiting, 5 s each.
+    /// One at a time (one core's worth on a two-core pod), 32 waiting, 5 s each.
     fn default() -> Self {
         Self {
-            turnstile: Turnstile::new(1, 64, std::time::Duration::from_secs(5)),
+            turnstile: Turnstile::new(1, 32, std::time::Duration::from_secs(5)),
         }
     }
 }
 
 impl Checks {
-    /// Runs `check` in its turn.
+    /// Runs `check` in its turn; the turn is held until the check has run, even if the
+    /// request is given up on meanwhile.
     pub async fn run<T: Send + 'static>(
         &self,
         check: impl FnOnce() -> Result<T, FeedbackError> + Send + 'static,
     ) -> Result<T, FeedbackError> {
-        let _turn = self.turnstile.enter().await?;
-        tokio::task::spawn_blocking(check)
-            .await
-            .map_err(|_| FeedbackError::Unavailable("the check failed; send it again".to_owned()))?
+        let turn = self.turnstile.enter().await?;
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            check()
+        })
+        .await
+        .map_err(|_| FeedbackError::Unavailable("the check failed; send it again".to_owned()))?
     }
 }
 
@@ -202,7 +220,27 @@ fn address(text: &str) -> Result<String, FeedbackError> {
 
 #[cfg(test)]
 mod tests {
-    use super::outbox_id;
+    use super::{Turnstile, outbox_id};
+
+    #[tokio::test]
+    async fn a_wait_given_up_on_leaves_the_line() {
+        let turnstile = Turnstile::new(1, 1, std::time::Duration::from_secs(60));
+        let held = turnstile.enter().await.unwrap();
+        for _ in 0..5 {
+            // Waits in the line, then its client goes away.
+            let waiting = turnstile.enter();
+            assert!(
+                tokio::time::timeout(std::time::Duration::from_millis(10), waiting)
+                    .await
+                    .is_err()
+            );
+        }
+        drop(held);
+        assert!(
+            turnstile.enter().await.is_ok(),
+            "the line still has its place"
+        );
+    }
 
     #[test]
     fn the_row_is_found_by_its_header_or_its_message_id() {

@@ -12,38 +12,23 @@
 //! subscription confirmation is answered by fetching its `SubscribeURL`, which
 //! must also be on an SNS host.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod certificates;
+
+use std::sync::Arc;
 
 use base64::Engine as _;
-use rustls_pki_types::pem::PemObject as _;
+use hyper::body::Bytes;
 use rustls_pki_types::{AlgorithmIdentifier, CertificateDer, InvalidSignature, alg_id};
 use serde::Deserialize;
 use serde_json::Value;
 
-use hyper::body::Bytes;
-use tokio::sync::OnceCell;
-
 use super::fetch::HttpsClient;
-use super::{Checks, Event, EventKind, FeedbackError, Notification, Turnstile, address, outbox_id};
-use crate::lock::lock;
+use super::{Checks, Event, EventKind, FeedbackError, Notification, address, outbox_id};
 use crate::suppression::BounceType;
+use certificates::Certificates;
 
 /// Hosts SNS serves certificates and subscription confirmations from; `*` is one label.
 pub const DEFAULT_CERTIFICATE_HOSTS: &str = "sns.*.amazonaws.com,sns.*.amazonaws.com.cn";
-
-/// Certificates kept; SNS rotates them rarely.
-const MAX_CACHED_CERTIFICATES: usize = 16;
-/// Certificate fetches at once: anyone who knows a topic ARN can make outboxd fetch from
-/// the SNS hosts, and each fetch may take its whole timeout.
-const MAX_CONCURRENT_FETCHES: usize = 2;
-/// How long a request waits for a fetch of its own to start; it is not refused at once
-/// when others are fetching (a cold cache under a flood refused every notification).
-const FETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-/// Requests waiting for a certificate at once (for one being fetched, or for a fetch of
-/// their own to start); more are refused at once, so that waiting requests cannot hold
-/// every connection of the listener.
-const MAX_WAITING_FOR_CERTIFICATES: usize = 32;
 
 /// What the SNS webhook accepts.
 #[derive(Debug, Clone)]
@@ -114,18 +99,29 @@ fn is_region(label: &str) -> bool {
 }
 
 impl HostPattern {
-    fn matches(&self, host: &str, port: u16) -> bool {
+    /// Whether `host:port` matches, its `*` label being a region; the topic's own, when one
+    /// is given: SNS signs a topic's messages from its region's host, and a fetch from any
+    /// other (`sns.zz-fake-1.amazonaws.com` is a region by its form) is a forgery's.
+    fn matches_in(&self, host: &str, port: u16, region: Option<&str>) -> bool {
         let host: Vec<&str> = host.split('.').collect();
         self.port == port
             && self.labels.len() == host.len()
             && self.labels.iter().zip(&host).all(|(pattern, label)| {
                 if pattern == "*" {
-                    is_region(label)
+                    is_region(label) && region.is_none_or(|region| region == *label)
                 } else {
                     pattern.eq_ignore_ascii_case(label)
                 }
             })
     }
+}
+
+/// The region of a topic ARN (`arn:aws:sns:REGION:ACCOUNT:NAME`).
+fn region_of(topic_arn: &str) -> Option<&str> {
+    topic_arn
+        .split(':')
+        .nth(3)
+        .filter(|region| is_region(region))
 }
 
 /// An SNS message as POSTed.
@@ -157,21 +153,11 @@ pub enum SnsOutcome {
     Notification(Notification),
 }
 
-/// A certificate (DER) being fetched, which every request naming it waits for.
-type Fetch = OnceCell<Arc<Vec<u8>>>;
-
 /// The SNS webhook's state: its settings and the certificates fetched so far.
 #[derive(Debug)]
 pub struct Sns {
     settings: SnsSettings,
-    /// Certificates by normalized URL.
-    certificates: Mutex<HashMap<String, Arc<Vec<u8>>>>,
-    /// Fetches under way, by normalized URL: requests naming the same certificate wait for
-    /// the one fetch rather than start their own or be refused.
-    fetching: Mutex<HashMap<String, Arc<Fetch>>>,
-    /// Requests waiting for a certificate, and the fetches among them.
-    waiting: Turnstile,
-    fetches: Turnstile,
+    certificates: Certificates,
 }
 
 /// The refusal of a message that did not pass SNS's checks, worded the same whatever the
@@ -183,15 +169,8 @@ fn not_authentic(detail: String) -> FeedbackError {
 impl Sns {
     pub fn new(settings: SnsSettings) -> Self {
         Self {
+            certificates: Certificates::new(settings.client.clone()),
             settings,
-            certificates: Mutex::new(HashMap::new()),
-            fetching: Mutex::new(HashMap::new()),
-            waiting: Turnstile::new(MAX_WAITING_FOR_CERTIFICATES, 0, FETCH_WAIT),
-            fetches: Turnstile::new(
-                MAX_CONCURRENT_FETCHES,
-                MAX_WAITING_FOR_CERTIFICATES,
-                FETCH_WAIT,
-            ),
         }
     }
 
@@ -213,20 +192,21 @@ impl Sns {
                 Ok((envelope, url, signature))
             })
             .await?;
-        let der = self.certificate(&url).await?;
-        let envelope = checks
+        let der = self.certificates.get(&url).await?;
+        let (envelope, der) = checks
             .run(move || {
                 verify_signature(&envelope, &der, &signature)?;
-                Ok(envelope)
+                Ok((envelope, der))
             })
             .await?;
+        self.certificates.verified(&url, &der);
         match envelope.kind.as_str() {
             "SubscriptionConfirmation" => {
                 let url = envelope
                     .subscribe_url
                     .as_deref()
                     .ok_or_else(|| FeedbackError::Invalid("no SubscribeURL".to_owned()))?;
-                let url = self.sns_url(url)?;
+                let url = self.sns_url(url, region_of(&envelope.topic_arn))?;
                 self.settings.client.get(&url).await.map_err(|e| {
                     FeedbackError::Unavailable(format!("confirming the subscription: {e}"))
                 })?;
@@ -271,7 +251,7 @@ impl Sns {
             .ok_or_else(|| {
                 not_authentic("the signature is not the base64 of an RSA signature".to_owned())
             })?;
-        let mut url = self.sns_url(&envelope.signing_cert_url)?;
+        let mut url = self.sns_url(&envelope.signing_cert_url, region_of(&envelope.topic_arn))?;
         if !url.path().ends_with(".pem") || url.query().is_some() {
             return Err(not_authentic(
                 "the SigningCertURL is not a .pem file without a query".to_owned(),
@@ -282,8 +262,9 @@ impl Sns {
         Ok((url, signature))
     }
 
-    /// A URL on an SNS host over https, without a query or credentials, or the refusal.
-    fn sns_url(&self, text: &str) -> Result<url::Url, FeedbackError> {
+    /// A URL on an SNS host over https, without a query or credentials, in the topic's
+    /// region where the host pattern names a region (a `*`), or the refusal.
+    fn sns_url(&self, text: &str, region: Option<&str>) -> Result<url::Url, FeedbackError> {
         let url = url::Url::parse(text)
             .map_err(|_| not_authentic("a URL that does not parse".to_owned()))?;
         let host = url.host_str().unwrap_or_default();
@@ -295,7 +276,7 @@ impl Sns {
                 .settings
                 .certificate_hosts
                 .iter()
-                .any(|pattern| pattern.matches(host, port));
+                .any(|pattern| pattern.matches_in(host, port, region));
         if allowed {
             Ok(url)
         } else {
@@ -303,45 +284,6 @@ impl Sns {
                 "a URL not https on an SNS host (OUTBOXD_SNS_CERTIFICATE_HOSTS)".to_owned(),
             ))
         }
-    }
-
-    /// The certificate at `url`: from the cache, from a fetch of it under way, or fetched
-    /// in its turn (at most [`MAX_CONCURRENT_FETCHES`] at once, the others waiting up to
-    /// [`FETCH_WAIT`]).
-    async fn certificate(&self, url: &url::Url) -> Result<Arc<Vec<u8>>, FeedbackError> {
-        let key = url.as_str();
-        if let Some(der) = lock(&self.certificates).get(key) {
-            return Ok(Arc::clone(der));
-        }
-        let _place = self.waiting.enter().await?;
-        let cell = Arc::clone(lock(&self.fetching).entry(key.to_owned()).or_default());
-        let fetched = cell.get_or_try_init(|| self.fetch(url)).await.cloned();
-        {
-            let mut fetching = lock(&self.fetching);
-            if fetching.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                fetching.remove(key);
-            }
-        }
-        let der = fetched?;
-        let mut cache = lock(&self.certificates);
-        if !cache.contains_key(key)
-            && cache.len() >= MAX_CACHED_CERTIFICATES
-            && let Some(evicted) = cache.keys().next().cloned()
-        {
-            cache.remove(&evicted);
-        }
-        cache.insert(key.to_owned(), Arc::clone(&der));
-        Ok(der)
-    }
-
-    async fn fetch(&self, url: &url::Url) -> Result<Arc<Vec<u8>>, FeedbackError> {
-        let _turn = self.fetches.enter().await?;
-        let pem = self.settings.client.get(url).await.map_err(|e| {
-            FeedbackError::Unavailable(format!("cannot fetch the signing certificate: {e}"))
-        })?;
-        let der = CertificateDer::from_pem_slice(&pem)
-            .map_err(|e| not_authentic(format!("the signing certificate is not PEM: {e}")))?;
-        Ok(Arc::new(der.as_ref().to_vec()))
     }
 }
 
@@ -372,7 +314,7 @@ const MAX_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
 fn check_fresh(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> Result<(), FeedbackError> {
     let sent = chrono::DateTime::parse_from_rfc3339(timestamp)
-        .map_err(|_| FeedbackError::Invalid("the Timestamp is not RFC 3339".to_owned()))?;
+        .map_err(|_| not_authentic("its Timestamp is not RFC 3339".to_owned()))?;
     let age = now.signed_duration_since(sent);
     if age > MAX_AGE || age < -MAX_AHEAD {
         return Err(not_authentic(
@@ -522,7 +464,7 @@ mod tests {
     #[test]
     fn only_sns_hosts_match() {
         let patterns = parse_host_patterns(DEFAULT_CERTIFICATE_HOSTS).unwrap();
-        let ok = |host: &str, port| patterns.iter().any(|p| p.matches(host, port));
+        let ok = |host: &str, port| patterns.iter().any(|p| p.matches_in(host, port, None));
         assert!(ok("sns.us-east-1.amazonaws.com", 443));
         assert!(ok("sns.us-gov-west-1.amazonaws.com", 443));
         assert!(ok("sns.cn-north-1.amazonaws.com.cn", 443));
@@ -534,7 +476,23 @@ mod tests {
         assert!(!ok("sns.us-east-1.amazonaws.com.evil.test", 443));
         assert!(!ok("evil.test", 443));
         let local = parse_host_patterns("localhost:8443").unwrap();
-        assert!(local[0].matches("localhost", 8443) && !local[0].matches("localhost", 443));
+        assert!(
+            local[0].matches_in("localhost", 8443, None)
+                && !local[0].matches_in("localhost", 443, None)
+        );
+        // A topic's messages come from its region's host only.
+        let topic = Some("eu-west-1");
+        assert!(
+            patterns
+                .iter()
+                .any(|p| p.matches_in("sns.eu-west-1.amazonaws.com", 443, topic))
+        );
+        assert!(
+            !patterns
+                .iter()
+                .any(|p| p.matches_in("sns.zz-fake-1.amazonaws.com", 443, topic))
+        );
+        assert_eq!(region_of("arn:aws:sns:eu-west-1:123456789012:t"), topic);
         for bad in ["a b", "*", "*.*.example.com", "host:port"] {
             assert!(parse_host_patterns(bad).is_err(), "{bad:?} accepted");
         }

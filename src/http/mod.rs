@@ -36,8 +36,7 @@ const MAX_PROBE_BODY_BYTES: u64 = 16 * 1024;
 fn refusing_bodies_over(router: Router, limit: u64) -> Router {
     router.layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| async move {
-            use hyper::body::Body as _;
-            if request.body().size_hint().lower() > limit {
+            if declared_longer_than(request.body(), limit) {
                 let mut response = plain(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!("the body is over {limit} bytes\n"),
@@ -50,6 +49,12 @@ fn refusing_bodies_over(router: Router, limit: u64) -> Router {
             next.run(request).await
         },
     ))
+}
+
+/// Whether a body's declared length (its `Content-Length`) is over `limit`.
+fn declared_longer_than(body: &axum::body::Body, limit: u64) -> bool {
+    use hyper::body::Body as _;
+    body.size_hint().lower() > limit
 }
 
 /// What the admin routes need.

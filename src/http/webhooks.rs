@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
-use hyper::body::Body as _;
 use sqlx::PgPool;
 use tracing::{debug, info, warn};
 
@@ -32,7 +31,8 @@ struct WebhookState {
     pool: PgPool,
     settings: Arc<FeedbackSettings>,
     sns: Option<Arc<Sns>>,
-    checks: Arc<Checks>,
+    /// Each webhook's own: a flood of one does not hold up the others' notifications.
+    checks: Arc<WebhookChecks>,
     refusals: Arc<RefusalLog>,
     metrics: Arc<Metrics>,
 }
@@ -70,6 +70,24 @@ pub fn router(
     }))
 }
 
+/// The checks of each webhook.
+#[derive(Default)]
+struct WebhookChecks {
+    sns: Checks,
+    postmark: Checks,
+    standard: Checks,
+}
+
+impl WebhookState {
+    fn checks(&self, source: FeedbackSource) -> &Checks {
+        match source {
+            FeedbackSource::Ses => &self.checks.sns,
+            FeedbackSource::Postmark => &self.checks.postmark,
+            _ => &self.checks.standard,
+        }
+    }
+}
+
 /// The body, or the 413 that says it is too large: at once when the declared length is
 /// over the limit, without reading any of it.
 async fn read_body(
@@ -86,8 +104,7 @@ async fn read_body(
             format!("the body is over {MAX_BODY_BYTES} bytes\n"),
         )
     };
-    if usize::try_from(body.size_hint().lower()).map_or(true, |declared| declared > MAX_BODY_BYTES)
-    {
+    if super::declared_longer_than(&body, MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
     axum::body::to_bytes(body, MAX_BODY_BYTES)
@@ -118,7 +135,7 @@ async fn sns_webhook(State(state): State<WebhookState>, body: Body) -> Response 
         Ok(body) => body,
         Err(response) => return response,
     };
-    let notification = match sns.receive(&state.checks, body).await {
+    let notification = match sns.receive(state.checks(source), body).await {
         Ok(SnsOutcome::Confirmed) => {
             info!("confirmed the SNS subscription");
             Ok(Notification::default())
@@ -149,7 +166,7 @@ async fn postmark_webhook(
         Err(response) => return response,
     };
     let notification = state
-        .checks
+        .checks(source)
         .run(move || crate::feedback::postmark::notification(&body))
         .await;
     record(&state, source, notification).await
@@ -182,7 +199,7 @@ async fn standard_webhook(
     };
     let settings = Arc::clone(&state.settings);
     let notification = state
-        .checks
+        .checks(source)
         .run(move || {
             if let Some(standard) = &settings.standard {
                 standard.verify_body(&signed, &body)?;
@@ -292,7 +309,9 @@ fn refuse(state: &WebhookState, source: FeedbackSource, error: &FeedbackError) -
 /// were refused since the last one (a flood once wrote 193 000 lines), the rest at debug.
 #[derive(Default)]
 struct RefusalLog {
-    since_warning: std::sync::Mutex<std::collections::HashMap<&'static str, (Instant, u64)>>,
+    /// Per webhook: when it last warned (never, at first), and the refusals since.
+    since_warning:
+        std::sync::Mutex<std::collections::HashMap<&'static str, (Option<Instant>, u64)>>,
 }
 
 /// How often a webhook's refusals are logged as a warning.
@@ -304,18 +323,16 @@ impl RefusalLog {
         let reason = crate::text::cut(&reason, 300);
         let now = Instant::now();
         let mut log = lock(&self.since_warning);
-        let (last, count) = log
-            .entry(source.as_str())
-            .or_insert((now - REFUSAL_WARNING_EVERY, 0));
+        let (last, count) = log.entry(source.as_str()).or_insert((None, 0));
         *count += 1;
-        if now.duration_since(*last) >= REFUSAL_WARNING_EVERY {
+        if last.is_none_or(|last| now.duration_since(last) >= REFUSAL_WARNING_EVERY) {
             warn!(
                 source = source.as_str(),
                 refused = *count,
                 error = reason,
                 "refused webhook requests (this one, and those since the last warning)"
             );
-            *last = now;
+            *last = Some(now);
             *count = 0;
         } else {
             debug!(

@@ -166,6 +166,56 @@ impl DkimKey {
 const NOT_PKCS1: &str = "expected an RSA private key in PKCS#1 PEM (-----BEGIN RSA PRIVATE KEY-----); \
      convert a PKCS#8 key with `openssl rsa -in key.pem -traditional`";
 
+/// The `h=` list, folded after a colon wherever a line would pass 72 characters: a kind
+/// may declare many headers, and a header line may not pass 998 octets.
+fn folded_list(names: &[&str]) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+            line += 1;
+            if line + name.len() > 72 {
+                out.push_str("\r\n\t");
+                line = 0;
+            }
+        }
+        out.push_str(&name.to_ascii_lowercase());
+        line += name.len();
+    }
+    out
+}
+
+/// ring's system random source, as the generator the rsa crate's blinding takes.
+struct SystemRng<'r>(&'r ring::rand::SystemRandom);
+
+impl rsa::rand_core::RngCore for SystemRng<'_> {
+    fn next_u32(&mut self) -> u32 {
+        let mut bytes = [0; 4];
+        self.fill_bytes(&mut bytes);
+        u32::from_le_bytes(bytes)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut bytes = [0; 8];
+        self.fill_bytes(&mut bytes);
+        u64::from_le_bytes(bytes)
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        // The system's generator does not fail once it has started; should it, the bytes
+        // stay zero and the blinding is weaker, the signature still right.
+        let _ = ring::rand::SecureRandom::fill(self.0, dest);
+    }
+
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rsa::rand_core::Error> {
+        self.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+impl rsa::rand_core::CryptoRng for SystemRng<'_> {}
+
 /// ring's RSA signs with keys of 2048 bits and more.
 const RING_MIN_BITS: usize = 2048;
 
@@ -212,7 +262,7 @@ impl DkimSigner {
             "DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d={}; s={};\r\n\tt={now_unix}; h={};\r\n\tbh={};\r\n\tb=",
             self.domain,
             self.selector,
-            list.join(":").to_ascii_lowercase(),
+            folded_list(&list),
             b64.encode(body_hash.as_ref()),
         );
         let mut signed = canonical::signed_headers(&list, &fields);
@@ -247,8 +297,14 @@ impl DkimSigner {
             }
             SigningKey::Small(key) => {
                 let digest = ring::digest::digest(&ring::digest::SHA256, data);
-                key.sign(rsa::Pkcs1v15Sign::new::<sha2::Sha256>(), digest.as_ref())
-                    .map_err(|e| format!("the RSA signature failed: {e}"))
+                // With a random generator the rsa crate blinds its private-key operation,
+                // which is not constant-time (RUSTSEC-2023-0071) on its own.
+                key.sign_with_rng(
+                    &mut SystemRng(&self.random),
+                    rsa::Pkcs1v15Sign::new::<sha2::Sha256>(),
+                    digest.as_ref(),
+                )
+                .map_err(|e| format!("the RSA signature failed: {e}"))
             }
         }
     }

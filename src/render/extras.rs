@@ -50,6 +50,35 @@ pub(super) struct DeclaredHeader {
     pub angle_brackets: usize,
 }
 
+/// How many `<` a header's template writes itself, outside its `{{ }}`, `{% %}` and
+/// `{# #}` (where a `<` is a comparison, and writes nothing).
+fn literal_angle_brackets(template: &str) -> usize {
+    let mut count = 0;
+    let mut rest = template;
+    while let Some(at) = rest.find(['<', '{']) {
+        let (found, after) = rest[at..].split_at(1);
+        let closing = match (found, after.chars().next()) {
+            ("{", Some('{')) => Some("}}"),
+            ("{", Some('%')) => Some("%}"),
+            ("{", Some('#')) => Some("#}"),
+            _ => None,
+        };
+        match closing {
+            Some(closing) => match after[1..].find(closing) {
+                Some(end) => rest = &after[1 + end + closing.len()..],
+                None => break,
+            },
+            None => {
+                if found == "<" {
+                    count += 1;
+                }
+                rest = after;
+            }
+        }
+    }
+    count
+}
+
 /// Reads `<kind>/headers.txt`: one `Name: value template` per line; blank lines and lines
 /// starting with `#` are skipped. Returns each header with the template source of its
 /// value, named for the environment.
@@ -88,7 +117,7 @@ pub(super) fn parse_headers_file(
         let header = DeclaredHeader {
             name: name.to_owned(),
             template: format!("{kind}/headers.txt#{name}"),
-            angle_brackets: value.matches('<').count(),
+            angle_brackets: literal_angle_brackets(value),
         };
         headers.push((header, value.trim().to_owned()));
     }
@@ -248,12 +277,7 @@ fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError
         ));
     }
     // A part of its own, never a MIME structure or a whole email inside the payload's.
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let essence = content_type.to_ascii_lowercase();
     if essence.starts_with("multipart/") || essence.starts_with("message/") {
         return Err(invalid(format!(
             "content_type {essence:?}: multipart and message types are not attachments"
@@ -284,6 +308,16 @@ fn attachment(i: usize, item: &Value) -> Result<(SinglePart, usize), RenderError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_angle_brackets_a_template_writes_count() {
+        assert_eq!(literal_angle_brackets("<{{ url }}>"), 1);
+        assert_eq!(literal_angle_brackets("<{{ a }}>, <mailto:{{ b }}>"), 2);
+        assert_eq!(
+            literal_angle_brackets("{% if n < 3 %}<{{ url }}>{% endif %}{# a < b #}"),
+            1
+        );
+    }
     use serde_json::json;
 
     #[test]

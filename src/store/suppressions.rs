@@ -157,8 +157,15 @@ pub async fn record_feedback(
     notification_id: Option<&str>,
     reports: &[Feedback],
 ) -> Result<FeedbackRecorded, sqlx::Error> {
-    let mut tx = pool.begin().await?;
     let mut recorded = FeedbackRecorded::default();
+    if reports.is_empty() {
+        // A delivery or an open: nothing to record, nor to tell a replay of.
+        return Ok(recorded);
+    }
+    // A row or an entry another transaction holds is waited for a moment, then the
+    // provider is asked to send the notification again: the surface's two connections are
+    // never held for as long as an application's transaction stays open.
+    let mut tx = begin_with_lock_timeout(pool).await?;
     if let Some(id) = notification_id
         && !first_receipt(&mut tx, source, id).await?
     {
@@ -183,6 +190,17 @@ pub async fn record_feedback(
     }
     tx.commit().await?;
     Ok(recorded)
+}
+
+/// A transaction whose statements wait at most 2 s for a lock.
+async fn begin_with_lock_timeout(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL lock_timeout = '2s'")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
 }
 
 /// Keeps a notification's id; false when it was kept before. Old receipts go in the same

@@ -301,8 +301,17 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
     );
     // Each is refused with the same answer, which tells an unknown topic from a known
     // one no more than it tells any other check.
+    let mut bad_time = host.message("Notification", &[("Message", &other.to_string())], "2");
+    bad_time["Timestamp"] = json!("yesterday");
+    // On an SNS host, but nothing there: as much a forgery as a bad signature.
+    let nothing_there = with_field(
+        "SigningCertURL",
+        host.url("/SimpleNotificationService-gone.pem"),
+    );
     let mut answers = std::collections::BTreeSet::new();
     for forged in [
+        &bad_time,
+        &nothing_there,
         &stale,
         &changed,
         &topic,
@@ -379,7 +388,10 @@ async fn a_garbage_signed_flood_on_a_cold_certificate_cache_refuses_no_real_noti
         .requests()
         .matches("SimpleNotificationService-test.pem")
         .count();
-    assert_eq!(fetches, 1, "{}", host.requests());
+    // Requests that come together share one fetch; one that comes after they have all
+    // gone (the certificate is kept only once a signature verified with it) fetches again.
+    // Never one per fragment, as before.
+    assert!(fetches <= 3, "{fetches} fetches: {}", host.requests());
 }
 
 fn basic(credentials: &str) -> String {
