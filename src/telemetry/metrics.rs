@@ -15,34 +15,6 @@ use crate::message::{Delivery, FailureType, Outcome, ReleaseReason};
 use crate::store::{Prunable, Sample};
 use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
 
-pub const OLDEST_PENDING_AGE: &str = "outbox_oldest_pending_age_seconds";
-pub const OLDEST_READY_AGE: &str = "outbox_oldest_ready_age_seconds";
-pub const PENDING: &str = "outbox_pending_messages";
-pub const DEAD_LETTERS: &str = "outbox_dead_letter_messages";
-pub const LAST_SAMPLE: &str = "outbox_last_sample_timestamp_seconds";
-pub const SENT: &str = "outbox_messages_sent_total";
-pub const SEND_FAILURES: &str = "outbox_send_failures_total";
-pub const DEAD_LETTERED: &str = "outbox_messages_dead_lettered_total";
-pub const RELEASED: &str = "outbox_messages_released_total";
-pub const RECLAIMED: &str = "outbox_messages_reclaimed_total";
-pub const LEASE_LOST: &str = "outbox_lease_lost_total";
-pub const DELIVERY_LATENCY: &str = "outbox_delivery_latency_seconds";
-pub const SMTP_SEND_DURATION: &str = "outbox_smtp_send_duration_seconds";
-pub const DATABASE_ERRORS: &str = "outbox_database_errors_total";
-pub const CIRCUIT_OPEN: &str = "outbox_smtp_circuit_open";
-pub const LAST_CYCLE: &str = "outbox_last_cycle_timestamp_seconds";
-pub const READY: &str = "outbox_ready";
-pub const BUILD_INFO: &str = "outbox_build_info";
-pub const PRUNED: &str = "outbox_messages_pruned_total";
-pub const BACKGROUND_RESTARTS: &str = "outbox_background_task_restarts_total";
-pub const THROTTLED: &str = "outbox_throttled_total";
-pub const EXPIRED: &str = "outbox_messages_expired_total";
-pub const SEND_RATE_LIMIT: &str = "outbox_send_rate_limit_per_second";
-pub const SUPPRESSED: &str = "outbox_messages_suppressed_total";
-pub const BOUNCES: &str = "outbox_bounces_received_total";
-pub const COMPLAINTS: &str = "outbox_complaints_received_total";
-pub const WEBHOOK_REQUESTS: &str = "outbox_webhook_requests_total";
-
 /// A metric's Prometheus type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricType {
@@ -77,164 +49,78 @@ const fn def(
 
 const SECONDS: Option<Unit> = Some(Unit::Seconds);
 
-/// Every metric outboxd exports; described to the recorder from this list, and the tests
-/// check every entry on a live `/metrics`.
-pub const ALL: &[MetricDef] = {
-    use MetricType::{Counter, Gauge, Histogram};
-    &[
-        def(
-            OLDEST_PENDING_AGE,
-            Gauge,
-            SECONDS,
-            "How long the oldest pending message has been due (now minus the later of created_at and not_before); 0 when nothing is pending.",
-        ),
-        def(
-            OLDEST_READY_AGE,
-            Gauge,
-            SECONDS,
-            "How long the oldest message that is due now, and neither backing off nor leased, has waited to be claimed.",
-        ),
-        def(
-            PENDING,
-            Gauge,
-            None,
-            "Messages neither dispatched nor dead-lettered, due or not.",
-        ),
-        def(DEAD_LETTERS, Gauge, None, "Dead-lettered messages."),
-        def(
-            LAST_SAMPLE,
-            Gauge,
-            SECONDS,
-            "Unix time of the last successful sample of the database gauges.",
-        ),
-        def(
-            SENT,
-            Counter,
-            None,
-            "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and marked dispatched because no SMTP server is configured (delivery=\"log\").",
-        ),
-        def(
-            SEND_FAILURES,
-            Counter,
-            None,
-            "Failed delivery attempts, by class: transient (not delivered, retried), permanent (not delivered, dead-lettered) or ambiguous (the server had the whole message when its reply failed to come: perhaps delivered, retried with the same Message-ID).",
-        ),
-        def(
-            DEAD_LETTERED,
-            Counter,
-            None,
-            "Messages dead-lettered, by the class of their last failure.",
-        ),
-        def(
-            RELEASED,
-            Counter,
-            None,
-            "Claimed messages given back unsent, by reason.",
-        ),
-        def(
-            RECLAIMED,
-            Counter,
-            None,
-            "Messages claimed after another claimer's lease ran out (a crashed or stalled replica).",
-        ),
-        def(
-            LEASE_LOST,
-            Counter,
-            None,
-            "Outcomes not recorded because the lease had been taken over.",
-        ),
-        def(
-            DELIVERY_LATENCY,
-            Histogram,
-            SECONDS,
-            "From when a message fell due to when the SMTP server accepted it.",
-        ),
-        def(
-            SMTP_SEND_DURATION,
-            Histogram,
-            SECONDS,
-            "Duration of one SMTP send, connection included.",
-        ),
-        def(
-            DATABASE_ERRORS,
-            Counter,
-            None,
-            "Failed database operations.",
-        ),
-        def(
-            CIRCUIT_OPEN,
-            Gauge,
-            None,
-            "1 while the SMTP circuit breaker is open (server unreachable, claiming paused).",
-        ),
-        def(
-            LAST_CYCLE,
-            Gauge,
-            SECONDS,
-            "Unix time of the dispatch loop's last completed cycle: its heartbeat.",
-        ),
-        def(
-            READY,
-            Gauge,
-            None,
-            "1 while this replica is ready: database reachable, schema migrated, not shutting down.",
-        ),
-        def(
-            BUILD_INFO,
-            Gauge,
-            None,
-            "Always 1; labels carry the version and whether SMTP delivery is enabled.",
-        ),
-        def(
-            PRUNED,
-            Counter,
-            None,
-            "Dispatched and discarded rows deleted by retention, by state.",
-        ),
-        def(
-            EXPIRED,
-            Counter,
-            None,
-            "Messages not sent because their expiry passed first (expires_at, or OUTBOXD_EXPIRE_AFTER for their kind); not dead letters.",
-        ),
-        def(
-            THROTTLED,
-            Counter,
-            None,
-            "SMTP replies that said the relay is throttling (421/45x with 4.7.x, or a reply about rate or throttling): the message was released without an attempt and the pace cut.",
-        ),
-        def(
-            SEND_RATE_LIMIT,
-            Gauge,
-            None,
-            "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling and recovering); 0 when there is no limit.",
-        ),
-        def(
-            SUPPRESSED,
-            Counter,
-            None,
-            "Messages not sent because every recipient is on the suppression list, by the first recipient's reason; not dead letters.",
-        ),
-        def(
-            BOUNCES,
-            Counter,
-            None,
-            "Bounces received, by source (smtp: a 5xx reply saying the mailbox does not exist; ses, postmark, webhook: a provider's notification) and type (hard, soft, undetermined). Hard bounces suppress their address.",
-        ),
-        def(
-            COMPLAINTS,
-            Counter,
-            None,
-            "Spam complaints received from a provider, by source; each suppresses its address.",
-        ),
-        def(
-            WEBHOOK_REQUESTS,
-            Counter,
-            None,
-            "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).",
-        ),
-    ]
-};
+/// Declares each metric's name constant and its entry in [`ALL`] together, so that no
+/// metric can be exported without its type and help, or be left out of the conventions
+/// test that loops over `ALL` (`outbox_background_task_restarts_total` once was).
+macro_rules! metrics {
+    ($($name:ident = $text:literal, $kind:ident, $unit:expr, $help:literal;)*) => {
+        $(pub const $name: &str = $text;)*
+
+        /// Every metric outboxd exports; described to the recorder from this list, and the
+        /// tests check every entry on a live `/metrics`.
+        pub const ALL: &[MetricDef] = {
+            use MetricType::{Counter, Gauge, Histogram};
+            &[$(def($name, $kind, $unit, $help)),*]
+        };
+    };
+}
+
+metrics! {
+    OLDEST_PENDING_AGE = "outbox_oldest_pending_age_seconds", Gauge, SECONDS,
+        "How long the oldest pending message has been due (now minus the later of created_at and not_before); 0 when nothing is pending.";
+    OLDEST_READY_AGE = "outbox_oldest_ready_age_seconds", Gauge, SECONDS,
+        "How long the oldest message that is due now, and neither backing off nor leased, has waited to be claimed.";
+    PENDING = "outbox_pending_messages", Gauge, None,
+        "Messages neither dispatched nor dead-lettered, due or not.";
+    DEAD_LETTERS = "outbox_dead_letter_messages", Gauge, None,
+        "Dead-lettered messages.";
+    LAST_SAMPLE = "outbox_last_sample_timestamp_seconds", Gauge, SECONDS,
+        "Unix time of the last successful sample of the database gauges.";
+    SENT = "outbox_messages_sent_total", Counter, None,
+        "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and marked dispatched because no SMTP server is configured (delivery=\"log\").";
+    SEND_FAILURES = "outbox_send_failures_total", Counter, None,
+        "Failed delivery attempts, by class: transient (not delivered, retried), permanent (not delivered, dead-lettered) or ambiguous (the server had the whole message when its reply failed to come: perhaps delivered, retried with the same Message-ID).";
+    DEAD_LETTERED = "outbox_messages_dead_lettered_total", Counter, None,
+        "Messages dead-lettered, by the class of their last failure.";
+    RELEASED = "outbox_messages_released_total", Counter, None,
+        "Claimed messages given back unsent, by reason.";
+    RECLAIMED = "outbox_messages_reclaimed_total", Counter, None,
+        "Messages claimed after another claimer's lease ran out (a crashed or stalled replica).";
+    LEASE_LOST = "outbox_lease_lost_total", Counter, None,
+        "Outcomes not recorded because the lease had been taken over.";
+    DELIVERY_LATENCY = "outbox_delivery_latency_seconds", Histogram, SECONDS,
+        "From when a message fell due to when the SMTP server accepted it.";
+    SMTP_SEND_DURATION = "outbox_smtp_send_duration_seconds", Histogram, SECONDS,
+        "Duration of one SMTP send, connection included.";
+    DATABASE_ERRORS = "outbox_database_errors_total", Counter, None,
+        "Failed database operations.";
+    CIRCUIT_OPEN = "outbox_smtp_circuit_open", Gauge, None,
+        "1 while the SMTP circuit breaker is open (server unreachable, claiming paused).";
+    LAST_CYCLE = "outbox_last_cycle_timestamp_seconds", Gauge, SECONDS,
+        "Unix time of the dispatch loop's last completed cycle: its heartbeat.";
+    READY = "outbox_ready", Gauge, None,
+        "1 while this replica is ready: database reachable, schema migrated, not shutting down.";
+    BUILD_INFO = "outbox_build_info", Gauge, None,
+        "Always 1; labels carry the version and whether SMTP delivery is enabled.";
+    PRUNED = "outbox_messages_pruned_total", Counter, None,
+        "Dispatched and discarded rows deleted by retention, by state.";
+    BACKGROUND_RESTARTS = "outbox_background_task_restarts_total", Counter, None,
+        "Background tasks (retention, the sampler, the recorder's upkeep) started again after they failed or panicked, by task; each failure is also logged at ERROR.";
+    THROTTLED = "outbox_throttled_total", Counter, None,
+        "SMTP replies that said the relay is throttling (421/45x with 4.7.x, or a reply about rate or throttling): the message was released without an attempt and the pace cut.";
+    EXPIRED = "outbox_messages_expired_total", Counter, None,
+        "Messages not sent because their expiry passed first (expires_at, or OUTBOXD_EXPIRE_AFTER for their kind); not dead letters.";
+    SEND_RATE_LIMIT = "outbox_send_rate_limit_per_second", Gauge, None,
+        "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling and recovering); 0 when there is no limit.";
+    SUPPRESSED = "outbox_messages_suppressed_total", Counter, None,
+        "Messages not sent because every recipient is on the suppression list, by the first recipient's reason; not dead letters.";
+    BOUNCES = "outbox_bounces_received_total", Counter, None,
+        "Bounces received, by source (smtp: a 5xx reply saying the mailbox does not exist; ses, postmark, webhook: a provider's notification) and type (hard, soft, undetermined). Hard bounces suppress their address.";
+    COMPLAINTS = "outbox_complaints_received_total", Counter, None,
+        "Spam complaints received from a provider, by source; each suppresses its address.";
+    WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
+        "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
+}
 
 /// The `result` label of `outbox_webhook_requests_total`: accepted, or why it was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
