@@ -182,9 +182,26 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
         || async { smtp.messages().len() >= expected.len() },
     )
     .await;
-    // Wait out a whole lease: a row whose send had overrun it would now be claimed and
-    // sent again by the other replica. (Waiting longer only makes the check stricter.)
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Wait out every lease still held: a row whose send had overrun its lease would then
+    // be claimed and sent again by the other replica.
+    let last_lease: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT max(locked_until) FROM outbox_messages")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "every lease held ended",
+        || async {
+            let ended: bool = sqlx::query_scalar("SELECT $1::timestamptz IS NULL OR now() > $1")
+                .bind(last_lease)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            ended
+        },
+    )
+    .await;
     eventually(Duration::from_secs(60), "every claim settled", || async {
         db.count("leased").await == 0
     })
