@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{DatabaseArgs, RunArgs};
-use crate::http::api as admin_api;
 use crate::message::NewMessage;
 use crate::store::admin::{self, Action, Selection};
 use crate::telemetry::{self, LogFormat};
@@ -64,7 +63,7 @@ pub enum DeadLettersCommand {
         #[arg(long)]
         kind: Option<String>,
         /// How many (1 to 500).
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=admin_api::MAX_PAGE))]
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=crate::store::MAX_PAGE))]
         limit: i64,
         /// Older than this id (the last id of the previous page).
         #[arg(long)]

@@ -238,6 +238,44 @@ pub fn says_mailbox_unknown(reply: &str) -> bool {
     }
 }
 
+/// The longest note an operator may keep with an entry (the column's CHECK).
+const MAX_DETAIL_CHARS: usize = 1000;
+
+/// What an operator asks to add: through the API, the page or the command line.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddRequest {
+    pub address: String,
+    /// `manual` unless said otherwise.
+    pub reason: Option<SuppressionReason>,
+    pub detail: Option<String>,
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl AddRequest {
+    /// The entry to add, or why the request is refused.
+    pub fn entry(self, now: DateTime<Utc>) -> Result<NewSuppression, String> {
+        if let Some(detail) = &self.detail
+            && (detail.chars().count() > MAX_DETAIL_CHARS || detail.contains('\0'))
+        {
+            return Err(format!(
+                "detail must be at most {MAX_DETAIL_CHARS} characters of text"
+            ));
+        }
+        if self.until.is_some_and(|until| until <= now) {
+            return Err("until must be in the future".to_owned());
+        }
+        Ok(NewSuppression {
+            address: normalize_address(&self.address)?,
+            reason: self.reason.unwrap_or(SuppressionReason::Manual),
+            source: FeedbackSource::Operator,
+            detail: self.detail,
+            message_id: None,
+            until: self.until,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,8 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 
 use crate::config::DatabaseArgs;
-use crate::http::suppressions::AddRequest;
 use crate::store::suppressions;
-use crate::suppression::{SuppressionReason, normalize_address};
+use crate::suppression::{AddRequest, SuppressionReason, normalize_address};
 
 #[derive(Debug, Args)]
 pub struct SuppressionsArgs {
@@ -25,7 +24,7 @@ pub enum SuppressionsCommand {
         #[arg(long)]
         search: Option<String>,
         /// How many (1 to 500).
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=crate::http::api::MAX_PAGE))]
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=crate::store::MAX_PAGE))]
         limit: i64,
         /// After this address (the last one of the previous page).
         #[arg(long)]

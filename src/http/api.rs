@@ -15,10 +15,8 @@ use tracing::info;
 use super::AdminState;
 use super::auth::Actor;
 use crate::store::admin::{self, Action, ActionError, DeadLetter, MessageState, Selection};
-use crate::store::stats;
+use crate::store::{MAX_PAGE, stats};
 
-/// The most dead letters one page returns.
-pub const MAX_PAGE: i64 = 500;
 const DEFAULT_PAGE: i64 = 50;
 /// The most ids one bulk request names.
 const MAX_IDS: usize = 10_000;

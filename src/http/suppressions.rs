@@ -7,20 +7,18 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use chrono::Utc;
 use serde_json::{Value, json};
 use tracing::info;
 
 use super::AdminState;
-use super::api::{ApiError, MAX_PAGE, check_text};
+use super::api::{ApiError, check_text};
 use super::auth::Actor;
+use crate::store::MAX_PAGE;
 use crate::store::suppressions::{self, Suppression};
-use crate::suppression::{FeedbackSource, NewSuppression, SuppressionReason, normalize_address};
+use crate::suppression::{AddRequest, normalize_address};
 
 const DEFAULT_PAGE: i64 = 50;
-/// The longest note an operator may attach.
-const MAX_DETAIL_CHARS: usize = 1000;
 
 pub fn routes() -> Router<AdminState> {
     Router::new()
@@ -102,41 +100,6 @@ async fn show(
     match suppressions::get(&state.pool, &address).await? {
         Some(entry) => Ok(Json(json!(entry))),
         None => Err(ApiError::not_found(format!("{address} is not suppressed"))),
-    }
-}
-
-/// What an operator posts to add an address.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AddRequest {
-    pub address: String,
-    /// `manual` unless said otherwise.
-    pub reason: Option<SuppressionReason>,
-    pub detail: Option<String>,
-    pub until: Option<DateTime<Utc>>,
-}
-
-impl AddRequest {
-    /// The entry to add, or why the request is refused.
-    pub fn entry(self, now: DateTime<Utc>) -> Result<NewSuppression, String> {
-        if let Some(detail) = &self.detail
-            && (detail.chars().count() > MAX_DETAIL_CHARS || detail.contains('\0'))
-        {
-            return Err(format!(
-                "detail must be at most {MAX_DETAIL_CHARS} characters of text"
-            ));
-        }
-        if self.until.is_some_and(|until| until <= now) {
-            return Err("until must be in the future".to_owned());
-        }
-        Ok(NewSuppression {
-            address: normalize_address(&self.address)?,
-            reason: self.reason.unwrap_or(SuppressionReason::Manual),
-            source: FeedbackSource::Operator,
-            detail: self.detail,
-            message_id: None,
-            until: self.until,
-        })
     }
 }
 

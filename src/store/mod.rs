@@ -62,6 +62,10 @@ macro_rules! replaced_for_good {
 }
 pub(crate) use replaced_for_good;
 
+/// The most rows one page of a listing returns (dead letters, the suppression list), for
+/// the API's and the command line's `limit`.
+pub const MAX_PAGE: i64 = 500;
+
 /// The channel the insert trigger notifies at commit.
 pub const NOTIFY_CHANNEL: &str = "outbox_messages";
 

@@ -15,9 +15,8 @@ use tracing::info;
 use super::{ago, back_to, database_unavailable, refuse_forged};
 use crate::http::AdminState;
 use crate::http::auth::Actor;
-use crate::http::suppressions::AddRequest;
 use crate::store::suppressions;
-use crate::suppression::{SuppressionReason, normalize_address};
+use crate::suppression::{AddRequest, SuppressionReason, normalize_address};
 use crate::text::mask_addresses;
 
 /// Addresses the page shows at once.
