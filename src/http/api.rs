@@ -4,8 +4,6 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
@@ -13,6 +11,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::AdminState;
+use super::api_error::{ApiError, check_text};
 use super::auth::Actor;
 use crate::store::admin::{self, Action, ActionError, DeadLetter, MessageState, Selection};
 use crate::store::{MAX_PAGE, stats};
@@ -32,83 +31,6 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/v1/dead-letters/{id}/discard", post(discard_one))
         .route("/api/v1/messages/{id}", get(show_any))
         .route("/api/v1/stats", get(stats))
-        .merge(super::suppressions::routes())
-}
-
-/// An API error, rendered as JSON with a stable shape.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    pub(super) fn not_found(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            code: "not_found",
-            message: message.into(),
-        }
-    }
-
-    pub(super) fn bad_request(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            code: "bad_request",
-            message: message.into(),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": {"code": self.code, "message": self.message}})),
-        )
-            .into_response()
-    }
-}
-
-impl From<sqlx::Error> for ApiError {
-    fn from(error: sqlx::Error) -> Self {
-        tracing::error!(error = %error, "admin API database error");
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "database_unavailable",
-            message: "the database did not answer; try again".to_owned(),
-        }
-    }
-}
-
-impl From<ActionError> for ApiError {
-    fn from(error: ActionError) -> Self {
-        match error {
-            ActionError::NotFound(_) => Self {
-                status: StatusCode::NOT_FOUND,
-                code: "not_found",
-                message: error.to_string(),
-            },
-            ActionError::NotDeadLettered { .. } => Self {
-                status: StatusCode::CONFLICT,
-                code: "not_dead_lettered",
-                message: error.to_string(),
-            },
-            ActionError::Database(e) => e.into(),
-        }
-    }
-}
-
-/// Refuses text no kind or error class can contain (NUL and other control characters),
-/// which PostgreSQL would otherwise refuse as a database error.
-pub fn check_text(name: &str, value: &str) -> Result<(), String> {
-    if value.len() > 200 || value.chars().any(char::is_control) {
-        return Err(format!(
-            "{name} must be up to 200 characters without control characters"
-        ));
-    }
-    Ok(())
 }
 
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
@@ -209,11 +131,10 @@ async fn show(
         {
             Ok(Json(json!(message)))
         }
-        Some(message) => Err(ApiError {
-            status: StatusCode::NOT_FOUND,
-            code: "not_found",
-            message: format!("message {id} is {}, not a dead letter", message.state),
-        }),
+        Some(message) => Err(ApiError::not_found(format!(
+            "message {id} is {}, not a dead letter",
+            message.state
+        ))),
         None => Err(ActionError::NotFound(id).into()),
     }
 }

@@ -2,6 +2,7 @@
 //! API (`/api/v1`) and page (`/admin`). Reads state and calls the store; nothing else.
 
 pub mod api;
+mod api_error;
 pub mod auth;
 pub mod page;
 pub mod server;
@@ -80,6 +81,7 @@ pub fn admin_router(
         kinds,
     };
     let api = api::routes()
+        .merge(suppressions::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&auth),
             auth::require_bearer,

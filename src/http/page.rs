@@ -15,7 +15,8 @@ use minijinja::{Environment, context};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use super::api::{ListQuery, check_text};
+use super::api::ListQuery;
+use super::api_error::check_text;
 use super::auth::Actor;
 use super::{AdminState, plain};
 use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::AdminState;
-use super::api::{ApiError, check_text};
+use super::api_error::{ApiError, check_text};
 use super::auth::Actor;
 use crate::store::MAX_PAGE;
 use crate::store::suppressions::{self, Suppression};

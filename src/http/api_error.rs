@@ -1,0 +1,85 @@
+//! The admin API's errors, one JSON shape for all: `{"error": {"code": "...", "message":
+//! "..."}}`, and the check of the text a query may hold.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::admin::ActionError;
+
+/// An API error, rendered as JSON with a stable shape.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_request",
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        tracing::error!(error = %error, "admin API database error");
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "database_unavailable",
+            message: "the database did not answer; try again".to_owned(),
+        }
+    }
+}
+
+impl From<ActionError> for ApiError {
+    fn from(error: ActionError) -> Self {
+        match error {
+            ActionError::NotFound(_) => Self {
+                status: StatusCode::NOT_FOUND,
+                code: "not_found",
+                message: error.to_string(),
+            },
+            ActionError::NotDeadLettered { .. } => Self {
+                status: StatusCode::CONFLICT,
+                code: "not_dead_lettered",
+                message: error.to_string(),
+            },
+            ActionError::Database(e) => e.into(),
+        }
+    }
+}
+
+/// Refuses text no kind or error class can contain (NUL and other control characters),
+/// which PostgreSQL would otherwise refuse as a database error.
+pub fn check_text(name: &str, value: &str) -> Result<(), String> {
+    if value.len() > 200 || value.chars().any(char::is_control) {
+        return Err(format!(
+            "{name} must be up to 200 characters without control characters"
+        ));
+    }
+    Ok(())
+}
