@@ -13,6 +13,8 @@
 //! must also be on an SNS host.
 
 mod certificates;
+mod hosts;
+mod ses;
 
 use std::sync::Arc;
 
@@ -20,12 +22,13 @@ use base64::Engine as _;
 use hyper::body::Bytes;
 use rustls_pki_types::{AlgorithmIdentifier, CertificateDer, InvalidSignature, alg_id};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::fetch::HttpsClient;
-use super::{Checks, Event, EventKind, FeedbackError, Notification, address, outbox_id};
-use crate::suppression::BounceType;
+use super::{Checks, FeedbackError, Notification};
 use certificates::Certificates;
+use hosts::region_of;
+pub use hosts::{HostPattern, parse_host_patterns};
+use ses::ses_events;
 
 /// Hosts SNS serves certificates and subscription confirmations from; `*` is one label.
 pub const DEFAULT_CERTIFICATE_HOSTS: &str = "sns.*.amazonaws.com,sns.*.amazonaws.com.cn";
@@ -38,90 +41,6 @@ pub struct SnsSettings {
     /// Where the signing certificate and the confirmation may come from.
     pub certificate_hosts: Vec<HostPattern>,
     pub client: HttpsClient,
-}
-
-/// Where SNS's certificates and confirmations may come from: `host` (port 443) or
-/// `host:port`, where one label of the host may be `*`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPattern {
-    labels: Vec<String>,
-    port: u16,
-}
-
-/// Host patterns from a comma-separated list. A `*` label stands for one AWS region name
-/// (`us-east-1`, `us-gov-west-1`, `cn-north-1`): a wildcard for any label would let
-/// `sns.s3.amazonaws.com`, a bucket's website, serve a certificate.
-pub fn parse_host_patterns(text: &str) -> Result<Vec<HostPattern>, String> {
-    let patterns = text
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|pattern| {
-            let (host, port) = match pattern.rsplit_once(':') {
-                Some((host, port)) => (
-                    host,
-                    port.parse()
-                        .map_err(|_| format!("{pattern:?}: the port is not a number"))?,
-                ),
-                None => (pattern, 443),
-            };
-            let labels: Vec<String> = host.split('.').map(str::to_ascii_lowercase).collect();
-            let valid_label = |label: &String| {
-                label == "*"
-                    || (!label.is_empty()
-                        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-            };
-            let wildcards = labels.iter().filter(|l| *l == "*").count();
-            if !labels.iter().all(valid_label) || wildcards > 1 || labels.len() < wildcards + 1 {
-                return Err(format!(
-                    "{pattern:?} is not a host pattern (a host name, one label of which may be *)"
-                ));
-            }
-            Ok(HostPattern { labels, port })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    if patterns.is_empty() {
-        return Err("expected at least one host pattern".to_owned());
-    }
-    Ok(patterns)
-}
-
-/// An AWS region name: `us-east-1`, `eu-central-2`, `us-gov-west-1`, `cn-northwest-1`.
-fn is_region(label: &str) -> bool {
-    let parts: Vec<&str> = label.split('-').collect();
-    parts.len() >= 3
-        && parts[0].len() == 2
-        && parts[..parts.len() - 1]
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
-        && parts[parts.len() - 1].bytes().all(|b| b.is_ascii_digit())
-        && !parts[parts.len() - 1].is_empty()
-}
-
-impl HostPattern {
-    /// Whether `host:port` matches, its `*` label being a region; the topic's own, when one
-    /// is given: SNS signs a topic's messages from its region's host, and a fetch from any
-    /// other (`sns.zz-fake-1.amazonaws.com` is a region by its form) is a forgery's.
-    fn matches_in(&self, host: &str, port: u16, region: Option<&str>) -> bool {
-        let host: Vec<&str> = host.split('.').collect();
-        self.port == port
-            && self.labels.len() == host.len()
-            && self.labels.iter().zip(&host).all(|(pattern, label)| {
-                if pattern == "*" {
-                    is_region(label) && region.is_none_or(|region| region == *label)
-                } else {
-                    pattern.eq_ignore_ascii_case(label)
-                }
-            })
-    }
-}
-
-/// The region of a topic ARN (`arn:aws:sns:REGION:ACCOUNT:NAME`).
-fn region_of(topic_arn: &str) -> Option<&str> {
-    topic_arn
-        .split(':')
-        .nth(3)
-        .filter(|region| is_region(region))
 }
 
 /// An SNS message as POSTed.
@@ -383,137 +302,5 @@ impl rustls_pki_types::SignatureVerificationAlgorithm for RsaSha1 {
     /// SHA-1 identifier to give.
     fn signature_alg_id(&self) -> AlgorithmIdentifier {
         alg_id::RSA_PKCS1_SHA256
-    }
-}
-
-/// The recipients an SES notification (or event) reports, with the row it names.
-fn ses_events(message: &str) -> Result<Vec<Event>, FeedbackError> {
-    let ses: Value = serde_json::from_str(message)
-        .map_err(|e| FeedbackError::Invalid(format!("the SNS Message is not SES JSON: {e}")))?;
-    let kind = ses
-        .get("notificationType")
-        .or_else(|| ses.get("eventType"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| FeedbackError::Invalid("no notificationType or eventType".to_owned()))?;
-    let message_id = row_of(&ses["mail"]);
-    let (kind, list, address_field) = match kind {
-        "Bounce" => {
-            let bounce_type = match ses["bounce"]["bounceType"].as_str() {
-                Some("Permanent") => BounceType::Hard,
-                Some("Transient") => BounceType::Soft,
-                _ => BounceType::Undetermined,
-            };
-            (
-                EventKind::Bounce(bounce_type),
-                &ses["bounce"]["bouncedRecipients"],
-                "emailAddress",
-            )
-        }
-        "Complaint" => (
-            EventKind::Complaint,
-            &ses["complaint"]["complainedRecipients"],
-            "emailAddress",
-        ),
-        // Deliveries, sends, opens...: nothing to record.
-        _ => return Ok(Vec::new()),
-    };
-    let recipients = list
-        .as_array()
-        .ok_or_else(|| FeedbackError::Invalid("no recipients in the notification".to_owned()))?;
-    recipients
-        .iter()
-        .map(|recipient| {
-            let text = recipient[address_field].as_str().ok_or_else(|| {
-                FeedbackError::Invalid("a recipient without an address".to_owned())
-            })?;
-            let detail = recipient["diagnosticCode"]
-                .as_str()
-                .or_else(|| ses["complaint"]["complaintFeedbackType"].as_str())
-                .map(|d| crate::text::cut(d, 1000).to_owned());
-            Ok(Event {
-                kind: kind.clone(),
-                address: address(text)?,
-                message_id,
-                detail,
-            })
-        })
-        .collect()
-}
-
-/// The outbox row of the `mail` object: its original headers, when SES was told to
-/// include them, or its common headers' Message-ID.
-fn row_of(mail: &Value) -> Option<i64> {
-    let header = |wanted: &str| {
-        mail["headers"].as_array()?.iter().find_map(|h| {
-            h["name"]
-                .as_str()
-                .filter(|name| name.eq_ignore_ascii_case(wanted))
-                .and(h["value"].as_str())
-        })
-    };
-    outbox_id(
-        header("Message-ID").or_else(|| mail["commonHeaders"]["messageId"].as_str()),
-        header("X-Outbox-Id"),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_sns_hosts_match() {
-        let patterns = parse_host_patterns(DEFAULT_CERTIFICATE_HOSTS).unwrap();
-        let ok = |host: &str, port| patterns.iter().any(|p| p.matches_in(host, port, None));
-        assert!(ok("sns.us-east-1.amazonaws.com", 443));
-        assert!(ok("sns.us-gov-west-1.amazonaws.com", 443));
-        assert!(ok("sns.cn-north-1.amazonaws.com.cn", 443));
-        assert!(!ok("sns.us-east-1.amazonaws.com", 8443));
-        // S3 website endpoints of a bucket named `sns`.
-        assert!(!ok("sns.s3.amazonaws.com", 443));
-        assert!(!ok("sns.s3-us-west-2.amazonaws.com", 443));
-        assert!(!ok("sns.evil.example.amazonaws.com", 443));
-        assert!(!ok("sns.us-east-1.amazonaws.com.evil.test", 443));
-        assert!(!ok("evil.test", 443));
-        let local = parse_host_patterns("localhost:8443").unwrap();
-        assert!(
-            local[0].matches_in("localhost", 8443, None)
-                && !local[0].matches_in("localhost", 443, None)
-        );
-        // A topic's messages come from its region's host only.
-        let topic = Some("eu-west-1");
-        assert!(
-            patterns
-                .iter()
-                .any(|p| p.matches_in("sns.eu-west-1.amazonaws.com", 443, topic))
-        );
-        assert!(
-            !patterns
-                .iter()
-                .any(|p| p.matches_in("sns.zz-fake-1.amazonaws.com", 443, topic))
-        );
-        assert_eq!(region_of("arn:aws:sns:eu-west-1:123456789012:t"), topic);
-        for bad in ["a b", "*", "*.*.example.com", "host:port"] {
-            assert!(parse_host_patterns(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn a_permanent_bounce_names_its_recipients_and_row() {
-        let message = r#"{"notificationType":"Bounce",
-            "bounce":{"bounceType":"Permanent","bouncedRecipients":[
-                {"emailAddress":"Gone@Example.com","diagnosticCode":"smtp; 550 5.1.1 user unknown"}]},
-            "mail":{"commonHeaders":{"messageId":"<outbox-12@mail.example>"}}}"#;
-        let events = ses_events(message).unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].kind, EventKind::Bounce(BounceType::Hard));
-        assert_eq!(events[0].address, "gone@example.com");
-        assert_eq!(events[0].message_id, Some(12));
-        assert!(
-            ses_events(r#"{"notificationType":"Delivery"}"#)
-                .unwrap()
-                .is_empty()
-        );
-        assert!(ses_events("[]").is_err());
     }
 }
