@@ -1,0 +1,107 @@
+//! A message as a producer hands it over: what `enqueue` checks before it writes the row.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// The longest kind name the table accepts.
+pub const MAX_KIND_CHARS: usize = 100;
+
+/// A message a producer wants sent, committed together with its business change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// Which email to render: the name of a template set, such as `account_verification`.
+    pub kind: String,
+    /// The template's variables; must be a JSON object.
+    pub payload: Value,
+    /// Do not send before this time; `None` means as soon as the transaction commits.
+    pub not_before: Option<DateTime<Utc>>,
+    /// Higher is sent first among due messages; a point is worth a minute of waiting.
+    pub priority: i16,
+    /// Never send after this time: the message ends as expired.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The producer's key for this email: enqueueing the same key again returns the first
+    /// message's id and inserts nothing.
+    pub idempotency_key: Option<String>,
+}
+
+/// The highest priority the table accepts.
+pub const MAX_PRIORITY: i16 = 10_000;
+/// The longest idempotency key the table accepts, in characters.
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 200;
+/// The times the table accepts, in seconds since the epoch: years 1 to 9999, as its CHECK
+/// constraints say (`migrations/*_times_on_the_calendar.sql`). Past them a time cannot be
+/// read back (the driver's calendar ends in year 262142) nor, when infinite, subtracted.
+pub const TIME_RANGE_SECS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+impl NewMessage {
+    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
+        Self {
+            kind: kind.into(),
+            payload,
+            not_before: None,
+            priority: 0,
+            expires_at: None,
+            idempotency_key: None,
+        }
+    }
+
+    /// Refuses what the table would refuse, with a message that says why.
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
+        validate_kind(&self.kind)?;
+        if !self.payload.is_object() {
+            return Err(InvalidMessage::PayloadNotObject);
+        }
+        if !(0..=MAX_PRIORITY).contains(&self.priority) {
+            return Err(InvalidMessage::Priority(self.priority));
+        }
+        if let Some(key) = &self.idempotency_key
+            && !(1..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&key.chars().count())
+        {
+            return Err(InvalidMessage::IdempotencyKey);
+        }
+        for (field, time) in [
+            ("not_before", self.not_before),
+            ("expires_at", self.expires_at),
+        ] {
+            if let Some(time) = time.filter(|t| !TIME_RANGE_SECS.contains(&t.timestamp())) {
+                return Err(InvalidMessage::Time { field, time });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a new message was refused before it reached the database.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidMessage {
+    #[error(
+        "kind must be 1 to {MAX_KIND_CHARS} characters of a-z, 0-9, '_', '-' or '.', got {0:?}"
+    )]
+    Kind(String),
+    #[error("payload must be a JSON object")]
+    PayloadNotObject,
+    #[error("priority must be between 0 and {MAX_PRIORITY}, got {0}")]
+    Priority(i16),
+    #[error("an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")]
+    IdempotencyKey,
+    #[error("{field} must be a time in the years 1 to 9999, got {time}")]
+    Time {
+        field: &'static str,
+        time: DateTime<Utc>,
+    },
+}
+
+/// Kind names double as template directory names, so they are kept to a safe alphabet.
+pub fn validate_kind(kind: &str) -> Result<(), InvalidMessage> {
+    let valid = !kind.is_empty()
+        && kind.chars().count() <= MAX_KIND_CHARS
+        && kind
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+        && !kind.starts_with('.');
+    if valid {
+        Ok(())
+    } else {
+        Err(InvalidMessage::Kind(kind.to_owned()))
+    }
+}
