@@ -15,6 +15,8 @@ use crate::message::{Delivery, FailureType, Outcome, ReleaseReason};
 use crate::store::{Prunable, Sample};
 use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
 
+pub use super::labels::{BackgroundTask, DatabaseOperation, OTHER_KIND, WebhookResult};
+
 /// A metric's Prometheus type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricType {
@@ -120,100 +122,6 @@ metrics! {
         "Spam complaints received from a provider, by source; each suppresses its address.";
     WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
         "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
-}
-
-/// The `result` label of `outbox_webhook_requests_total`: accepted, or why it was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WebhookResult {
-    Accepted,
-    /// Credentials or signature missing or wrong.
-    Unauthorized,
-    /// Not the provider's format, or a notification this endpoint does not take.
-    Invalid,
-    /// Over the size limit.
-    TooLarge,
-    /// Could not be recorded (database) or checked (the signing certificate).
-    Failed,
-}
-
-impl WebhookResult {
-    pub const ALL: [WebhookResult; 5] = [
-        WebhookResult::Accepted,
-        WebhookResult::Unauthorized,
-        WebhookResult::Invalid,
-        WebhookResult::TooLarge,
-        WebhookResult::Failed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WebhookResult::Accepted => "accepted",
-            WebhookResult::Unauthorized => "unauthorized",
-            WebhookResult::Invalid => "invalid",
-            WebhookResult::TooLarge => "too_large",
-            WebhookResult::Failed => "failed",
-        }
-    }
-}
-
-/// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
-pub const OTHER_KIND: &str = "other";
-
-/// A database operation: the `operation` label of `outbox_database_errors_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DatabaseOperation {
-    Claim,
-    Record,
-    Listen,
-    Sample,
-    Readiness,
-    Prune,
-}
-
-impl DatabaseOperation {
-    pub const ALL: [DatabaseOperation; 6] = [
-        DatabaseOperation::Claim,
-        DatabaseOperation::Record,
-        DatabaseOperation::Listen,
-        DatabaseOperation::Sample,
-        DatabaseOperation::Readiness,
-        DatabaseOperation::Prune,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DatabaseOperation::Claim => "claim",
-            DatabaseOperation::Record => "record",
-            DatabaseOperation::Listen => "listen",
-            DatabaseOperation::Sample => "sample",
-            DatabaseOperation::Readiness => "readiness",
-            DatabaseOperation::Prune => "prune",
-        }
-    }
-}
-
-/// A task beside the dispatcher: the `task` label of `outbox_background_task_restarts_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackgroundTask {
-    Sampler,
-    Retention,
-    RecorderUpkeep,
-}
-
-impl BackgroundTask {
-    pub const ALL: [BackgroundTask; 3] = [
-        BackgroundTask::Sampler,
-        BackgroundTask::Retention,
-        BackgroundTask::RecorderUpkeep,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackgroundTask::Sampler => "sampler",
-            BackgroundTask::Retention => "retention",
-            BackgroundTask::RecorderUpkeep => "recorder_upkeep",
-        }
-    }
 }
 
 const LATENCY_BUCKETS: &[f64] = &[

@@ -1,6 +1,7 @@
 //! Observability: logs, OpenTelemetry trace export, and Prometheus metrics. The
 //! `traceparent` helpers live in [`crate::trace_context`], below the store that uses them.
 
+mod labels;
 pub mod metrics;
 mod panics;
 
