@@ -3,7 +3,7 @@ YAML loading, running promtool/amtool, and one way to fail.
 
 Each check_*.py runs on its own (`python3 tests/deploy/check_probes.py`) and exits 0, or 1
 with a message naming the file and what is wrong. outboxd's defaults are read from
-src/config.rs and src/http/mod.rs; a caller that knows them better (the Rust test, from clap)
+src/config.rs (and src/config/) and src/http/mod.rs; a caller that knows them better (the Rust test, from clap)
 passes them: --listen 0.0.0.0:9898 --shutdown-timeout 30s --metrics-path /metrics
 --liveness-path /livez --readiness-path /readyz.
 """
@@ -58,7 +58,7 @@ class Facts:
     """What outboxd serves and how it stops, by default."""
 
     defaults: dict[str, str]  # OUTBOXD_* variable -> default value, from src/config.rs
-    variables: set[str]  # every environment variable outboxd reads (src/config.rs, src/cli.rs)
+    variables: set[str]  # every environment variable outboxd reads (src/config*, src/cli.rs)
     routes: set[str]  # the paths src/http/mod.rs routes on OUTBOXD_LISTEN
     subcommands: set[str]  # outboxd's subcommands, from src/cli.rs
     metrics_path: str
@@ -89,7 +89,11 @@ def config_defaults(source: str) -> dict[str, str]:
 
 
 def facts(args: argparse.Namespace) -> Facts:
-    config = (ROOT / "src" / "config.rs").read_text(encoding="utf-8")
+    # The options live in src/config.rs and its rooms under src/config/.
+    config = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in [ROOT / "src" / "config.rs", *sorted((ROOT / "src" / "config").glob("**/*.rs"))]
+    )
     http = (ROOT / "src" / "http" / "mod.rs").read_text(encoding="utf-8")
     cli = (ROOT / "src" / "cli.rs").read_text(encoding="utf-8")
     defaults = config_defaults(config)
