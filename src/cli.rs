@@ -12,6 +12,23 @@ use crate::store::admin::{self, Action, Selection};
 use crate::telemetry::{self, LogFormat};
 use crate::{app, store};
 
+/// `print!` that returns the write's error instead of panicking: `outboxd ... | head`
+/// closes standard output early, and `println!` then panicked with a backtrace.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `println!` as [`out!`] is `print!`.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod preview;
 mod suppressions;
 
@@ -174,6 +191,13 @@ pub fn main() -> ExitCode {
 }
 
 fn fail(error: &anyhow::Error) -> ExitCode {
+    // The reader of the output went away (`| head`): it has what it wanted.
+    let reader_gone = error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+    if reader_gone {
+        return ExitCode::SUCCESS;
+    }
     eprintln!("error: {error:#}");
     ExitCode::FAILURE
 }
@@ -209,9 +233,9 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             pool.close().await;
             let stats = stats?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&stats)?);
+                outln!("{}", serde_json::to_string_pretty(&stats)?)?;
             } else {
-                print!("{}", crate::report::stats_table(&stats));
+                out!("{}", crate::report::stats_table(&stats))?;
             }
             Ok(())
         }
@@ -231,7 +255,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             let pool = app::connect_checked(&database).await?;
             let id = store::enqueue(&pool, message).await?;
             pool.close().await;
-            println!("{id}");
+            outln!("{id}")?;
             Ok(())
         }
     }
@@ -255,13 +279,13 @@ async fn dead_letters(pool: &sqlx::PgPool, command: DeadLettersCommand) -> anyho
         } => {
             let page = admin::list_dead_letters(pool, kind.as_deref(), after, limit).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&page)?);
+                outln!("{}", serde_json::to_string_pretty(&page)?)?;
             } else {
-                print!("{}", crate::report::dead_letter_table(&page));
+                out!("{}", crate::report::dead_letter_table(&page))?;
             }
         }
         DeadLettersCommand::Show { id } => match admin::message(pool, id).await? {
-            Some(message) => println!("{}", serde_json::to_string_pretty(&message)?),
+            Some(message) => outln!("{}", serde_json::to_string_pretty(&message)?)?,
             None => anyhow::bail!("no message {id}"),
         },
         DeadLettersCommand::Retry(selection) => {
@@ -279,14 +303,14 @@ async fn apply(pool: &sqlx::PgPool, action: Action, selection: Selection) -> any
         && let [id] = ids.as_slice()
     {
         admin::apply_one(pool, action, *id, &cli_actor()).await?;
-        println!("{} message {id}", action.past_tense());
+        outln!("{} message {id}", action.past_tense())?;
         return Ok(());
     }
     let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
-    println!(
+    outln!(
         "{} {} dead letters ({selection})",
         action.past_tense(),
         changed.len()
-    );
+    )?;
     Ok(())
 }

@@ -72,13 +72,13 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
         use std::io::Write as _;
         std::io::stdout().write_all(&preview.raw)?;
     } else if args.text {
-        print!("{}", printable_lines(&preview.parts.text));
+        out!("{}", printable_lines(&preview.parts.text))?;
     } else if args.html {
         let html = preview
             .parts
             .html
             .with_context(|| format!("kind {} has no body.html", args.kind))?;
-        print!("{}", printable_lines(&html));
+        out!("{}", printable_lines(&html))?;
     } else {
         let raw = String::from_utf8_lossy(&preview.raw);
         let headers = raw.split("\r\n\r\n").next().unwrap_or_default();
@@ -88,17 +88,17 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
             .iter()
             .map(ToString::to_string)
             .collect();
-        println!("{}", printable_lines(headers));
-        println!(
+        outln!("{}", printable_lines(headers))?;
+        outln!(
             "\n--- envelope recipients (RCPT TO, not a header) ---\n{}",
             printable(&recipients.join(", "))
-        );
-        println!(
+        )?;
+        outln!(
             "\n--- text/plain ---\n{}",
             printable_lines(&preview.parts.text)
-        );
+        )?;
         if let Some(html) = &preview.parts.html {
-            println!("--- text/html ---\n{}", printable_lines(html));
+            outln!("--- text/html ---\n{}", printable_lines(html))?;
         }
     }
     Ok(())

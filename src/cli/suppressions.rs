@@ -64,9 +64,9 @@ pub async fn run(
         } => {
             let page = suppressions::list(pool, search.as_deref(), after.as_deref(), limit).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&page)?);
+                outln!("{}", serde_json::to_string_pretty(&page)?)?;
             } else {
-                print!("{}", crate::report::suppression_table(&page));
+                out!("{}", crate::report::suppression_table(&page))?;
             }
         }
         SuppressionsCommand::Add {
@@ -83,14 +83,14 @@ pub async fn run(
             };
             let entry = request.entry(Utc::now()).map_err(anyhow::Error::msg)?;
             suppressions::add(pool, &entry, actor).await?;
-            println!("suppressed {} ({})", entry.address, entry.reason);
+            outln!("suppressed {} ({})", entry.address, entry.reason)?;
         }
         SuppressionsCommand::Remove { address } => {
             let address = normalize_address(&address).map_err(anyhow::Error::msg)?;
             if !suppressions::remove(pool, &address, actor).await? {
                 anyhow::bail!("{address} is not suppressed");
             }
-            println!("removed {address}");
+            outln!("removed {address}")?;
         }
     }
     Ok(())

@@ -539,3 +539,27 @@ async fn the_help_documents_every_option_with_its_environment_variable() {
         assert!(readme.contains(var), "README.md does not document {var}");
     }
 }
+
+#[test]
+fn output_cut_short_by_its_reader_ends_quietly() {
+    use std::io::Read as _;
+    // 100 KB: more than a pipe holds (64 KiB), so the write is still going when the
+    // reader leaves; and less than one argument may be (128 KiB).
+    let name = "Ada ".repeat(25_000);
+    let payload =
+        serde_json::json!({"to": "ada@example.com", "name": name, "verify_url": "https://x/v"});
+    let mut child = outboxd()
+        .args(["preview", "--kind", "account_verification", "--text"])
+        .args(["--payload", &payload.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut start = [0_u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut start).unwrap();
+    // The pipe's read end is dropped here, as `| head -c 16` would.
+    let output = wait_with_timeout(child, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
