@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::pace::Slots;
-use super::suppress::Suppressed;
+use super::recipients::Suppressed;
 
 use super::Step;
 use crate::lock::lock;

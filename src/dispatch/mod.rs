@@ -25,6 +25,7 @@ mod expiry;
 mod floor;
 mod held;
 mod pace;
+mod recipients;
 mod record;
 mod send;
 mod suppress;

@@ -18,7 +18,7 @@ use super::attempt::{AttemptResult, caught, outcome_of};
 use super::batch::{Decided, LeasedBatch, OutcomeQueue, SentBatch, Unrecorded};
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
-use super::suppress::{Filtered, Suppressed};
+use super::recipients::{Filtered, Suppressed};
 use super::{DispatchError, Dispatcher};
 use crate::mailer::Mailer;
 use crate::message::{

@@ -2,78 +2,17 @@
 //! (with one more lookup only for addresses the claim could not read), then each message's
 //! envelope without the suppressed ones.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-use lettre::address::Envelope;
-
 use tokio::time::Instant;
 use tracing::debug;
 
 use super::batch::Decided;
+use super::recipients::Suppressed;
 use super::{DispatchError, Dispatcher};
-use crate::lock::lock;
 use crate::message::{ClaimedBatch, ClaimedMessage, Outcome};
-use crate::render::{Renderer, suppression_key};
-use crate::suppression::{ListedAtClaim, SuppressionReason};
+use crate::render::Renderer;
+use crate::suppression::ListedAtClaim;
 use crate::telemetry::metrics::DatabaseOperation;
 use crate::telemetry::{catch_panic_now, log_caught};
-
-/// The addresses of one batch that were on the list at its claim, and those a server said
-/// do not exist while it was being sent.
-#[derive(Debug, Default)]
-pub(super) struct Suppressed {
-    listed: HashMap<String, SuppressionReason>,
-    bounced: Mutex<HashMap<String, SuppressionReason>>,
-}
-
-/// What is left of an envelope.
-#[derive(Debug)]
-pub(super) enum Filtered {
-    /// Nothing on the list: send as rendered.
-    Unchanged,
-    /// Some recipients dropped: send to the rest.
-    Fewer(Envelope),
-    /// Every recipient is on the list: the first one's reason, and how many there were.
-    AllSuppressed(SuppressionReason, usize),
-}
-
-impl Suppressed {
-    /// An address that bounced hard in this batch: its batch-mates to it are not sent.
-    pub fn bounced(&self, address: &str) {
-        lock(&self.bounced).insert(address.to_owned(), SuppressionReason::HardBounce);
-    }
-
-    pub fn filter(&self, envelope: &Envelope) -> Filtered {
-        let bounced = lock(&self.bounced);
-        if self.listed.is_empty() && bounced.is_empty() {
-            return Filtered::Unchanged;
-        }
-        let reason_of = |key: &str| self.listed.get(key).or_else(|| bounced.get(key)).copied();
-        let mut first_reason = None;
-        let kept: Vec<_> = envelope
-            .to()
-            .iter()
-            .filter(|to| match reason_of(&suppression_key(to)) {
-                Some(reason) => {
-                    first_reason.get_or_insert(reason);
-                    false
-                }
-                None => true,
-            })
-            .cloned()
-            .collect();
-        match first_reason {
-            None => Filtered::Unchanged,
-            Some(reason) if kept.is_empty() => Filtered::AllSuppressed(reason, envelope.to().len()),
-            // Dropping recipients from a valid envelope leaves a valid one.
-            Some(reason) => Envelope::new(envelope.from().cloned(), kept).map_or(
-                Filtered::AllSuppressed(reason, envelope.to().len()),
-                Filtered::Fewer,
-            ),
-        }
-    }
-}
 
 impl Dispatcher {
     /// The batch's suppressed addresses. Nothing is sent without them: on a failure the rows
@@ -135,10 +74,7 @@ impl Dispatcher {
                 .map_err(DispatchError::database(DatabaseOperation::Claim))?;
             listed.extend(found);
         }
-        Ok(Suppressed {
-            listed,
-            bounced: Mutex::new(HashMap::new()),
-        })
+        Ok(Suppressed::listed(listed))
     }
 }
 
