@@ -108,8 +108,6 @@ pub struct ClaimedBatch {
     pub lowest_due: Option<DateTime<Utc>>,
     /// Shared with the tasks that send them, without copying payloads.
     pub messages: std::sync::Arc<[ClaimedMessage]>,
-    /// The suppression list as the claim saw it.
-    pub suppression: crate::suppression::ListedAtClaim,
 }
 
 /// How a message left outboxd.

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 use crate::telemetry::metrics::{BackgroundTask, Metrics};
-use crate::telemetry::{catch_panic, log_caught};
+use crate::telemetry::{PanicContext, catch_panic};
 use crate::text::mask_addresses;
 
 /// The pause before a failed background task is started again; it doubles while the task
@@ -38,7 +38,7 @@ pub async fn recorder_upkeep(prometheus: PrometheusHandle, stop: CancellationTok
 }
 
 /// Runs a background task until it ends by itself (at `stop`); when it fails instead (a
-/// panic), logs it once at ERROR, counts it in `outbox_background_task_restarts_total`, and
+/// panic, which the hook logs once at ERROR), counts it in `outbox_background_task_restarts_total`, and
 /// starts it again, so that no task dies silently.
 pub async fn supervise<F, Fut>(
     task: BackgroundTask,
@@ -51,14 +51,15 @@ pub async fn supervise<F, Fut>(
 {
     let mut pause = RESTART_PAUSE;
     loop {
-        match tokio::spawn(catch_panic(start())).await {
+        let context = PanicContext {
+            outbox_id: None,
+            task: Some(task.as_str()),
+            what: "a background task panicked; starting it again",
+        };
+        match tokio::spawn(catch_panic(context, start())).await {
             Ok(Ok(())) => return,
-            Ok(Err(panic)) => log_caught(
-                &panic,
-                None,
-                Some(task.as_str()),
-                "a background task panicked; starting it again",
-            ),
+            // The hook logged it, saying which task.
+            Ok(Err(_)) => {}
             // Cancelled by the runtime, or a panic while the task's future was dropped
             // (the hook logged that one); its text may quote an address.
             Err(e) => error!(

@@ -1,12 +1,13 @@
 //! What one attempt at a message came to, and the outcome it is turned into, decided per
 //! message as its send ends: an unreachable server is a release, an outcome the server may
-//! have taken is ambiguous, and a panic is caught and counted so that it cannot loop.
+//! have taken is ambiguous, and a panic (caught in `message_sender`) is counted as an
+//! attempt so that it cannot loop.
 
 use crate::mailer::SendError;
 use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
+use crate::render::{ReadPayload, envelope_keys};
 use crate::suppression::SuppressionReason;
-use crate::telemetry::{catch_panic, log_caught};
 
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
@@ -24,26 +25,6 @@ pub(super) enum AttemptResult {
     /// Rendering, sending or deciding the outcome panicked (a bug), with what the panic
     /// said.
     Panicked(String),
-}
-
-/// An attempt, with a panic turned into the message's failure: released as unsent, the
-/// message would be due again at once and panic again, in a loop.
-pub(super) async fn caught(
-    attempt: impl Future<Output = AttemptResult>,
-    outbox_id: i64,
-) -> AttemptResult {
-    match catch_panic(attempt).await {
-        Ok(attempt) => attempt,
-        Err(panic) => {
-            log_caught(
-                &panic,
-                Some(outbox_id),
-                None,
-                "rendering or sending a message panicked; it is retried later, and dead-lettered after its last attempt",
-            );
-            AttemptResult::Panicked(panic.message)
-        }
-    }
 }
 
 /// The `error_class` of a message whose render or send panicked.
@@ -117,11 +98,61 @@ pub(super) fn outcome_of(
     }
 }
 
+/// A message refused because one of several recipients does not exist is tried again at
+/// once (an attempt counted): that recipient is suppressed by then, so the next attempt
+/// goes to the others. With one recipient it stays a dead letter.
+pub(super) fn without_the_bounced(
+    message: &ClaimedMessage,
+    payload: &ReadPayload,
+    outcome: Outcome,
+    retry: &RetryPolicy,
+) -> Outcome {
+    let Outcome::DeadLetter {
+        error, error_class, ..
+    } = outcome
+    else {
+        return outcome;
+    };
+    let recipients: std::collections::HashSet<String> = payload
+        .as_ref()
+        .map(envelope_keys)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if recipients.len() < 2 {
+        return Outcome::DeadLetter {
+            error,
+            error_class,
+            failure_type: FailureType::Permanent,
+        };
+    }
+    match Outcome::after_retryable_failure(
+        format!("{error}; trying the other recipients again"),
+        error_class,
+        FailureType::Permanent,
+        message.attempts,
+        retry,
+    ) {
+        Outcome::Retry {
+            error,
+            error_class,
+            failure_type,
+            ..
+        } => Outcome::Retry {
+            error,
+            error_class,
+            failure_type,
+            delay: std::time::Duration::ZERO,
+        },
+        dead => dead,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::{AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, caught, outcome_of};
+    use super::{AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, outcome_of};
     use crate::mailer::SendError;
     use crate::message::{ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy};
 
@@ -139,13 +170,8 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn a_panicking_send_is_an_ambiguous_failure_that_ends_as_a_dead_letter() {
-        let attempt = caught(async { panic!("index out of bounds") }, 7).await;
-        let AttemptResult::Panicked(said) = &attempt else {
-            panic!("not caught: {attempt:?}");
-        };
-        assert_eq!(said, "index out of bounds");
+    #[test]
+    fn a_panicking_send_is_an_ambiguous_failure_that_ends_as_a_dead_letter() {
         let retry = RetryPolicy {
             max_attempts: 3,
             base: Duration::from_secs(30),

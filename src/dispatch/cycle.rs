@@ -2,20 +2,14 @@
 //! shutdown; [`Dispatcher::drain`] claims batches while they come back full;
 //! [`Dispatcher::dispatch_once`] claims, sends and records one batch, for tests to drive.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use tokio::time::Instant;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
-use super::batch::{BatchReport, LOCKED_RETRY, LeasedBatch, NextBatch, SentBatch};
-use super::pace::Allowance;
+use super::batch::{BatchReport, NextBatch, SentBatch};
+use super::held::LOCKED_RETRY;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
-use crate::message::ClaimedBatch;
-use crate::store::ClaimRequest;
-use crate::telemetry::metrics::DatabaseOperation;
 
 impl Dispatcher {
     /// Claims one batch of due rows, sends it and records every outcome.
@@ -41,8 +35,8 @@ impl Dispatcher {
         let mut previous: Option<SentBatch> = None;
         let mut next = self.claim_next(None).await?;
         while let NextBatch::Leased(leased) = next {
-            due_by = due_by.or(Some(leased.claimed.claimed_at));
-            let full = leased.claimed.messages.len() >= leased.requested as usize;
+            due_by = due_by.or(Some(leased.claim.claimed.claimed_at));
+            let full = leased.claim.claimed.messages.len() >= leased.claim.requested as usize;
             let (sent, finished, following) = tokio::join!(
                 self.send_batch(leased),
                 async {
@@ -100,20 +94,12 @@ impl Dispatcher {
         })
     }
 
-    /// A sent batch whose last outcomes cannot be written now: held for the next claim, and
-    /// the circuit opened if it met an outage.
-    fn set_aside(&self, sent: SentBatch) {
-        if sent.outage {
-            self.breaker.open(&self.metrics);
-        }
-        self.hold(sent.rest);
-    }
-
     /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
     /// circuit breaker's next probe, or a database back-off. Never returns an error:
     /// database and SMTP outages are waited out.
     pub async fn run(&self) {
-        let mut wakeups = Wakeups::new(self.database.pool().clone(), self.metrics.clone());
+        let mut wakeups =
+            Wakeups::new(self.claimer.database().pool().clone(), self.metrics.clone());
         let mut database_failures = 0_u32;
         info!(
             worker_id = %self.settings.worker_id,
@@ -124,7 +110,7 @@ impl Dispatcher {
             "dispatcher started"
         );
         while !self.shutdown.stop.is_cancelled() {
-            wakeups.listen(&self.floor).await;
+            wakeups.listen(self.claimer.floor()).await;
             let drained = self.drain().await;
             let Some((wait, notified)) = self.next_wait(drained, &mut database_failures) else {
                 break;
@@ -134,18 +120,22 @@ impl Dispatcher {
             self.metrics.cycle_completed();
             // Outcomes held for locked rows are tried again every second, even when idle:
             // an application's commit sends no notification.
-            let wait = match self.holds_locked() {
+            let wait = match self.recorder.holds_locked() {
                 true => wait.min(self.settings.poll_interval).min(LOCKED_RETRY),
                 false => wait.min(self.settings.poll_interval),
             };
             let woken = wakeups
-                .wait(wait, notified, &self.shutdown.stop, &self.floor)
+                .wait(wait, notified, &self.shutdown.stop, self.claimer.floor())
                 .await;
             match woken {
                 Woken::Stopped => break,
                 Woken::Heard => {
                     wakeups
-                        .linger(self.settings.linger, &self.shutdown.stop, &self.floor)
+                        .linger(
+                            self.settings.linger,
+                            &self.shutdown.stop,
+                            self.claimer.floor(),
+                        )
                         .await;
                 }
                 Woken::Look => {}
@@ -171,7 +161,20 @@ impl Dispatcher {
     /// is out. [`Self::run`] does so as it ends; a caller of [`Self::dispatch_once`] or
     /// [`Self::drain`], or of a `run` that panicked, must before closing the pool.
     pub fn release_connection(&self) {
-        self.database.release();
+        self.claimer.database().release();
+    }
+
+    /// Records the outcomes held after a database failure, and those held for rows another
+    /// transaction has locked when their next try is due (all of them when stopping).
+    pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
+        self.recorder
+            .record_held(self.shutdown.stop.is_cancelled())
+            .await
+    }
+
+    /// Messages sent whose outcomes are not recorded yet.
+    pub fn held_outcomes(&self) -> usize {
+        self.recorder.held_outcomes()
     }
 
     /// How long to wait after a drain, and whether a notification ends the wait; `None`
@@ -190,7 +193,7 @@ impl Dispatcher {
                     debug!(?report, "drained");
                 }
                 // Paced: come back when the next message may go, not at the next poll.
-                match self.pace.resume_in() {
+                match self.claimer.pace().resume_in() {
                     Some(resume_in) => (resume_in, false),
                     None => (self.settings.poll_interval, true),
                 }
@@ -208,105 +211,5 @@ impl Dispatcher {
                 (retry_in, false)
             }
         })
-    }
-
-    /// Doubles the claim after a full batch, up to the most allowed, so that a backlog
-    /// drains in large batches with default options; a short batch means the backlog is
-    /// gone, and the claim starts small again (low latency, little held per claim).
-    fn adapt_claim_size(&self, full: bool) {
-        let size = if full {
-            self.claim_size
-                .load(Ordering::Relaxed)
-                .saturating_mul(2)
-                .min(self.settings.max_batch_size)
-        } else {
-            self.settings.batch_size
-        };
-        self.claim_size.store(size, Ordering::Relaxed);
-    }
-
-    /// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes
-    /// held after a database failure are recorded first, and those held for locked rows
-    /// tried again when due.
-    async fn claim_next(&self, due_by: Option<DateTime<Utc>>) -> Result<NextBatch, DispatchError> {
-        if self.shutdown.stop.is_cancelled() {
-            return Ok(NextBatch::Halt(Step::Stopped));
-        }
-        self.record_held().await?;
-        if let Some(retry_in) = self
-            .breaker
-            .closed_or_wait(&self.mailer, &self.metrics)
-            .await
-        {
-            return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
-        }
-        let (requested, slots) = match self
-            .pace
-            .allowance(
-                self.database.pool(),
-                self.claim_size.load(Ordering::Relaxed),
-                &self.metrics,
-            )
-            .await
-            .map_err(DispatchError::database(DatabaseOperation::Claim))?
-        {
-            Allowance::Take { rows, slots } => (rows, slots),
-            Allowance::Wait(_) => return Ok(NextBatch::Empty),
-        };
-        // The lease starts in the database during the claim; counting from before it
-        // errs on the safe side. The send slots count from the booking, just before.
-        let lease_start = Instant::now();
-        let mut claimed = self.claim_rows(requested, due_by).await?;
-        let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
-        self.adapt_claim_size(taken >= requested);
-        let unused = requested.saturating_sub(taken);
-        if let Err(e) = self
-            .pace
-            .unused(self.database.pool(), slots.as_ref(), unused)
-            .await
-        {
-            // The rows are claimed: send them. The schedule only runs a little slow.
-            self.metrics.database_error(DatabaseOperation::Claim);
-            warn!(error = %e, slots = unused, "could not hand unused send slots back");
-        }
-        if claimed.messages.is_empty() {
-            return Ok(NextBatch::Empty);
-        }
-        // Read once, here: the batch need not carry it to its sends.
-        let at_claim = std::mem::take(&mut claimed.suppression);
-        let suppressed = self
-            .suppressed_or_release(&claimed, at_claim, lease_start)
-            .await?;
-        Ok(NextBatch::Leased(Box::new(LeasedBatch {
-            claimed,
-            lease_start,
-            requested,
-            slots,
-            suppressed,
-        })))
-    }
-
-    /// Claims up to `limit` due rows from the claim floor up, and moves the floor.
-    async fn claim_rows(
-        &self,
-        limit: u32,
-        due_by: Option<DateTime<Utc>>,
-    ) -> Result<ClaimedBatch, DispatchError> {
-        let scan = self.floor.start();
-        let claimed = self
-            .database
-            .claim(&ClaimRequest {
-                limit: i64::from(limit),
-                lease: self.settings.lease,
-                worker_id: &self.settings.worker_id,
-                due_by,
-                max_payload_bytes: i64::try_from(self.settings.max_payload_bytes)
-                    .unwrap_or(i64::MAX),
-                floor: scan.floor,
-            })
-            .await
-            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
-        self.floor.claimed(scan, claimed.lowest_due);
-        Ok(claimed)
     }
 }

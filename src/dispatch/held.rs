@@ -1,170 +1,157 @@
-//! Outcomes held back: those the database did not take (it was down, or the connection
-//! dropped), written before the next claim, and those whose rows another transaction has
-//! locked, written by a task that waits for the locks while claims go on.
+//! Outcomes decided but not written yet, held by the recorder under one schedule: after
+//! the database did not take them (it was down, or the connection dropped), before the
+//! next claim; when another transaction has locked their rows, [`LOCKED_RETRY`] after
+//! that was found, by one task at a time that waits for the locks while claims go on.
 
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{Instrument as _, debug, warn};
 
-use super::batch::{BatchReport, Decided, LOCKED_RETRY, Unrecorded};
-use super::{DispatchError, Dispatcher};
+use super::batch::Decided;
 use crate::lock::lock;
 use crate::message::ClaimedBatch;
-use crate::store;
+use crate::store::{self, RowLocks};
+
+/// How often outcomes held for rows locked by another transaction are tried again.
+pub(super) const LOCKED_RETRY: Duration = Duration::from_secs(1);
+
+/// Decided outcomes of one claim, not written yet.
+pub(super) struct HeldOutcomes {
+    pub claimed: ClaimedBatch,
+    pub decided: Vec<Decided>,
+    pub span: tracing::Span,
+    /// When their rows were found locked: the next try skips locked rows at once, and
+    /// comes [`LOCKED_RETRY`] later at the earliest, however often the dispatcher claims.
+    locked_at: Option<Instant>,
+}
+
+impl HeldOutcomes {
+    /// Outcomes to write at the next chance.
+    pub fn new(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
+        Self {
+            claimed,
+            decided,
+            span,
+            locked_at: None,
+        }
+    }
+
+    /// Outcomes whose rows another transaction has locked, found so now.
+    pub fn locked(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
+        Self {
+            locked_at: Some(Instant::now()),
+            ..Self::new(claimed, decided, span)
+        }
+    }
+
+    pub fn is_locked(&self) -> bool {
+        self.locked_at.is_some()
+    }
+
+    /// The schedule: due at once after a database failure, [`LOCKED_RETRY`] after their
+    /// rows were found locked, and all of them when stopping.
+    fn is_due(&self, stopping: bool) -> bool {
+        stopping || self.locked_at.is_none_or(|at| at.elapsed() >= LOCKED_RETRY)
+    }
+
+    /// How the next try treats locked rows.
+    pub fn row_locks(&self) -> RowLocks {
+        if self.is_locked() {
+            RowLocks::Skip
+        } else {
+            RowLocks::WaitBriefly
+        }
+    }
+}
 
 /// Outcomes whose rows another transaction has locked, being written by a task that waits
 /// for the locks on a connection of its own.
 pub(super) struct LockWaiter {
-    held: Unrecorded,
-    task: tokio::task::JoinHandle<Result<store::Recorded, sqlx::Error>>,
+    pub held: HeldOutcomes,
+    pub task: JoinHandle<Result<store::Recorded, sqlx::Error>>,
 }
 
-impl Dispatcher {
-    pub(super) fn hold(&self, unrecorded: Unrecorded) {
-        warn!(
-            messages = unrecorded.decided.len(),
-            "could not record the outcomes of sent messages; holding them to record before the next claim"
-        );
-        lock(&self.unrecorded).push(unrecorded);
+/// Every outcome the recorder holds.
+#[derive(Default)]
+pub(super) struct Held {
+    state: Mutex<HeldState>,
+}
+
+#[derive(Default)]
+struct HeldState {
+    /// Oldest first.
+    waiting: Vec<HeldOutcomes>,
+    /// At most one write waits on row locks.
+    waiter: Option<LockWaiter>,
+}
+
+impl Held {
+    pub fn push(&self, held: HeldOutcomes) {
+        if !held.decided.is_empty() {
+            lock(&self.state).waiting.push(held);
+        }
     }
 
-    /// Holds outcomes whose rows another transaction has locked, for a task that waits for
-    /// the locks a second later; says so the first time, and only at debug level on every
-    /// try after.
-    pub(super) fn hold_locked(
+    /// Takes the outcomes due for another try, oldest first; the others stay.
+    pub fn take_due(&self, stopping: bool) -> Vec<HeldOutcomes> {
+        let mut state = lock(&self.state);
+        let (due, later) = std::mem::take(&mut state.waiting)
+            .into_iter()
+            .partition(|held| held.is_due(stopping));
+        state.waiting = later;
+        due
+    }
+
+    /// Gives back outcomes taken with [`Self::take_due`] and not written, before any held
+    /// since: oldest first.
+    pub fn put_back(&self, untried: impl IntoIterator<Item = HeldOutcomes>) {
+        let mut state = lock(&self.state);
+        let untried: Vec<_> = untried.into_iter().collect();
+        state.waiting.splice(0..0, untried);
+    }
+
+    /// Hands outcomes for locked rows to a task that `start` spawns to wait for the locks,
+    /// unless one already waits: then they are given back, to be tried skipping locked rows.
+    pub fn wait_for_locks(
         &self,
-        claimed: &ClaimedBatch,
-        locked: Vec<Decided>,
-        span: &tracing::Span,
-        first: bool,
-    ) {
-        if locked.is_empty() {
-            return;
-        }
-        let ids: Vec<i64> = locked
-            .iter()
-            .map(|d| claimed.messages[d.index].id)
-            .collect();
-        if first {
-            warn!(
-                outbox.ids = ?ids,
-                "outcome not recorded yet: another transaction has locked the row; recording it when the lock is gone"
-            );
-        } else {
-            debug!(outbox.ids = ?ids, "the row is still locked by another transaction");
-        }
-        lock(&self.unrecorded).push(Unrecorded {
-            locked_at: Some(Instant::now()),
-            ..Unrecorded::new(claimed.clone(), locked, span.clone())
-        });
-    }
-
-    /// Records the outcomes held after a database failure, oldest first, and those held for
-    /// rows another transaction has locked when their next try is due (all of them when
-    /// stopping); a row still locked is held again. Stops at the first failure, which keeps
-    /// the rest held. Also used at shutdown.
-    pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
-        let mut total = self.finish_waiter().await;
-        let mut later = Vec::new();
-        let mut held = std::mem::take(&mut *lock(&self.unrecorded)).into_iter();
-        while let Some(mut next) = held.next() {
-            let due = next.locked_at.is_none_or(|at| at.elapsed() >= LOCKED_RETRY);
-            if !due && !self.shutdown.stop.is_cancelled() {
-                later.push(next);
-                continue;
-            }
-            if next.locked_at.is_some() && !self.shutdown.stop.is_cancelled() {
-                match self.start_waiter(next) {
-                    None => continue,
-                    Some(not_started) => next = not_started,
-                }
-            }
-            let recorded = self
-                .record_outcomes(&next.claimed, &next.decided, next.row_locks())
-                .instrument(next.span.clone())
-                .await;
-            match recorded {
-                Ok((report, locked)) => {
-                    total.add(&report);
-                    let first = next.locked_at.is_none();
-                    self.hold_locked(&next.claimed, locked, &next.span, first);
-                }
-                Err(e) => {
-                    // Before anything held meanwhile: oldest first.
-                    let rest = later.into_iter().chain(std::iter::once(next)).chain(held);
-                    lock(&self.unrecorded).splice(0..0, rest);
-                    return Err(e);
-                }
-            }
-        }
-        lock(&self.unrecorded).splice(0..0, later);
-        Ok(total)
-    }
-
-    /// Whether outcomes are held for rows another transaction has locked.
-    pub(super) fn holds_locked(&self) -> bool {
-        lock(&self.lock_waiter).is_some()
-            || lock(&self.unrecorded)
-                .iter()
-                .any(|unrecorded| unrecorded.locked_at.is_some())
-    }
-
-    /// Messages sent whose outcomes are not recorded yet.
-    pub fn held_outcomes(&self) -> usize {
-        let waiting = lock(&self.lock_waiter)
-            .as_ref()
-            .map_or(0, |waiter| waiter.held.decided.len());
-        waiting
-            + lock(&self.unrecorded)
-                .iter()
-                .map(|unrecorded| unrecorded.decided.len())
-                .sum::<usize>()
-    }
-
-    /// Hands outcomes held for locked rows to a task that waits for the locks, unless one
-    /// already waits: then they are given back, to be tried again skipping locked rows.
-    fn start_waiter(&self, held: Unrecorded) -> Option<Unrecorded> {
-        let mut waiter = lock(&self.lock_waiter);
-        if waiter.is_some() {
+        held: HeldOutcomes,
+        start: impl FnOnce(&HeldOutcomes) -> JoinHandle<Result<store::Recorded, sqlx::Error>>,
+    ) -> Option<HeldOutcomes> {
+        let mut state = lock(&self.state);
+        if state.waiter.is_some() {
             return Some(held);
         }
-        let rows = self.outcome_rows(&held.claimed, &held.decided);
-        let write =
-            store::record_outcomes_when_unlocked(self.database.pool(), held.claimed.token, &rows);
-        *waiter = Some(LockWaiter {
-            task: tokio::spawn(write.instrument(held.span.clone())),
-            held,
-        });
+        let task = start(&held);
+        state.waiter = Some(LockWaiter { held, task });
         None
     }
 
-    /// What the waiting task came to, once it has ended: its outcomes reported, or held
-    /// again if it failed.
-    async fn finish_waiter(&self) -> BatchReport {
-        let ended = {
-            let mut waiter = lock(&self.lock_waiter);
-            match waiter.as_ref() {
-                Some(w) if w.task.is_finished() || self.shutdown.stop.is_cancelled() => {
-                    waiter.take()
-                }
-                _ => None,
-            }
-        };
-        let Some(LockWaiter { held, task }) = ended else {
-            return BatchReport::default();
-        };
-        task.abort();
-        match task.await {
-            Ok(Ok(recorded)) => {
-                let (report, _) = self.report_outcomes(&held.claimed, &held.decided, recorded);
-                report
-            }
-            failed => {
-                if let Ok(Err(e)) = failed {
-                    debug!(error = %e, "the write waiting on row locks failed; trying again");
-                }
-                lock(&self.unrecorded).push(held);
-                BatchReport::default()
-            }
+    /// The task waiting on row locks, once it has ended (or at once when stopping).
+    pub fn ended_waiter(&self, stopping: bool) -> Option<LockWaiter> {
+        let mut state = lock(&self.state);
+        match &state.waiter {
+            Some(waiter) if stopping || waiter.task.is_finished() => state.waiter.take(),
+            _ => None,
         }
+    }
+
+    /// Whether outcomes are held for rows another transaction has locked.
+    pub fn holds_locked(&self) -> bool {
+        let state = lock(&self.state);
+        state.waiter.is_some() || state.waiting.iter().any(HeldOutcomes::is_locked)
+    }
+
+    /// Messages sent whose outcomes are not recorded yet.
+    pub fn messages(&self) -> usize {
+        let state = lock(&self.state);
+        let waiting = state.waiter.as_ref().map_or(0, |w| w.held.decided.len());
+        waiting
+            + state
+                .waiting
+                .iter()
+                .map(|held| held.decided.len())
+                .sum::<usize>()
     }
 }

@@ -1,38 +1,35 @@
 //! The dispatcher: it owns the order of operations between the store and the mailer.
-//!
-//! One cycle, stage by stage, one file each:
-//! - [`cycle`]: the loop ([`Dispatcher::run`]) and its public single steps
-//!   ([`Dispatcher::dispatch_once`], [`Dispatcher::drain`]);
-//! - [`batch`]: what a batch is at each stage: leased, its outcomes decided, what comes
-//!   next;
-//! - [`send`]: the per-connection sends and the start deadline;
-//! - [`attempt`]: the decision from an attempt to an outcome, made as each send ends (a
-//!   panic caught and counted);
-//! - [`record`]: the one place outcomes are written (as they come), logged and counted,
-//!   and held across a database failure;
-//! - [`breaker`]: the SMTP circuit breaker;
-//! - [`wake`]: what ends a wait: LISTEN/NOTIFY, the poll interval, back-off;
-//! - [`pace`]: the send-rate limit replicas share, and throttling;
-//! - [`suppress`]: the suppression list at send time;
-//! - [`floor`]: where a claim starts scanning, so that a transaction left open elsewhere
-//!   does not make claims walk every row sent since it began.
+//! Three stages, each owning its state, and the loop that runs them:
+//! - the claimer ([`claimer`]): where a claim starts ([`floor`]), how many rows it may take
+//!   ([`pace`]), the claim, each payload read once, and the suppression list at claim;
+//! - the sender ([`sender`], [`message_sender`]): the per-connection sends, the start
+//!   deadline, one panic catch per message, the decision from an attempt to an outcome
+//!   ([`attempt`], [`expiry`], [`recipients`]) and the SMTP circuit ([`breaker`]);
+//! - the recorder ([`recorder`]): the one place outcomes are written, logged
+//!   ([`outcome_log`]) and counted, as they come ([`queue`]), and held when the database
+//!   does not take them yet ([`held`]);
+//! - the loop ([`cycle`], [`steps`]): claim, send and record, batch after batch
+//!   ([`batch`]), and what ends a wait ([`wake`]).
 
 mod attempt;
 mod batch;
 mod breaker;
+mod claimer;
 mod cycle;
 mod expiry;
 mod floor;
 mod held;
+mod message_sender;
+mod outcome_log;
 mod pace;
+mod queue;
 mod recipients;
-mod record;
-mod send;
-mod suppress;
+mod recorder;
+mod sender;
+mod steps;
 mod wake;
 
-use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -45,13 +42,13 @@ use crate::store::KeptConnection;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 pub use batch::BatchReport;
-use batch::Unrecorded;
-use breaker::CircuitBreaker;
+use claimer::Claimer;
 pub use expiry::ExpireAfter;
-use floor::ClaimFloor;
+use message_sender::MessageSender;
 use pace::Pace;
 pub use pace::RateLimit;
-use send::MessageSender;
+use recorder::Recorder;
+use sender::Sender;
 
 /// How the dispatcher behaves; validated by the configuration before it is built.
 #[derive(Debug, Clone)]
@@ -119,27 +116,15 @@ impl DispatchError {
     }
 }
 
-/// Claims, renders, sends and records, over and over.
+/// Claims, renders, sends and records, over and over: orchestration only, over the
+/// stages that own their state.
 pub struct Dispatcher {
-    /// The pool, and the connection kept for the claim-send-record cycle's statements.
-    database: KeptConnection,
-    sender: Arc<MessageSender>,
-    mailer: Arc<Mailer>,
+    claimer: Claimer,
+    sender: Sender,
+    recorder: Recorder,
     settings: DispatchSettings,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
-    breaker: CircuitBreaker,
-    floor: ClaimFloor,
-    pace: Arc<Pace>,
-    /// The claim size now: grows while batches come back full, back to `batch_size` after
-    /// a short one.
-    claim_size: AtomicU32,
-    /// Outcomes the database did not take (it was down or the connection dropped). They
-    /// are recorded before anything else is claimed, so a database blip does not make
-    /// their messages go out again when their lease ends.
-    unrecorded: Mutex<Vec<Unrecorded>>,
-    /// The one write, at most, waiting on another transaction's row locks.
-    lock_waiter: Mutex<Option<held::LockWaiter>>,
 }
 
 impl Dispatcher {
@@ -151,31 +136,37 @@ impl Dispatcher {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Self {
+        // One connection kept for the cycle's statements, shared by the claimer and the
+        // recorder (see `store::KeptConnection`).
+        let database = Arc::new(KeptConnection::new(pool));
         let pace = Arc::new(Pace::new(settings.rate_limit));
-        let batch_size = settings.batch_size;
-        let sender = Arc::new(MessageSender {
-            renderer,
-            mailer: Arc::clone(&mailer),
+        let messages = MessageSender {
+            renderer: Arc::clone(&renderer),
+            mailer,
             metrics: Arc::clone(&metrics),
             retry: settings.retry.clone(),
             stop: shutdown.stop.clone(),
             pace: Arc::clone(&pace),
             expire_after: settings.expire_after.clone(),
             suppress_hard_bounces: settings.suppress_hard_bounces,
-        });
+        };
         Self {
-            database: KeptConnection::new(pool),
-            sender,
-            mailer,
+            claimer: Claimer::new(
+                Arc::clone(&database),
+                renderer,
+                Arc::clone(&metrics),
+                pace,
+                settings.clone(),
+            ),
+            sender: Sender::new(messages, shutdown.abort.clone(), settings.clone()),
+            recorder: Recorder::new(
+                database,
+                Arc::clone(&metrics),
+                settings.suppress_hard_bounces,
+            ),
             settings,
             shutdown,
             metrics,
-            breaker: CircuitBreaker::default(),
-            floor: ClaimFloor::new(),
-            pace,
-            claim_size: AtomicU32::new(batch_size),
-            unrecorded: Mutex::new(Vec::new()),
-            lock_waiter: Mutex::new(None),
         }
     }
 }

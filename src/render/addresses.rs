@@ -60,7 +60,7 @@ pub(super) fn add(
 /// The envelope addresses of a payload (`to`, `cc`, `bcc`), as the suppression list keeps
 /// them (see [`crate::suppression`]); a field that does not parse is left out, since
 /// rendering refuses it anyway.
-pub(super) fn envelope_keys(payload: &Value) -> Vec<String> {
+pub fn envelope_keys(payload: &Value) -> Vec<String> {
     ["to", "cc", "bcc"]
         .iter()
         .filter_map(|field| recipients(payload, field).ok())

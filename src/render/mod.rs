@@ -24,7 +24,10 @@ mod errors;
 mod extras;
 mod templates;
 
-pub use addresses::suppression_key;
+pub use addresses::{envelope_keys, suppression_key};
+
+/// A claimed payload as a JSON object, or why it cannot be used.
+pub type ReadPayload = Result<Value, String>;
 pub use dkim::DkimKey;
 use errors::describe;
 pub use errors::{RenderError, TemplateLoadError};
@@ -223,10 +226,27 @@ impl Renderer {
     /// Reads a claimed row's payload, renders it, and formats the email, each within the
     /// limits.
     pub fn render_claimed(&self, message: &ClaimedMessage) -> Result<RenderedEmail, RenderError> {
-        let payload = message
-            .read_payload(self.limits.max_message_bytes)
-            .map_err(RenderError::Payload)?;
-        let email = self.render(message.id, &message.kind, &payload)?;
+        self.render_read(message, &self.read_payload(message))
+    }
+
+    /// A claimed row's payload as a JSON object within the size limit, or why it cannot be
+    /// used. The dispatcher reads each payload once, for the suppression list and the
+    /// render both.
+    pub fn read_payload(&self, message: &ClaimedMessage) -> ReadPayload {
+        message.read_payload(self.limits.max_message_bytes)
+    }
+
+    /// Renders a claimed row from its payload as [`Self::read_payload`] read it, and
+    /// formats the email, within the limits.
+    pub fn render_read(
+        &self,
+        message: &ClaimedMessage,
+        payload: &ReadPayload,
+    ) -> Result<RenderedEmail, RenderError> {
+        let payload = payload
+            .as_ref()
+            .map_err(|e| RenderError::Payload(e.clone()))?;
+        let email = self.render(message.id, &message.kind, payload)?;
         let bytes = self.formatted(&email)?;
         if bytes.len() > self.limits.max_message_bytes {
             return Err(RenderError::TooLarge {
@@ -252,15 +272,6 @@ impl Renderer {
                 dkim.sign(&bytes, now).map_err(RenderError::Build)
             }
         }
-    }
-
-    /// The envelope addresses of a claimed row, as the suppression list keeps them; none
-    /// when the payload cannot be read (rendering will say why).
-    pub fn suppression_keys(&self, message: &ClaimedMessage) -> Vec<String> {
-        message
-            .read_payload(self.limits.max_message_bytes)
-            .map(|payload| addresses::envelope_keys(&payload))
-            .unwrap_or_default()
     }
 
     /// The kinds this renderer knows, sorted.

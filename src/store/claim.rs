@@ -129,7 +129,7 @@ const CLAIM: &str = "\
 pub async fn claim<'e>(
     executor: impl PgExecutor<'e>,
     request: &ClaimRequest<'_>,
-) -> Result<ClaimedBatch, sqlx::Error> {
+) -> Result<Claimed, sqlx::Error> {
     let token = Uuid::new_v4();
     let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
         .bind(request.limit)
@@ -167,13 +167,23 @@ pub async fn claim<'e>(
         messages.push(row.message);
     }
     messages.sort_unstable_by_key(|m| (std::cmp::Reverse(m.priority), m.due_at, m.id));
-    Ok(ClaimedBatch {
-        token,
-        claimed_at,
-        lowest_due,
-        messages: messages.into(),
+    Ok(Claimed {
+        batch: ClaimedBatch {
+            token,
+            claimed_at,
+            lowest_due,
+            messages: messages.into(),
+        },
         suppression,
     })
+}
+
+/// What a claim took, and, apart, what it found of the suppression list.
+#[derive(Debug)]
+pub struct Claimed {
+    pub batch: ClaimedBatch,
+    /// The batch's envelope addresses the claim read, and those of them listed.
+    pub suppression: ListedAtClaim,
 }
 
 /// A claimed row, with the database's clock at the claim.

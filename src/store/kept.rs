@@ -17,9 +17,8 @@ use sqlx::{PgConnection, PgPool, Postgres};
 use uuid::Uuid;
 
 use super::suppressions::suppressed_among;
-use super::{ClaimRequest, OutcomeRow, Recorded, RowLocks, claim, record_outcomes};
+use super::{ClaimRequest, Claimed, OutcomeRow, Recorded, RowLocks, claim, record_outcomes};
 use crate::lock::lock;
-use crate::message::ClaimedBatch;
 use crate::suppression::SuppressionReason;
 
 /// How long one connection is kept before it goes back to the pool.
@@ -51,7 +50,7 @@ impl KeptConnection {
     }
 
     /// See [`claim`].
-    pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimedBatch, sqlx::Error> {
+    pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed, sqlx::Error> {
         self.on_connection(async |connection| claim(connection, request).await)
             .await
     }

@@ -23,7 +23,7 @@ pub mod send_rate;
 pub mod stats;
 pub mod suppressions;
 
-pub use claim::{ClaimRequest, claim};
+pub use claim::{ClaimRequest, Claimed, claim};
 pub use kept::KeptConnection;
 pub use outcomes::{
     OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,

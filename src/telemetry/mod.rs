@@ -5,9 +5,7 @@ mod labels;
 pub mod metrics;
 mod panics;
 
-pub use panics::{
-    CaughtPanic, PANIC_TARGET, PanicPlace, catch_panic, catch_panic_now, log_caught, log_panics,
-};
+pub use panics::{PANIC_TARGET, PanicContext, catch_panic, log_panics};
 
 use std::io::IsTerminal as _;
 

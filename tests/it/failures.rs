@@ -393,19 +393,26 @@ async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over(
         max_payload_bytes: 1 << 20,
         floor: None,
     };
-    let stale = store::claim(&db.pool, &request("stale")).await.unwrap();
+    let stale = store::claim(&db.pool, &request("stale"))
+        .await
+        .unwrap()
+        .batch;
     assert_eq!(stale.messages.len(), 1);
     assert!(
         store::claim(&db.pool, &request("other"))
             .await
             .unwrap()
+            .batch
             .messages
             .is_empty()
     );
 
     // Once the 200 ms lease has run out on the database's clock, the row is claimable again.
     let fresh = poll_until(Duration::from_secs(10), "the lease to run out", || async {
-        let claimed = store::claim(&db.pool, &request("fresh")).await.unwrap();
+        let claimed = store::claim(&db.pool, &request("fresh"))
+            .await
+            .unwrap()
+            .batch;
         (!claimed.messages.is_empty()).then_some(claimed)
     })
     .await;

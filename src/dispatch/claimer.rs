@@ -1,0 +1,189 @@
+//! The claimer: where a claim starts scanning (the floor), how many rows it may take (the
+//! pace and the claim size), the claim itself, each payload read once, and the batch's
+//! recipients on the suppression list.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::batch::Claim;
+use super::floor::ClaimFloor;
+use super::pace::{Allowance, Pace};
+use super::recipients::Suppressed;
+use super::{DispatchError, DispatchSettings};
+use crate::message::ClaimedBatch;
+use crate::render::{ReadPayload, Renderer, envelope_keys};
+use crate::store::{ClaimRequest, KeptConnection};
+use crate::suppression::ListedAtClaim;
+use crate::telemetry::metrics::{DatabaseOperation, Metrics};
+
+/// Claims batches of due rows for this replica.
+pub(super) struct Claimer {
+    database: Arc<KeptConnection>,
+    renderer: Arc<Renderer>,
+    metrics: Arc<Metrics>,
+    floor: ClaimFloor,
+    pace: Arc<Pace>,
+    /// The claim size now: grows while batches come back full, back to `batch_size` after
+    /// a short one.
+    claim_size: AtomicU32,
+    settings: DispatchSettings,
+}
+
+impl Claimer {
+    pub fn new(
+        database: Arc<KeptConnection>,
+        renderer: Arc<Renderer>,
+        metrics: Arc<Metrics>,
+        pace: Arc<Pace>,
+        settings: DispatchSettings,
+    ) -> Self {
+        Self {
+            database,
+            renderer,
+            metrics,
+            floor: ClaimFloor::new(),
+            pace,
+            claim_size: AtomicU32::new(settings.batch_size),
+            settings,
+        }
+    }
+
+    /// The connection the claimer keeps, shared with the recorder, and its pool.
+    pub fn database(&self) -> &KeptConnection {
+        &self.database
+    }
+
+    pub fn floor(&self) -> &ClaimFloor {
+        &self.floor
+    }
+
+    pub fn pace(&self) -> &Pace {
+        &self.pace
+    }
+
+    /// Claims the next batch, as many rows as the pace and the claim size allow; `None`
+    /// when nothing is due or the pace says wait.
+    pub async fn claim(
+        &self,
+        due_by: Option<DateTime<Utc>>,
+    ) -> Result<Option<Claim>, DispatchError> {
+        let wanted = self.claim_size.load(Ordering::Relaxed);
+        let (requested, slots) = match self
+            .pace
+            .allowance(self.database.pool(), wanted, &self.metrics)
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Claim))?
+        {
+            Allowance::Take { rows, slots } => (rows, slots),
+            Allowance::Wait(_) => return Ok(None),
+        };
+        // The lease starts in the database during the claim; counting from before it
+        // errs on the safe side. The send slots count from the booking, just before.
+        let lease_start = Instant::now();
+        let (claimed, at_claim) = self.claim_rows(requested, due_by).await?;
+        let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
+        self.adapt_claim_size(taken >= requested);
+        let unused = requested.saturating_sub(taken);
+        if let Err(e) = self
+            .pace
+            .unused(self.database.pool(), slots.as_ref(), unused)
+            .await
+        {
+            // The rows are claimed: send them. The schedule only runs a little slow.
+            self.metrics.database_error(DatabaseOperation::Claim);
+            warn!(error = %e, slots = unused, "could not hand unused send slots back");
+        }
+        if claimed.messages.is_empty() {
+            return Ok(None);
+        }
+        // Each payload is read here, once: the suppression lookup and the render share it.
+        let payloads = claimed
+            .messages
+            .iter()
+            .map(|message| self.renderer.read_payload(message))
+            .collect();
+        Ok(Some(Claim {
+            claimed,
+            payloads,
+            at_claim,
+            lease_start,
+            requested,
+            slots,
+        }))
+    }
+
+    /// Which addresses of a claimed batch are suppressed: as the claim found them, and for
+    /// any address the renderer finds that the claim did not read, from one more query.
+    pub async fn suppressed(&self, claim: &mut Claim) -> Result<Suppressed, DispatchError> {
+        let at_claim = std::mem::take(&mut claim.at_claim);
+        let mut unread: Vec<String> = claim
+            .payloads
+            .iter()
+            .filter_map(|payload| payload.as_ref().ok())
+            .flat_map(envelope_keys)
+            .filter(|address| !at_claim.looked_up.contains(address))
+            .collect();
+        unread.sort_unstable();
+        unread.dedup();
+        let mut listed = at_claim.listed;
+        if !unread.is_empty() {
+            debug!(
+                addresses = unread.len(),
+                "looking up recipients the claim did not read"
+            );
+            let found = self
+                .database
+                .suppressed_among(&unread)
+                .await
+                .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+            listed.extend(found);
+        }
+        Ok(Suppressed::listed(listed))
+    }
+
+    /// Doubles the claim after a full batch, up to the most allowed, so that a backlog
+    /// drains in large batches with default options; a short batch means the backlog is
+    /// gone, and the claim starts small again (low latency, little held per claim).
+    fn adapt_claim_size(&self, full: bool) {
+        let size = if full {
+            self.claim_size
+                .load(Ordering::Relaxed)
+                .saturating_mul(2)
+                .min(self.settings.max_batch_size)
+        } else {
+            self.settings.batch_size
+        };
+        self.claim_size.store(size, Ordering::Relaxed);
+    }
+
+    /// Claims up to `limit` due rows from the claim floor up, and moves the floor.
+    async fn claim_rows(
+        &self,
+        limit: u32,
+        due_by: Option<DateTime<Utc>>,
+    ) -> Result<(ClaimedBatch, ListedAtClaim), DispatchError> {
+        let scan = self.floor.start();
+        let claimed = self
+            .database
+            .claim(&ClaimRequest {
+                limit: i64::from(limit),
+                lease: self.settings.lease,
+                worker_id: &self.settings.worker_id,
+                due_by,
+                max_payload_bytes: i64::try_from(self.settings.max_payload_bytes)
+                    .unwrap_or(i64::MAX),
+                floor: scan.floor,
+            })
+            .await
+            .map_err(DispatchError::database(DatabaseOperation::Claim))?;
+        self.floor.claimed(scan, claimed.batch.lowest_due);
+        Ok((claimed.batch, claimed.suppression))
+    }
+}
+
+/// A payload as the claimer read it, for the message at the same place in its batch.
+pub(super) type Payloads = Arc<[ReadPayload]>;

@@ -1,0 +1,232 @@
+//! One message's work, start to end: its expiry, its send slot, its render and send in a
+//! span linked to the request that enqueued it, and the outcome they come to (see
+//! `attempt`). A panic anywhere in it is caught here, once, and is that message's failure.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument as _, field, info_span};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use super::attempt::{self, AttemptResult, outcome_of};
+use super::batch::Decided;
+use super::claimer::Payloads;
+use super::expiry::ExpireAfter;
+use super::pace::{Pace, Slots};
+use super::queue::OutcomeQueue;
+use super::recipients::{Filtered, Suppressed};
+use crate::mailer::Mailer;
+use crate::message::{ClaimedMessage, Outcome, ReleaseReason, RetryPolicy};
+use crate::render::{ReadPayload, Renderer};
+use crate::telemetry::{self, PanicContext};
+use crate::trace_context::parse_traceparent;
+
+/// What the sends share: everything one message's render, send and outcome need.
+pub(super) struct MessageSender {
+    pub renderer: Arc<Renderer>,
+    pub mailer: Arc<Mailer>,
+    pub metrics: Arc<telemetry::metrics::Metrics>,
+    pub retry: RetryPolicy,
+    pub stop: CancellationToken,
+    pub pace: Arc<Pace>,
+    pub expire_after: ExpireAfter,
+    pub suppress_hard_bounces: bool,
+}
+
+/// One batch being sent, shared by its sends.
+pub(super) struct InFlight {
+    pub messages: Arc<[ClaimedMessage]>,
+    pub payloads: Payloads,
+    pub next: AtomicUsize,
+    pub outcomes: OutcomeQueue,
+    pub lease_start: Instant,
+    pub start_deadline: Instant,
+    /// The database's clock at the claim: expiry is judged against it.
+    pub claimed_at: DateTime<Utc>,
+    /// Under a rate limit, each message waits for its send slot.
+    pub slots: Option<Slots>,
+    /// Recipients not to mail: the list as of the claim, and those that bounced since.
+    pub suppressed: Suppressed,
+    /// Some send reached the server, or some found it unreachable: together they tell an
+    /// outage (every send unreachable) from a message's own failure.
+    pub reached: AtomicBool,
+    pub unreachable: AtomicBool,
+}
+
+impl InFlight {
+    /// No send reached the server, and some found it unreachable.
+    pub fn met_an_outage(&self) -> bool {
+        self.unreachable.load(Ordering::Acquire) && !self.reached.load(Ordering::Acquire)
+    }
+}
+
+impl MessageSender {
+    /// Takes the next unsent message of the batch until none is left; hands each outcome
+    /// to the recorder the moment it is decided. A panic anywhere in a message's work is
+    /// that message's failure: released instead, it would be claimed again at once and
+    /// could panic again, in a loop.
+    pub async fn send_each(&self, batch: &InFlight) {
+        loop {
+            let index = batch.next.fetch_add(1, Ordering::Relaxed);
+            let Some(message) = batch.messages.get(index) else {
+                return;
+            };
+            batch.outcomes.started(index);
+            let context = PanicContext {
+                outbox_id: Some(message.id),
+                task: None,
+                what: "a message's render, send or outcome panicked; it is retried later, and dead-lettered after its last attempt",
+            };
+            let decided =
+                match telemetry::catch_panic(context, self.decide(batch, index, message)).await {
+                    Ok(decided) => decided,
+                    Err(said) => Decided::new(
+                        index,
+                        outcome_of(message, AttemptResult::Panicked(said), &self.retry),
+                        batch.lease_start.elapsed(),
+                    ),
+                };
+            batch.outcomes.finished(decided);
+        }
+    }
+
+    /// One message: its expiry, its send slot, its render and send, and the outcome they
+    /// come to.
+    async fn decide(&self, batch: &InFlight, index: usize, message: &ClaimedMessage) -> Decided {
+        let attempt = if self.expire_after.expired(message, batch.claimed_at) {
+            AttemptResult::Expired
+        } else if !self.wait_for_slot(batch, index).await {
+            AttemptResult::NotStarted
+        } else {
+            self.render_and_send(message, &batch.payloads[index], batch)
+                .await
+        };
+        match &attempt {
+            AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
+            AttemptResult::SendFailed(e) if e.reached_server() => {
+                batch.reached.store(true, Ordering::Release);
+            }
+            AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
+            _ => {}
+        }
+        let bounced = match &attempt {
+            AttemptResult::SendFailed(e) => e
+                .unknown_recipient()
+                .and_then(|to| to.parse::<lettre::Address>().ok())
+                .map(|to| crate::suppression::address_key(&to)),
+            _ => None,
+        };
+        let mut outcome = outcome_of(message, attempt, &self.retry);
+        if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {
+            // Its batch-mates to the same address are not sent either.
+            batch.suppressed.bounced(address);
+            outcome =
+                attempt::without_the_bounced(message, &batch.payloads[index], outcome, &self.retry);
+        }
+        if matches!(
+            outcome,
+            Outcome::Release {
+                reason: ReleaseReason::Throttled,
+                ..
+            }
+        ) {
+            self.pace.throttled();
+        }
+        Decided {
+            index,
+            outcome,
+            after: batch.lease_start.elapsed(),
+            bounced,
+        }
+    }
+
+    /// Waits for the message's send slot under a rate limit; false when shutting down.
+    async fn wait_for_slot(&self, batch: &InFlight, index: usize) -> bool {
+        let Some(slots) = &batch.slots else {
+            return true;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(slots.slot(batch.lease_start, index)) => true,
+            () = self.stop.cancelled() => false,
+        }
+    }
+
+    /// The span of one send, linked to the request that enqueued the message.
+    fn send_span(&self, message: &ClaimedMessage) -> tracing::Span {
+        let span = info_span!(
+            "send",
+            otel.name = format!("send {}", message.kind),
+            otel.kind = "producer",
+            otel.status_code = field::Empty,
+            messaging.system = "outboxd",
+            messaging.operation.type = "send",
+            messaging.operation.name = "send",
+            messaging.destination.name = %message.kind,
+            messaging.message.id = message.id,
+            outbox.id = message.id,
+            outbox.attempt = message.attempts.saturating_add(1),
+            error.type = field::Empty,
+        );
+        if let Some(producer) = message.traceparent.as_deref().and_then(parse_traceparent) {
+            span.add_link(producer);
+        }
+        span
+    }
+
+    /// One message: render and send, in a span that links to the request that enqueued it.
+    async fn render_and_send(
+        &self,
+        message: &ClaimedMessage,
+        payload: &ReadPayload,
+        batch: &InFlight,
+    ) -> AttemptResult {
+        if self.stop.is_cancelled() || Instant::now() >= batch.start_deadline {
+            return AttemptResult::NotStarted;
+        }
+        // Built only when traces are exported: at the default level its fields cost about a
+        // sixth of the drain's CPU, for nobody (BENCHMARKS.md).
+        let span = if telemetry::spans_exported() {
+            self.send_span(message)
+        } else {
+            tracing::Span::none()
+        };
+        let attempt = async {
+            let email = match self.renderer.render_read(message, payload) {
+                Ok(email) => email,
+                Err(e) => return AttemptResult::RenderFailed(e),
+            };
+            let fewer = match batch.suppressed.filter(&email.envelope) {
+                Filtered::Unchanged => None,
+                Filtered::Fewer(envelope) => Some(envelope),
+                Filtered::AllSuppressed(reason, recipients) => {
+                    return AttemptResult::Suppressed(reason, recipients);
+                }
+            };
+            let envelope = fewer.as_ref().unwrap_or(&email.envelope);
+            let started = Instant::now();
+            let sent = self.mailer.send(envelope, &email.bytes).await;
+            if self.mailer.is_enabled() {
+                self.metrics.smtp_send(started.elapsed());
+            }
+            match sent {
+                Ok(delivery) => AttemptResult::Delivered(delivery),
+                Err(e) => AttemptResult::SendFailed(e),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        let error_type = match &attempt {
+            AttemptResult::RenderFailed(_) => Some("render"),
+            AttemptResult::SendFailed(e) => Some(e.failure_type().as_str()),
+            _ => None,
+        };
+        if let Some(error_type) = error_type {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", error_type);
+        }
+        attempt
+    }
+}

@@ -1,0 +1,120 @@
+//! One batch through the stages: claimed (after the held outcomes are written and while the
+//! circuit is closed), sent while the recorder writes its outcomes as they come, and
+//! finished with its last outcomes written.
+
+use chrono::{DateTime, Utc};
+use futures_util::future::join;
+use tracing::{Instrument as _, debug};
+
+use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
+use super::held::HeldOutcomes;
+use super::{DispatchError, Dispatcher, Step};
+
+impl Dispatcher {
+    /// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes
+    /// held after a database failure are recorded first, and those held for locked rows
+    /// tried again when due.
+    pub(super) async fn claim_next(
+        &self,
+        due_by: Option<DateTime<Utc>>,
+    ) -> Result<NextBatch, DispatchError> {
+        if self.shutdown.stop.is_cancelled() {
+            return Ok(NextBatch::Halt(Step::Stopped));
+        }
+        self.recorder.record_held(false).await?;
+        if let Some(retry_in) = self.sender.circuit_closed_or_wait().await {
+            return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
+        }
+        let Some(mut claim) = self.claimer.claim(due_by).await? else {
+            return Ok(NextBatch::Empty);
+        };
+        // Nothing is sent without the batch's suppressed addresses: on a failure the rows
+        // go back at once (or are held, if the database does not take that either), and
+        // the error makes the loop back off as after any database failure, rather than
+        // claim them again in a tight loop.
+        match self.claimer.suppressed(&mut claim).await {
+            Ok(suppressed) => Ok(NextBatch::Leased(Box::new(LeasedBatch {
+                claim,
+                suppressed,
+            }))),
+            Err(e) => {
+                let releases = claim.releases();
+                let held = HeldOutcomes::new(claim.claimed, releases, tracing::Span::none());
+                if let Err(held) = self.recorder.record(held).await {
+                    debug!(error = %held, "the releases are held to record before the next claim");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends a leased batch; its outcomes are written as the sends end, a few milliseconds'
+    /// worth at a time, so one slow message never holds its batch-mates' outcomes. Returns
+    /// when the sends are over, with the last outcomes still to write (the drain writes
+    /// them while the next batch is sent).
+    pub(super) async fn send_batch(
+        &self,
+        leased: Box<LeasedBatch>,
+    ) -> Result<SentBatch, DispatchError> {
+        let (claimed, batch, span) = self.sender.in_flight(*leased);
+        // The sends are polled before the recorder in every pass (`join`, unlike
+        // `tokio::join!`, keeps that order), so the recorder sees the queue closed in the
+        // pass the sends end: closing it need not wake this task, which tokio would hand to
+        // its other thread (BENCHMARKS.md, *Steady traffic*).
+        let (rest, recorded) = join(
+            async {
+                self.sender.send_concurrently(&batch).await;
+                // Sends never started, or given up at the shutdown bound, are released.
+                batch.outcomes.close(batch.lease_start.elapsed())
+            },
+            self.recorder
+                .record_as_they_come(&claimed, &batch.outcomes, span.clone()),
+        )
+        .instrument(span.clone())
+        .await;
+        let outage = batch.met_an_outage();
+        match recorded {
+            Ok((report, mut decided)) => {
+                decided.extend(rest);
+                Ok(SentBatch {
+                    report,
+                    rest: HeldOutcomes::new(claimed, decided, span),
+                    outage,
+                })
+            }
+            Err(e) => {
+                // What the recorder had is held already; the releases join it.
+                self.recorder.hold(HeldOutcomes::new(claimed, rest, span));
+                if outage {
+                    self.sender.open_circuit();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes a sent batch's last outcomes, and opens the circuit if it met an outage.
+    pub(super) async fn finish_batch(&self, sent: SentBatch) -> Result<BatchReport, DispatchError> {
+        let SentBatch {
+            mut report,
+            rest,
+            outage,
+        } = sent;
+        if outage {
+            self.sender.open_circuit();
+        }
+        let recorded = self.recorder.record(rest).await;
+        self.metrics.cycle_completed();
+        report.add(&recorded?);
+        Ok(report)
+    }
+
+    /// A sent batch whose last outcomes cannot be written now: held for the next claim, and
+    /// the circuit opened if it met an outage.
+    pub(super) fn set_aside(&self, sent: SentBatch) {
+        if sent.outage {
+            self.sender.open_circuit();
+        }
+        self.recorder.hold(sent.rest);
+    }
+}
