@@ -664,15 +664,84 @@ SAMPLER = """SELECT
 
 
 def claim_sql():
-    """The claim exactly as outboxd sends it: read from src/store/claim.rs (one definition),
-    prepared with its parameters, explained on 200 rows and rolled back."""
-    source = open(os.path.join(ROOT, "src", "store", "claim.rs")).read()
-    text = source.split('const CLAIM: &str = "', 1)[1].split('";', 1)[0]
-    query = " ".join(text.replace("\\\n", " ").replace("\\", "").split())
+    """The claim exactly as outboxd sends it: read from src/store/claim.rs, its fragments
+    from src/store/sql.rs (one definition each), prepared with its parameters, explained on
+    200 rows and rolled back."""
+    query = " ".join(rust_sql_const("claim.rs", "CLAIM").split())
     return ("SET plan_cache_mode = force_generic_plan;\n"
             "PREPARE claim(int8, float8, text, timestamptz, uuid, int8, timestamptz) AS " + query + ";\n"
             "BEGIN; EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
             "EXECUTE claim(200, 60, 'bench', NULL, gen_random_uuid(), 4194304, NULL); ROLLBACK;\n")
+
+
+def rust_sql_const(file, name):
+    """A `const NAME: &str` of src/store/<file>, with the `concat!` and the fragment macros of
+    src/store/sql.rs it is composed of expanded as rustc expands them."""
+    store = os.path.join(ROOT, "src", "store")
+    macros = {}
+    for m in re.finditer(r"macro_rules!\s+(\w+)\s*\{(.*?)\n\}", open(os.path.join(store, "sql.rs")).read(), re.S):
+        arms = re.findall(r"\(([^)]*)\)\s*=>\s*\{\s*(.*?)\s*\};", m.group(2), re.S)
+        macros[m.group(1)] = [([a.split(":")[0].strip() for a in params.split(",") if a.strip()], body)
+                              for params, body in arms]
+    source = open(os.path.join(store, file)).read()
+    expression = re.search(r"const " + name + r": &str = (.*?);\n", source, re.S).group(1)
+    return RustExpression(expression, macros).value()
+
+
+class RustExpression:
+    """Enough of Rust's expressions to read a statement: string literals, `concat!(...)` and
+    calls of the macros given, whose arms are chosen by their number of arguments."""
+
+    def __init__(self, text, macros):
+        self.text, self.at, self.macros = text, 0, macros
+
+    def value(self):
+        self.skip()
+        if self.text.startswith('"', self.at):
+            return self.literal()
+        name = re.match(r"\w+", self.text[self.at:]).group(0)
+        self.at += len(name)
+        assert self.text.startswith("!(", self.at), self.text[self.at:self.at + 40]
+        self.at += 2
+        args = []
+        while True:
+            self.skip()
+            if self.text.startswith(")", self.at):
+                self.at += 1
+                break
+            args.append(self.value())
+            self.skip()
+            if self.text.startswith(",", self.at):
+                self.at += 1
+        if name == "concat":
+            return "".join(args)
+        params, body = next(arm for arm in self.macros[name] if len(arm[0]) == len(args))
+        for param, arg in zip(params, args):
+            body = body.replace(param, '"' + arg.replace('"', '\\"') + '"')
+        return RustExpression(body, self.macros).value()
+
+    def skip(self):
+        while self.at < len(self.text) and self.text[self.at] in " \n\t":
+            self.at += 1
+
+    def literal(self):
+        out, self.at = [], self.at + 1
+        while self.text[self.at] != '"':
+            c = self.text[self.at]
+            if c == "\\":
+                nxt = self.text[self.at + 1]
+                if nxt == "\n":
+                    self.at += 2
+                    while self.text[self.at] in " \t\n":
+                        self.at += 1
+                    continue
+                out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
+                self.at += 2
+                continue
+            out.append(c)
+            self.at += 1
+        self.at += 1
+        return "".join(out)
 
 
 def timed(url, sql, runs=5):

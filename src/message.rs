@@ -253,12 +253,12 @@ impl Outcome {
     /// The stable word stored and logged for this outcome.
     pub fn action(&self) -> &'static str {
         match self {
-            Outcome::Sent { .. } => "sent",
-            Outcome::Retry { .. } => "retry",
-            Outcome::DeadLetter { .. } => "dead",
-            Outcome::Release { .. } => "release",
-            Outcome::Expired => "expired",
-            Outcome::Suppressed { .. } => "suppressed",
+            Outcome::Sent { .. } => actions::action_sent!(),
+            Outcome::Retry { .. } => actions::action_retry!(),
+            Outcome::DeadLetter { .. } => actions::action_dead!(),
+            Outcome::Release { .. } => actions::action_release!(),
+            Outcome::Expired => actions::action_expired!(),
+            Outcome::Suppressed { .. } => actions::action_suppressed!(),
         }
     }
 
@@ -433,4 +433,48 @@ mod tests {
         assert_eq!(dead.action(), "dead");
         assert!(dead.error().unwrap().contains("after 5 attempts"));
     }
+}
+
+/// The `action` of each outcome, as [`Outcome::action`] gives it and the store's outcome
+/// statement reads it: macros, so that the SQL's text is composed from the same words.
+pub(crate) mod actions {
+    macro_rules! action_sent {
+        () => {
+            "sent"
+        };
+    }
+    macro_rules! action_retry {
+        () => {
+            "retry"
+        };
+    }
+    macro_rules! action_dead {
+        () => {
+            "dead"
+        };
+    }
+    macro_rules! action_release {
+        () => {
+            "release"
+        };
+    }
+    /// Also the `end_reason` of a message ended unsent because its expiry passed.
+    macro_rules! action_expired {
+        () => {
+            "expired"
+        };
+    }
+    /// Also the `end_reason` of a message ended unsent because every recipient is suppressed.
+    macro_rules! action_suppressed {
+        () => {
+            "suppressed"
+        };
+    }
+
+    pub(crate) use action_dead;
+    pub(crate) use action_expired;
+    pub(crate) use action_release;
+    pub(crate) use action_retry;
+    pub(crate) use action_sent;
+    pub(crate) use action_suppressed;
 }

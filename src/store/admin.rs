@@ -233,9 +233,9 @@ pub async fn list_dead_letters(
         ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
                 outbox_on_the_calendar(created_at) AS created_at, \
                 outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at \
-         FROM outbox_messages \
-         WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
-           AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
+         FROM outbox_messages WHERE ",
+        dead_letter!(),
+        " AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
          ORDER BY id DESC LIMIT $3"
     ))
     .bind(kind)
@@ -275,20 +275,35 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
 
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
 pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "WITH g AS ( \
              SELECT kind, coalesce(error_class, 'unknown') AS error_class, count(*) AS count, \
                     max(id) AS newest_id \
-             FROM outbox_messages \
-             WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
-             GROUP BY 1, 2) \
+             FROM outbox_messages WHERE ",
+        dead_letter!(),
+        " GROUP BY 1, 2) \
          SELECT g.kind, g.error_class, g.count, g.newest_id, m.last_error, \
                 outbox_on_the_calendar(m.dead_lettered_at) AS dead_lettered_at \
          FROM g JOIN outbox_messages m ON m.id = g.newest_id \
          ORDER BY g.count DESC, g.kind, g.error_class",
-    )
+    ))
     .fetch_all(pool)
     .await
+}
+
+/// Of an `UPDATE` by [`apply`]: the dead letters a [`Selection`] names (`$1` ids, `$2`
+/// kind, `$3` error class, `$4` all of them), and their ids returned.
+macro_rules! selected_dead_letters {
+    () => {
+        concat!(
+            " WHERE ",
+            dead_letter!(),
+            " AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \
+               AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3) \
+               AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4) \
+             RETURNING id"
+        )
+    };
 }
 
 /// Retries or discards the selected dead letters in one transaction with its audit entry,
@@ -313,22 +328,14 @@ pub async fn apply(
             "UPDATE outbox_messages \
              SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now(), \
                  locked_until = NULL, locked_by = NULL, claim_token = NULL, end_reason = NULL, ",
-            super::times_on_the_calendar!(),
-            " WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
-               AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \
-               AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3) \
-               AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4) \
-             RETURNING id"
+            times_on_the_calendar!(),
+            selected_dead_letters!()
         ),
         Action::Discard => concat!(
             "UPDATE outbox_messages SET discarded_at = now(), discarded_by = $5, \
                  next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
-            super::times_on_the_calendar!(),
-            " WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL \
-               AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \
-               AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3) \
-               AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4) \
-             RETURNING id"
+            times_on_the_calendar!(),
+            selected_dead_letters!()
         ),
     };
     let query = sqlx::query_scalar(sql)

@@ -53,17 +53,21 @@ pub struct ClaimRequest<'a> {
 /// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
 /// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
 /// claimed row leaves the due range, and comes back by itself if its claimer dies.
-const CLAIM: &str = "\
-    WITH regular_head AS ( \
+const CLAIM: &str = concat!(
+    "    WITH regular_head AS ( \
         SELECT next_attempt_at FROM outbox_messages \
-        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+        WHERE ",
+    pending!(),
+    " \
           AND next_attempt_at <= coalesce($4, now()) \
           AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
         ORDER BY next_attempt_at, id LIMIT 1 \
     ), urgent AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
         FROM outbox_messages \
-        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND priority > 0 \
+        WHERE ",
+    pending!(),
+    " AND priority > 0 \
           AND next_attempt_at <= coalesce($4, now()) \
           AND next_attempt_at - make_interval(mins => priority) \
               <= coalesce((SELECT next_attempt_at FROM regular_head), 'infinity') \
@@ -73,7 +77,9 @@ const CLAIM: &str = "\
     ), regular AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
         FROM outbox_messages \
-        WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
+        WHERE ",
+    pending!(),
+    " \
           AND next_attempt_at <= coalesce($4, now()) \
           AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
         ORDER BY next_attempt_at, id \
@@ -86,10 +92,9 @@ const CLAIM: &str = "\
         SET locked_until = now() + make_interval(secs => $2), \
             next_attempt_at = now() + make_interval(secs => $2), \
             locked_by = $3, \
-            claim_token = $5, \
-            created_at = outbox_on_the_calendar(m.created_at), \
-            not_before = outbox_on_the_calendar(m.not_before), \
-            expires_at = outbox_on_the_calendar(m.expires_at) \
+            claim_token = $5, ",
+    times_on_the_calendar!(),
+    " \
         FROM due \
         WHERE m.id = due.id \
         RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
@@ -121,8 +126,11 @@ const CLAIM: &str = "\
                coalesce(array_agg(reason), '{}') AS reasons \
         FROM outbox_suppressions \
         WHERE address = ANY(k.looked_up) \
-          AND (suppressed_until IS NULL OR suppressed_until > now()) \
-    ) AS s";
+          AND ",
+    active_suppression!(),
+    " \
+    ) AS s",
+);
 
 /// Claims up to `limit` due rows, highest priority and oldest due first, under a new
 /// lease (see [`CLAIM`]).

@@ -1,9 +1,7 @@
 //! Every SQL statement outboxd issues. Nothing else in the crate speaks SQL.
 //!
-//! Queries on pending rows repeat the partial index predicate
-//! (`dispatched_at IS NULL AND dead_lettered_at IS NULL`) as literals: PostgreSQL matches
-//! partial indexes at plan time, and a bound parameter there would mean a scan of a table
-//! that keeps millions of dispatched rows.
+//! Predicates and stored words that more than one statement uses are defined once, in
+//! [`sql`], and composed into the statements' text at compile time.
 
 use std::time::Duration;
 
@@ -13,6 +11,9 @@ use sqlx::{FromRow, PgExecutor};
 
 use crate::message::{InvalidMessage, NewMessage};
 use crate::trace_context::current_traceparent;
+
+#[macro_use]
+mod sql;
 
 pub mod admin;
 mod claim;
@@ -35,32 +36,6 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// The outbox table.
 pub const TABLE: &str = "outbox_messages";
-
-/// For an `UPDATE outbox_messages`' SET: the row's times moved into the years the table
-/// allows (`outbox_on_the_calendar`, migration 12), since its CHECKs, added `NOT VALID`,
-/// refuse any update of a row written before them that keeps a time off the calendar.
-/// `next_attempt_at` is left to each statement, which may set it anyway. (The claim spells
-/// the same out: `bench/run.py` reads its text from the source.)
-macro_rules! times_on_the_calendar {
-    () => {
-        "created_at = outbox_on_the_calendar(created_at), \
-         not_before = outbox_on_the_calendar(not_before), \
-         expires_at = outbox_on_the_calendar(expires_at)"
-    };
-}
-pub(crate) use times_on_the_calendar;
-
-/// Of an `ON CONFLICT (address) DO UPDATE` on the suppression list by a report that
-/// suppresses for good (a hard bounce, a complaint, an unsubscribe): the existing entries
-/// it replaces, those that end (an operator's temporary entry, lapsed or not). Before, a
-/// complaint during an operator's temporary entry was answered "recorded" and dropped,
-/// and the complainer was mailed again when the entry ended.
-macro_rules! replaced_for_good {
-    () => {
-        "outbox_suppressions.suppressed_until IS NOT NULL"
-    };
-}
-pub(crate) use replaced_for_good;
 
 /// The most rows one page of a listing returns (dead letters, the suppression list), for
 /// the API's and the command line's `limit`.
@@ -361,22 +336,28 @@ pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Err
             "BEGIN; SET LOCAL statement_timeout = {millis}"
         )))
         .await?;
-    let sample = sqlx::query_as(
+    let sample = sqlx::query_as(concat!(
         "SELECT \
            (SELECT count(*) FROM outbox_messages \
-             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) AS pending, \
+             WHERE ",
+        pending!(),
+        ") AS pending, \
            (SELECT count(*) FROM outbox_messages \
-             WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL) AS dead_letters, \
+             WHERE ",
+        dead_letter!(),
+        ") AS dead_letters, \
            (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(greatest(created_at, not_before)))), 0)::float8 \
               FROM outbox_messages \
-             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
-               AND greatest(created_at, not_before) IS NOT NULL \
+             WHERE ",
+        pending!(),
+        " AND greatest(created_at, not_before) IS NOT NULL \
                AND greatest(created_at, not_before) <= now()) AS oldest_pending_age, \
            (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(next_attempt_at))), 0)::float8 \
               FROM outbox_messages \
-             WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
-               AND next_attempt_at <= now()) AS oldest_ready_age",
-    )
+             WHERE ",
+        pending!(),
+        " AND next_attempt_at <= now()) AS oldest_ready_age",
+    ))
     .fetch_one(&mut *transaction)
     .await?;
     transaction.commit().await?;

@@ -5,6 +5,9 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::NOTIFY_CHANNEL;
+use crate::message::actions::{
+    action_dead, action_expired, action_release, action_retry, action_sent, action_suppressed,
+};
 use crate::message::{Outcome, truncate_error};
 
 /// The statement that writes outcomes where the claim token still holds, returning
@@ -33,23 +36,23 @@ macro_rules! record_outcomes_sql {
             $with,
             " updated AS ( \
          UPDATE outbox_messages AS m \
-         SET attempts = m.attempts + CASE WHEN o.action IN ('retry', 'dead') \
+         SET attempts = m.attempts + CASE WHEN o.action IN ('", action_retry!(), "', '", action_dead!(), "') \
                                           AND m.attempts < 2147483647 THEN 1 ELSE 0 END, \
              throttled_releases = greatest(m.throttled_releases, 0) \
-                 + CASE WHEN o.action = 'release' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
+                 + CASE WHEN o.action = '", action_release!(), "' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \
              error_class = coalesce(o.error_class, m.error_class), \
-             dispatched_at = CASE WHEN o.action = 'sent' THEN now() END, \
-             dead_lettered_at = CASE WHEN o.action IN ('dead', 'expired', 'suppressed') THEN now() END, \
-             discarded_at = CASE WHEN o.action IN ('expired', 'suppressed') THEN now() \
+             dispatched_at = CASE WHEN o.action = '", action_sent!(), "' THEN now() END, \
+             dead_lettered_at = CASE WHEN o.action IN ('", action_dead!(), "', '", action_expired!(), "', '", action_suppressed!(), "') THEN now() END, \
+             discarded_at = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN now() \
                                  ELSE m.discarded_at END, \
-             discarded_by = CASE WHEN o.action IN ('expired', 'suppressed') THEN 'outboxd' \
+             discarded_by = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN 'outboxd' \
                                  ELSE m.discarded_by END, \
-             end_reason = CASE WHEN o.action IN ('expired', 'suppressed') THEN o.action \
+             end_reason = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN o.action \
                                ELSE m.end_reason END, \
              feedback = CASE WHEN o.bounced IS NOT NULL THEN 'hard_bounce' ELSE m.feedback END, \
              feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END, \
-             next_attempt_at = CASE WHEN o.action IN ('retry', 'release') \
+             next_attempt_at = CASE WHEN o.action IN ('", action_retry!(), "', '", action_release!(), "') \
                                     THEN now() + make_interval(secs => o.delay_secs) \
                                     ELSE m.next_attempt_at END, \
              locked_until = NULL, locked_by = NULL, claim_token = NULL \
@@ -63,7 +66,7 @@ macro_rules! record_outcomes_sql {
             " RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
          ), notified AS ( \
              SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text) \
-             FROM updated WHERE action = 'release' LIMIT 1 \
+             FROM updated WHERE action = '", action_release!(), "' LIMIT 1 \
          ), suppressed AS ( \
              INSERT INTO outbox_suppressions (address, reason, source, detail, message_id) \
              SELECT DISTINCT ON (bounced) bounced, 'hard_bounce', 'smtp', \
@@ -74,7 +77,7 @@ macro_rules! record_outcomes_sql {
                  message_id = excluded.message_id, created_at = now(), created_by = NULL, \
                  suppressed_until = NULL \
              WHERE ",
-            super::replaced_for_good!(),
+            replaced_for_good!(),
             " ) \
          SELECT id, true FROM updated WHERE (SELECT count(*) FROM notified) >= 0 ",
             $besides

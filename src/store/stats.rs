@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sqlx::{PgPool, Row};
 
+use crate::message::actions::{action_expired, action_suppressed};
+
 /// One kind's share of [`Stats`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct KindStats {
@@ -37,15 +39,16 @@ pub struct Stats {
 /// hour of sent rows, never the whole history.
 pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
     let mut stats = Stats::default();
-    let pending = sqlx::query(
+    let pending = sqlx::query(concat!(
         "SELECT kind, count(*) AS pending, \
                 count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
                 count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
                 coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(greatest(created_at, not_before)) \
                     FILTER (WHERE greatest(created_at, not_before) <= now()))), 0)::float8 AS oldest \
-         FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL \
-         GROUP BY kind",
-    )
+         FROM outbox_messages WHERE ",
+        pending!(),
+        " GROUP BY kind",
+    ))
     .fetch_all(pool)
     .await?;
     for row in &pending {
@@ -57,19 +60,24 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
     }
     let per_kind: [(&str, CountOf); 4] = [
-        (
-            "WHERE dead_lettered_at IS NOT NULL AND discarded_at IS NULL",
-            |k| &mut k.dead_letters,
-        ),
+        (concat!("WHERE ", dead_letter!()), |k| &mut k.dead_letters),
         ("WHERE dispatched_at > now() - interval '1 hour'", |k| {
             &mut k.sent_last_hour
         }),
         (
-            "WHERE discarded_at > now() - interval '1 hour' AND end_reason = 'expired'",
+            concat!(
+                "WHERE discarded_at > now() - interval '1 hour' AND end_reason = '",
+                action_expired!(),
+                "'"
+            ),
             |k| &mut k.expired_last_hour,
         ),
         (
-            "WHERE discarded_at > now() - interval '1 hour' AND end_reason = 'suppressed'",
+            concat!(
+                "WHERE discarded_at > now() - interval '1 hour' AND end_reason = '",
+                action_suppressed!(),
+                "'"
+            ),
             |k| &mut k.suppressed_last_hour,
         ),
     ];

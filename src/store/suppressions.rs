@@ -13,9 +13,12 @@ use crate::suppression::{
 /// The columns of [`Suppression`], for a `WHERE` to follow.
 macro_rules! select_suppressions {
     () => {
-        "SELECT address, reason, source, detail, message_id, created_at, created_by, \
-                suppressed_until, (suppressed_until IS NULL OR suppressed_until > now()) AS active \
-         FROM outbox_suppressions "
+        concat!(
+            "SELECT address, reason, source, detail, message_id, created_at, created_by, \
+                suppressed_until, ",
+            active_suppression!(),
+            " AS active FROM outbox_suppressions "
+        )
     };
 }
 
@@ -56,10 +59,10 @@ pub async fn suppressed_among<'e>(
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT address, reason FROM outbox_suppressions \
-         WHERE address = ANY($1) AND (suppressed_until IS NULL OR suppressed_until > now())",
-    )
+    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+        "SELECT address, reason FROM outbox_suppressions WHERE address = ANY($1) AND ",
+        active_suppression!(),
+    ))
     .bind(addresses)
     .fetch_all(executor)
     .await?;
@@ -259,7 +262,7 @@ async fn mark_row(
     let marked = sqlx::query(concat!(
         "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
              next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
-        super::times_on_the_calendar!(),
+        times_on_the_calendar!(),
         " WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
                             OR (feedback = 'hard_bounce' AND $2 = 'complaint'))"
     ))
@@ -290,9 +293,10 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
              message_id = excluded.message_id, created_at = now(), \
              created_by = excluded.created_by, suppressed_until = excluded.suppressed_until \
          WHERE excluded.created_by IS NOT NULL \
-            OR (outbox_suppressions.suppressed_until <= now()) \
-            OR (excluded.suppressed_until IS NULL AND ",
-        super::replaced_for_good!(),
+            OR ",
+        lapsed_suppression!("outbox_suppressions."),
+        " OR (excluded.suppressed_until IS NULL AND ",
+        replaced_for_good!(),
         ")"
     ))
     .bind(&entry.address)
