@@ -119,6 +119,25 @@ impl BatchReport {
         self.reclaimed += other.reclaimed;
     }
 
+    /// One line per batch at INFO, so that a first run shows mail going out (a line per
+    /// message is DEBUG: at INFO it cost a sixth of the drain's CPU).
+    pub(super) fn log(&self) {
+        if self.claimed == 0 {
+            return;
+        }
+        tracing::info!(
+            claimed = self.claimed,
+            sent = self.sent,
+            retried = self.retried,
+            dead_lettered = self.dead_lettered,
+            released = self.released,
+            expired = self.expired,
+            suppressed = self.suppressed,
+            lost = self.lost,
+            "batch recorded"
+        );
+    }
+
     /// Counts one recorded outcome.
     pub(super) fn count(&mut self, outcome: &Outcome) {
         match outcome {

@@ -106,6 +106,7 @@ impl Dispatcher {
         let recorded = self.recorder.record(rest).await;
         self.metrics.cycle_completed();
         report.add(&recorded?);
+        report.log();
         Ok(report)
     }
 
