@@ -267,7 +267,7 @@ impl App {
             info!(%address, "serving the bounce and complaint webhooks (/webhooks/...)");
             if self.config.admin_listen.is_none() {
                 // Providers reach the webhooks from the internet; /metrics tells whoever
-                // reads it when mail was suppressed and why (docs/webhooks.md).
+                // reads it when mail was suppressed and why (docs/src/webhooks.md).
                 warn!(
                     %address,
                     "the webhooks share OUTBOXD_LISTEN with /metrics and the probes: publish them on OUTBOXD_ADMIN_LISTEN and keep OUTBOXD_LISTEN off the internet"

@@ -44,7 +44,7 @@ pub struct ClaimRequest<'a> {
 /// (an internationalized domain, say), so the list is always checked for exactly the
 /// addresses mailed. Nothing a payload holds can fail this part of the statement, which
 /// would fail the claim of its whole batch. One set-returning function per row keeps the
-/// planner's estimate far under `jit_above_cost` (BENCHMARKS.md, *Second round*).
+/// planner's estimate far under `jit_above_cost` (docs/src/benchmark-history.md, *Second round*).
 ///
 /// It moves a row's times into the years 1 to 9999 (`outbox_on_the_calendar`, migration 12):
 /// a row written before that migration's CHECKs may hold an infinite time, which the driver

@@ -182,7 +182,7 @@ fn pool_options(size: u32) -> PgPoolOptions {
 }
 
 /// Every statement outboxd runs is short; PostgreSQL's JIT, which it starts on cost
-/// estimates alone, once spent 430 ms compiling each 8 ms claim (BENCHMARKS.md). A `SET`
+/// estimates alone, once spent 430 ms compiling each 8 ms claim (docs/src/benchmark-history.md, *Second round*). A `SET`
 /// after connecting rather than a startup option: connection poolers such as PgBouncer
 /// refuse unknown startup options. A server without the setting keeps its default.
 async fn without_jit(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {

@@ -1,4 +1,4 @@
-//! Prometheus metrics: every name defined once here, documented in the README, used by
+//! Prometheus metrics: every name defined once here, documented in docs/src/metrics.md, used by
 //! `dashboards/` and `alerts/`, and checked by the tests. These names are a public contract.
 
 use std::collections::BTreeSet;

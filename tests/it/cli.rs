@@ -513,8 +513,8 @@ async fn secrets_never_appear_in_the_logs() {
 async fn the_help_documents_every_option_with_its_environment_variable() {
     let output = outboxd().args(["run", "--help"]).output().unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/src/configuration.md");
+    let page = std::fs::read_to_string(path).unwrap();
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("a run subcommand");
     // The global options (the log format) are declared on the top-level command.
@@ -536,7 +536,10 @@ async fn the_help_documents_every_option_with_its_environment_variable() {
             "--{} has no help",
             option.get_id()
         );
-        assert!(readme.contains(var), "README.md does not document {var}");
+        assert!(
+            page.contains(var),
+            "docs/src/configuration.md does not document {var}"
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod admin;
 mod bench;
+mod book;
 mod browser;
 mod claim_floor;
 mod cli;

@@ -1,0 +1,101 @@
+//! The reference under `docs/` is an `mdBook`: it builds, every page its `SUMMARY.md` names
+//! exists, and the files at the front door stay short enough to read.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn manifest(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// `mdbook` on `PATH`, or where `cargo install` puts it.
+fn mdbook() -> PathBuf {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("mdbook"))
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.extend(
+        std::env::var_os("CARGO_HOME").map(|home| PathBuf::from(home).join("bin").join("mdbook")),
+    );
+    candidates.extend(std::env::var_os("HOME").map(|home| {
+        PathBuf::from(home)
+            .join(".cargo")
+            .join("bin")
+            .join("mdbook")
+    }));
+    candidates
+        .into_iter()
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "mdbook is not installed: `cargo install mdbook --locked` or `bash .ci/run` installs it"
+            )
+        })
+}
+
+/// The files `SUMMARY.md` links to (`- [Title](file.md)`), in order; a draft chapter's
+/// empty link is left out.
+fn summary_links(summary: &str) -> Vec<String> {
+    summary
+        .lines()
+        .filter_map(|line| {
+            let start = line.find("](")? + 2;
+            let end = start + line[start..].find(')')?;
+            Some(line[start..end].trim().to_owned())
+        })
+        .filter(|target| !target.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_book_builds_with_every_page_of_its_summary() {
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(mdbook())
+        .arg("build")
+        .arg(manifest("docs"))
+        .arg("-d")
+        .arg(out.path())
+        .output()
+        .expect("run mdbook");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "mdbook build docs failed:\n{log}");
+    // A missing `{{#include}}` file is logged as an error, and the build goes on without it.
+    assert!(
+        !log.contains("[ERROR]") && !log.contains("[WARN]"),
+        "mdbook build docs complained:\n{log}"
+    );
+
+    let summary = std::fs::read_to_string(manifest("docs/src/SUMMARY.md")).unwrap();
+    let pages = summary_links(&summary);
+    assert!(pages.len() >= 15, "SUMMARY.md links only {pages:?}");
+    for page in &pages {
+        assert!(
+            manifest("docs/src").join(page).is_file(),
+            "SUMMARY.md names {page}, which is not in docs/src"
+        );
+        let html = Path::new(page).with_extension("html");
+        assert!(
+            out.path().join(&html).is_file(),
+            "the built book has no {} for {page}",
+            html.display()
+        );
+    }
+}
+
+#[test]
+fn the_readme_and_the_benchmarks_stay_short() {
+    for (file, limit) in [("README.md", 16 * 1024), ("BENCHMARKS.md", 20 * 1024)] {
+        let bytes = std::fs::metadata(manifest(file)).unwrap().len();
+        assert!(
+            bytes <= limit,
+            "{file} is {bytes} bytes, more than {limit}: move reference material into the book under docs/"
+        );
+    }
+}
