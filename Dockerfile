@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# outboxd's container image: `docker build -t outboxd:0.1.0 .`
+# outboxd's container image: `docker build -t outboxd:0.2.0 .`
 #
 # Images cannot be pulled on this project's own machines (no registry for base images, no
 # Docker daemon), so CI does not build this file. Its build step is the command the project
