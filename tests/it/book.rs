@@ -99,3 +99,49 @@ fn the_readme_and_the_benchmarks_stay_short() {
         );
     }
 }
+
+/// Every file under `dir`, as paths relative to the manifest.
+fn files_under(dir: &Path, found: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_under(&path, found);
+        } else {
+            let relative = path.strip_prefix(manifest("")).unwrap();
+            found.push(relative.to_string_lossy().into_owned());
+        }
+    }
+}
+
+#[test]
+fn the_architecture_map_names_every_file_in_src() {
+    let architecture = std::fs::read_to_string(manifest("ARCHITECTURE.md")).unwrap();
+    let mut files = Vec::new();
+    files_under(&manifest("src"), &mut files);
+    assert!(files.len() > 50, "{files:?}");
+    let unnamed: Vec<&String> = files
+        .iter()
+        .filter(|file| !architecture.contains(&format!("`{file}`")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "ARCHITECTURE.md's map does not name {unnamed:?}"
+    );
+}
+
+#[test]
+fn every_invariant_in_the_architecture_names_its_check() {
+    let architecture = std::fs::read_to_string(manifest("ARCHITECTURE.md")).unwrap();
+    let (_, invariants) = architecture
+        .split_once("\n## Invariants\n")
+        .expect("an Invariants section");
+    let invariants = invariants.split("\n## ").next().unwrap_or(invariants);
+    let bullets: Vec<&str> = invariants.split("\n- ").skip(1).collect();
+    assert!(bullets.len() >= 15, "{} invariants", bullets.len());
+    for bullet in bullets {
+        assert!(
+            bullet.contains("Check:"),
+            "an invariant names no check: {bullet}"
+        );
+    }
+}
