@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::background::health::Health;
 use crate::background::retention::{self, Retention};
 use crate::background::{recorder_upkeep, sampler, supervise};
-use crate::config::{DatabaseConfig, RunConfig};
+use crate::config::RunConfig;
 use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
 use crate::message::NewMessage;
@@ -23,21 +23,11 @@ use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::text::mask_addresses;
 use crate::{http, store};
 
-/// Connections the dispatcher uses at once: the LISTEN connection, and up to three
-/// statements while a drain overlaps a batch's outcomes, the previous batch's last ones
-/// and the next claim (one of them on the connection it keeps between statements).
-const POOL_SIZE: u32 = 4;
-/// Connections for the admin surface and retention: a pool of their own, so that no HTTP
-/// request can take the dispatcher's.
-const SURFACE_POOL_SIZE: u32 = 2;
-/// Connections for readiness, so that a busy admin page or a long retention pass cannot
-/// make a replica unready.
-const HEALTH_POOL_SIZE: u32 = 1;
-/// Connections for the sampler, apart from readiness's: its gauges walk every pending
-/// entry, and under a transaction left open elsewhere (which keeps vacuum from removing
-/// what was sent) a sample grows by about 18 ms a minute at 200 messages a second
-/// (BENCHMARKS.md). Sharing readiness's connection, hours of that made readiness time out.
-const SAMPLE_POOL_SIZE: u32 = 1;
+mod pools;
+
+use pools::Pools;
+pub use pools::connect_checked;
+
 /// Open connections on the metrics and probes listener, and on a separate admin listener.
 /// Only a handler at work holds its connection (`http::server`), and the webhooks' requests
 /// that wait for a turn are at most `feedback::Checks`' 65 and SNS's 32: the rest of each
@@ -49,12 +39,8 @@ const MAX_ADMIN_CONNECTIONS: usize = 256;
 pub struct App {
     /// The dispatcher's connections.
     pub pool: PgPool,
-    /// The admin surface's and retention's: see [`SURFACE_POOL_SIZE`].
-    surface_pool: PgPool,
-    /// Readiness's: see [`HEALTH_POOL_SIZE`].
-    health_pool: PgPool,
-    /// The sampler's: see [`SAMPLE_POOL_SIZE`].
-    sample_pool: PgPool,
+    /// Every pool, the dispatcher's included.
+    pools: Pools,
     pub dispatcher: Arc<Dispatcher>,
     pub mailer: Arc<Mailer>,
     pub metrics: Arc<Metrics>,
@@ -84,40 +70,31 @@ impl App {
         };
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
-        let pool = connect_checked(&config.database).await?;
-        let options = config.database.options();
-        let failed = |e| store::connect_error(e, options);
-        let surface_pool = store::connect(options, SURFACE_POOL_SIZE)
-            .await
-            .map_err(failed)?;
-        let health_pool = store::connect(options, HEALTH_POOL_SIZE)
-            .await
-            .map_err(failed)?;
-        let sample_pool = store::connect(options, SAMPLE_POOL_SIZE)
-            .await
-            .map_err(failed)?;
+        let pools = Pools::open(&config.database).await?;
         let shutdown = Shutdown::default();
         let metrics = Arc::new(Metrics::new(renderer.kinds(), mailer.is_enabled()));
+        metrics.notifications_working(pools.listen.is_some());
         let mailer = Arc::new(mailer);
-        let dispatcher = Arc::new(Dispatcher::new(
-            pool.clone(),
-            Arc::new(renderer),
-            Arc::clone(&mailer),
-            config.dispatch.clone(),
-            shutdown.clone(),
-            Arc::clone(&metrics),
-        ));
+        let dispatcher = Arc::new(
+            Dispatcher::new(
+                pools.dispatch.clone(),
+                Arc::new(renderer),
+                Arc::clone(&mailer),
+                config.dispatch.clone(),
+                shutdown.clone(),
+                Arc::clone(&metrics),
+            )
+            .listening_on(pools.listen.clone()),
+        );
         let health = Arc::new(Health::new(
-            health_pool.clone(),
+            pools.health.clone(),
             Arc::clone(&metrics),
             shutdown.stop.clone(),
             config.liveness_bound(),
         ));
         Ok(Self {
-            pool,
-            surface_pool,
-            health_pool,
-            sample_pool,
+            pool: pools.dispatch.clone(),
+            pools,
             dispatcher,
             mailer,
             metrics,
@@ -161,7 +138,7 @@ impl App {
         let mut tasks = Vec::new();
         let admin = self.config.admin_token.as_ref().map(|token| {
             http::admin_router(
-                self.surface_pool.clone(),
+                self.pools.surface.clone(),
                 token,
                 self.kinds.clone(),
                 self.config.admin_hosts.clone(),
@@ -169,7 +146,7 @@ impl App {
         });
         // The webhooks go where the admin surface goes: providers reach them there.
         let webhooks = http::webhooks::router(
-            self.surface_pool.clone(),
+            self.pools.surface.clone(),
             Arc::clone(&self.config.feedback),
             Arc::clone(&self.metrics),
         );
@@ -204,7 +181,7 @@ impl App {
         let mut tasks = Vec::new();
         if let Retention::For(retention) = self.config.retention {
             let (pool, metrics, stop) = (
-                self.surface_pool.clone(),
+                self.pools.surface.clone(),
                 Arc::clone(&self.metrics),
                 stop.clone(),
             );
@@ -220,7 +197,7 @@ impl App {
             Arc::clone(&self.metrics),
             self.config.sample_interval,
             stop.clone(),
-            self.sample_pool.clone(),
+            self.pools.sample.clone(),
         );
         tasks.push(tokio::spawn(supervise(
             BackgroundTask::Sampler,
@@ -293,10 +270,7 @@ impl App {
         }
         self.mailer.shutdown().await;
         self.dispatcher.release_connection();
-        self.pool.close().await;
-        self.surface_pool.close().await;
-        self.health_pool.close().await;
-        self.sample_pool.close().await;
+        self.pools.close().await;
         // A dispatcher that died must not look like a clean stop to the supervisor.
         // A panic was logged by the hook, masked; its message is not repeated here.
         ran.map_err(|e| {
@@ -341,15 +315,6 @@ async fn bind_listeners(
         None => None,
     };
     Ok((listener, admin_listener))
-}
-
-/// Connects and fails with one clear line when the server or the schema is not there.
-pub async fn connect_checked(database: &DatabaseConfig) -> anyhow::Result<PgPool> {
-    let pool = store::connect(database.options(), POOL_SIZE)
-        .await
-        .map_err(|e| store::connect_error(e, database.options()))?;
-    store::check_schema(&pool).await?;
-    Ok(pool)
 }
 
 /// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.

@@ -263,6 +263,21 @@
             },
           },
           {
+            comment:: |||
+              A replica's own NOTIFY has not come back for 15 minutes: a transaction pooler is in
+              the way of its LISTEN (or it does not LISTEN at all behind one). Commits still go
+              out, found by a poll every 2 s instead of within milliseconds: a ticket, not a page.
+            |||,
+            alert: 'OutboxNotificationsNotWorking',
+            expr: 'max by (job, instance) (outbox_notifications_working{%(outboxdSelector)s}) == 0' % config,
+            'for': '15m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: "outboxd's notifications do not come back; it polls every 2 seconds instead.",
+              description: '{{ $labels.instance }} has not received its own NOTIFY for 15 minutes: commits go out within seconds, not milliseconds. Set OUTBOXD_LISTEN_DATABASE_URL to a direct connection.',
+            },
+          },
+          {
             alert: 'OutboxDatabaseErrors',
             expr: 'sum by (job, instance) (rate(outbox_database_errors_total{%(outboxdSelector)s}[5m])) > 0' % config,
             'for': '10m',

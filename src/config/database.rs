@@ -19,12 +19,27 @@ pub struct DatabaseArgs {
     /// PostgreSQL connection URL. The password, if any, is never logged.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true, global = true)]
     pub database_url: String,
+    /// A direct connection to the same database, for LISTEN: where DATABASE_URL goes
+    /// through a transaction pooler (PgBouncer in transaction mode, most managed poolers),
+    /// notifications cannot come back through it. When set, outboxd also keeps no statement
+    /// prepared on DATABASE_URL's connections. The password, if any, is never logged.
+    #[arg(
+        long,
+        env = "OUTBOXD_LISTEN_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub listen_database_url: Option<String>,
 }
 
 impl std::fmt::Debug for DatabaseArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseArgs")
             .field("database_url", &redact_url(&self.database_url))
+            .field(
+                "listen_database_url",
+                &self.listen_database_url.as_deref().map(redact_url),
+            )
             .finish()
     }
 }
@@ -34,6 +49,8 @@ impl std::fmt::Debug for DatabaseArgs {
 pub struct DatabaseConfig {
     url: SecretString,
     options: PgConnectOptions,
+    /// `OUTBOXD_LISTEN_DATABASE_URL`'s: a session of its own for LISTEN.
+    listen: Option<PgConnectOptions>,
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -46,29 +63,43 @@ impl DatabaseConfig {
     pub fn options(&self) -> &PgConnectOptions {
         &self.options
     }
+
+    /// Where to LISTEN, when that is not [`Self::options`]: a direct connection past a
+    /// transaction pooler.
+    pub fn listen_options(&self) -> Option<&PgConnectOptions> {
+        self.listen.as_ref()
+    }
 }
 
 impl DatabaseArgs {
     pub fn validate(&self) -> anyhow::Result<DatabaseConfig> {
-        let scheme = self
-            .database_url
-            .split_once("://")
-            .map(|(scheme, _)| scheme);
-        if !matches!(scheme, Some("postgres" | "postgresql")) {
-            bail!(
-                "invalid --database-url / DATABASE_URL {}: outboxd needs PostgreSQL, a postgres:// or postgresql:// URL",
-                redact_url(&self.database_url)
-            );
-        }
-        let options = PgConnectOptions::from_str(&self.database_url).map_err(|e| {
-            anyhow::anyhow!(
-                "invalid --database-url / DATABASE_URL {}: {e}",
-                redact_url(&self.database_url)
-            )
-        })?;
+        let options = postgres_options("--database-url / DATABASE_URL", &self.database_url)?;
+        let listen = self
+            .listen_database_url
+            .as_deref()
+            .map(|url| postgres_options("--listen-database-url / OUTBOXD_LISTEN_DATABASE_URL", url))
+            .transpose()?;
         Ok(DatabaseConfig {
             url: SecretString::from(self.database_url.clone()),
-            options: options.application_name("outboxd"),
+            options,
+            listen,
         })
     }
+}
+
+/// A PostgreSQL URL's connection options, or one line saying what is wrong with it (never
+/// its password).
+fn postgres_options(option: &str, url: &str) -> anyhow::Result<PgConnectOptions> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("postgres" | "postgresql")) {
+        bail!(
+            "invalid {option} {}: outboxd needs PostgreSQL, a postgres:// or postgresql:// URL",
+            redact_url(url)
+        );
+    }
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| anyhow::anyhow!("invalid {option} {}: {e}", redact_url(url)))?;
+    // No `extra_float_digits` at startup: PgBouncer refuses startup parameters it does not
+    // know, and sqlx reads floats in binary, where the setting changes nothing.
+    Ok(options.application_name("outboxd").extra_float_digits(None))
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use chrono::{DateTime, Utc};
+use sqlx::PgPool;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -31,6 +32,14 @@ pub(super) struct Claimer {
     /// a short one.
     claim_size: AtomicU32,
     settings: DispatchSettings,
+    /// Where the loop listens for the insert trigger's notifications, which move the floor.
+    listen: Listen,
+}
+
+/// Where the dispatcher listens: nowhere past a transaction pooler.
+#[derive(Clone)]
+pub(super) struct Listen {
+    pub pool: Option<PgPool>,
 }
 
 impl Claimer {
@@ -42,14 +51,27 @@ impl Claimer {
         settings: DispatchSettings,
     ) -> Self {
         Self {
-            database,
             renderer,
             metrics,
             floor: ClaimFloor::new(),
             pace,
             claim_size: AtomicU32::new(settings.batch_size),
+            listen: Listen {
+                pool: Some(database.pool().clone()),
+            },
+            database,
             settings,
         }
+    }
+
+    /// Listens on `pool` instead of the claim's own (a direct connection past a transaction
+    /// pooler), or nowhere.
+    pub fn listen_on(&mut self, pool: Option<PgPool>) {
+        self.listen = Listen { pool };
+    }
+
+    pub fn listen(&self) -> &Listen {
+        &self.listen
     }
 
     /// The connection the claimer keeps, shared with the recorder, and its pool.

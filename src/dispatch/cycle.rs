@@ -98,8 +98,11 @@ impl Dispatcher {
     /// circuit breaker's next probe, or a database back-off. Never returns an error:
     /// database and SMTP outages are waited out.
     pub async fn run(&self) {
-        let mut wakeups =
-            Wakeups::new(self.claimer.database().pool().clone(), self.metrics.clone());
+        let mut wakeups = Wakeups::new(
+            self.claimer.listen(),
+            self.claimer.database().pool().clone(),
+            self.metrics.clone(),
+        );
         let mut database_failures = 0_u32;
         info!(
             worker_id = %self.settings.worker_id,
@@ -120,9 +123,10 @@ impl Dispatcher {
             self.metrics.cycle_completed();
             // Outcomes held for locked rows are tried again every second, even when idle:
             // an application's commit sends no notification.
+            let poll = wakeups.poll_interval(self.settings.poll_interval);
             let wait = match self.recorder.holds_locked() {
-                true => wait.min(self.settings.poll_interval).min(LOCKED_RETRY),
-                false => wait.min(self.settings.poll_interval),
+                true => wait.min(poll).min(LOCKED_RETRY),
+                false => wait.min(poll),
             };
             let woken = wakeups
                 .wait(wait, notified, &self.shutdown.stop, self.claimer.floor())

@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use crate::lock::lock;
+use crate::store;
 
 /// How often a claim ignores the floor and scans the due index from its start.
 pub(super) const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
@@ -52,15 +53,31 @@ pub(super) struct ScanStart {
 }
 
 /// What the notifications heard during a wait said about rows below the floor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Heard {
     /// The lowest due time a notification named.
     pub lowest_due: Option<DateTime<Utc>>,
     /// A notification named none, or some may have been missed.
     pub unknown: bool,
+    /// Of the notification checks, the tokens that came back.
+    pub checks: Vec<String>,
 }
 
 impl Heard {
+    /// Adds one notification: the insert trigger's, or a check's.
+    pub fn notification(&mut self, channel: &str, payload: &str) {
+        if channel == store::CHECK_CHANNEL {
+            self.checks.push(payload.to_owned());
+        } else {
+            self.payload(payload);
+        }
+    }
+
+    /// Whether the insert trigger said anything: new messages, or some may be missed.
+    pub fn of_messages(&self) -> bool {
+        self.unknown || self.lowest_due.is_some()
+    }
+
     /// Adds one notification's payload: the due time in milliseconds since the epoch, or
     /// anything else (unknown).
     pub fn payload(&mut self, payload: &str) {

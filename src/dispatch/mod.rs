@@ -20,6 +20,7 @@ mod expiry;
 mod floor;
 mod held;
 mod message_sender;
+mod notification_check;
 mod outcome_log;
 mod pace;
 mod queue;
@@ -168,5 +169,13 @@ impl Dispatcher {
             shutdown,
             metrics,
         }
+    }
+
+    /// Listens for notifications on `pool` (a direct connection past a transaction
+    /// pooler), or, with `None`, nowhere: it polls every 2 s instead.
+    #[must_use]
+    pub fn listening_on(mut self, pool: Option<PgPool>) -> Self {
+        self.claimer.listen_on(pool);
+        self
     }
 }

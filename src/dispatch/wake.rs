@@ -9,7 +9,9 @@ use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::claimer::Listen;
 use super::floor::{ClaimFloor, Heard};
+use super::notification_check::{FALLBACK_POLL, NotificationCheck};
 use crate::message::RetryPolicy;
 use crate::store;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
@@ -27,11 +29,14 @@ const LINGER_GRACE: Duration = Duration::from_secs(5);
 
 /// The dedicated LISTEN connection, reconnected whenever it is lost.
 pub(super) struct Wakeups {
-    pool: PgPool,
+    /// Where to listen; nowhere past a transaction pooler.
+    pool: Option<PgPool>,
     metrics: Arc<Metrics>,
     listener: Option<PgListener>,
     /// A linger cut short is warned of once: a `statement_timeout` would cut every one.
     cut_short_warned: bool,
+    /// Whether a notification sent comes back.
+    check: NotificationCheck,
 }
 
 /// How a wait ended.
@@ -46,22 +51,35 @@ pub(super) enum Woken {
 }
 
 impl Wakeups {
-    pub fn new(pool: PgPool, metrics: Arc<Metrics>) -> Self {
+    /// Listens on `listen`; checks that notifications come back by sending them through
+    /// `send`, the dispatcher's own pool.
+    pub fn new(listen: &Listen, send: PgPool, metrics: Arc<Metrics>) -> Self {
         Self {
-            pool,
+            pool: listen.pool.clone(),
+            check: NotificationCheck::new(send, listen.pool.is_some()),
             metrics,
             listener: None,
             cut_short_warned: false,
         }
     }
 
+    /// The longest wait between claims: the poll interval, or the fallback poll while
+    /// notifications do not come back.
+    pub fn poll_interval(&self, configured: Duration) -> Duration {
+        if self.check.working() {
+            configured
+        } else {
+            configured.min(FALLBACK_POLL)
+        }
+    }
+
     /// Listens, if not listening yet. Call before looking for due rows, so that nothing
     /// committed meanwhile goes unnoticed; when it fails, the poll interval stands in.
     pub async fn listen(&mut self, floor: &ClaimFloor) {
-        if self.listener.is_some() {
+        let Some(pool) = self.pool.as_ref().filter(|_| self.listener.is_none()) else {
             return;
-        }
-        match store::listen(&self.pool).await {
+        };
+        match store::listen(pool).await {
             Ok(listener) => {
                 self.listener = Some(listener);
                 floor.listening(true);
@@ -86,17 +104,25 @@ impl Wakeups {
         let timer = tokio::time::sleep(wait);
         tokio::pin!(timer);
         loop {
+            let check_due = self.check.next_step();
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return Woken::Stopped,
                 woke = next_notifications(&mut self.listener), if self.listener.is_some() => {
                     match woke {
-                        Ok(heard) => floor.heard(heard),
+                        Ok(heard) => {
+                            self.check.heard(&heard, &self.metrics);
+                            let new = heard.of_messages();
+                            floor.heard(heard);
+                            if notified && new {
+                                return Woken::Heard;
+                            }
+                        }
                         Err(e) => self.lost(&e, floor),
                     }
-                    if notified {
-                        return Woken::Heard;
-                    }
+                }
+                () = tokio::time::sleep_until(check_due), if self.listener.is_some() => {
+                    self.check.step(&self.metrics).await;
                 }
                 () = &mut timer => return Woken::Look,
             }
@@ -131,6 +157,7 @@ impl Wakeups {
         }
         let mut heard = Heard::default();
         take_buffered(listener, &mut heard);
+        self.check.heard(&heard, &self.metrics);
         floor.heard(heard);
     }
 
@@ -153,7 +180,7 @@ async fn next_notifications(listener: &mut Option<PgListener>) -> Result<Heard, 
     let mut heard = Heard::default();
     match listener.try_recv().await? {
         Some(first) => {
-            heard.payload(first.payload());
+            heard.notification(first.channel(), first.payload());
             take_buffered(listener, &mut heard);
         }
         // The connection dropped (sqlx reconnects it) and notifications may have been
@@ -166,6 +193,6 @@ async fn next_notifications(listener: &mut Option<PgListener>) -> Result<Heard, 
 /// Takes the notifications that arrived already, without waiting.
 fn take_buffered(listener: &mut PgListener, heard: &mut Heard) {
     while let Some(next) = listener.next_buffered() {
-        heard.payload(next.payload());
+        heard.notification(next.channel(), next.payload());
     }
 }

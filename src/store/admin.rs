@@ -1,5 +1,6 @@
 //! SQL for operators: the dead-letter view, retry and discard, and the audit trail.
 
+use super::statements::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -227,7 +228,7 @@ pub async fn list_dead_letters(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    sqlx::query_as(concat!(
+    query_as(concat!(
         "SELECT id, kind, ",
         recipients_column!(),
         ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
@@ -249,7 +250,7 @@ pub async fn list_dead_letters(
 /// `outbox_on_the_calendar` (migration 12): a producer may have written any time, and one
 /// the driver cannot read back must not take an operator's view of the row down.
 pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
-    sqlx::query_as(concat!(
+    query_as(concat!(
         "SELECT id, kind, payload::text AS payload, ",
         recipients_column!(),
         ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
@@ -275,7 +276,7 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
 
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
 pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
-    sqlx::query_as(concat!(
+    query_as(concat!(
         "WITH g AS ( \
              SELECT kind, coalesce(error_class, 'unknown') AS error_class, count(*) AS count, \
                     max(id) AS newest_id \
@@ -338,16 +339,12 @@ pub async fn apply(
             selected_dead_letters!()
         ),
     };
-    let query = sqlx::query_scalar(sql)
-        .bind(ids)
-        .bind(kind)
-        .bind(class)
-        .bind(all);
-    let query = match action {
-        Action::Retry => query,
-        Action::Discard => query.bind(actor),
+    let update = query_scalar(sql).bind(ids).bind(kind).bind(class).bind(all);
+    let update = match action {
+        Action::Retry => update,
+        Action::Discard => update.bind(actor),
     };
-    let changed: Vec<i64> = query.fetch_all(&mut *tx).await?;
+    let changed: Vec<i64> = update.fetch_all(&mut *tx).await?;
     audit(
         &mut tx,
         actor,
@@ -357,7 +354,7 @@ pub async fn apply(
     )
     .await?;
     if action == Action::Retry && !changed.is_empty() {
-        sqlx::query("SELECT pg_notify($1, '')")
+        query("SELECT pg_notify($1, '')")
             .bind(NOTIFY_CHANNEL)
             .execute(&mut *tx)
             .await?;
@@ -390,21 +387,19 @@ pub(super) async fn audit(
     target: &str,
     rows: usize,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO outbox_admin_audit (actor, action, target, rows) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(actor)
-    .bind(action)
-    .bind(target)
-    .bind(i32::try_from(rows).unwrap_or(i32::MAX))
-    .execute(&mut **tx)
-    .await?;
+    query("INSERT INTO outbox_admin_audit (actor, action, target, rows) VALUES ($1, $2, $3, $4)")
+        .bind(actor)
+        .bind(action)
+        .bind(target)
+        .bind(i32::try_from(rows).unwrap_or(i32::MAX))
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
 /// The most recent admin actions.
 pub async fn audit_log(pool: &PgPool, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    sqlx::query_as(
+    query_as(
         "SELECT id, at, actor, action, target, rows FROM outbox_admin_audit ORDER BY id DESC LIMIT $1",
     )
     .bind(limit)

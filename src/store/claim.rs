@@ -1,6 +1,7 @@
 //! The claim: due rows taken under a lease, in two tiers (priorities, then the due index
 //! from the claim floor).
 
+use super::statements::query_as;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -139,7 +140,7 @@ pub async fn claim<'e>(
     request: &ClaimRequest<'_>,
 ) -> Result<Claimed, sqlx::Error> {
     let token = Uuid::new_v4();
-    let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
+    let rows: Vec<ClaimedRow> = query_as(CLAIM)
         .bind(request.limit)
         .bind(request.lease.as_secs_f64())
         .bind(request.worker_id)

@@ -77,6 +77,13 @@ impl KeptConnection {
         if outcomes.is_empty() {
             return Ok(Recorded::default());
         }
+        // Past a transaction pooler the statement runs in a transaction of its own, which a
+        // lock timeout would abort: locked rows are skipped at once, and left to the write
+        // that waits for their locks.
+        let locks = match (!super::statements::prepared(), locks) {
+            (true, RowLocks::WaitBriefly) => RowLocks::Skip,
+            (_, locks) => locks,
+        };
         self.on_connection(async |connection| {
             record_outcomes(connection, token, outcomes, locks).await
         })
@@ -85,12 +92,13 @@ impl KeptConnection {
 
     /// Runs one statement on the kept connection (or one from the pool), and keeps the
     /// connection if the statement worked; after an error it is dropped.
+    /// Past a transaction pooler, in a transaction of its own (`statements::on_its_own`).
     async fn on_connection<T>(
         &self,
         statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> Result<T, sqlx::Error> {
         let mut kept = self.take().await?;
-        let result = statement(&mut kept.connection).await?;
+        let result = super::statements::on_its_own(&mut kept.connection, statement).await?;
         self.give_back(kept);
         Ok(result)
     }

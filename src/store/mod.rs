@@ -3,10 +3,12 @@
 //! Predicates and stored words that more than one statement uses are defined once, in
 //! [`sql`], and composed into the statements' text at compile time.
 
+use statements::fetch_one_alone;
+use statements::{query, query_as, query_scalar};
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{FromRow, PgExecutor};
 
 use crate::message::{InvalidMessage, NewMessage};
@@ -14,10 +16,12 @@ use crate::trace_context::current_traceparent;
 
 #[macro_use]
 mod sql;
+mod statements;
 
 pub mod admin;
 mod claim;
 mod kept;
+mod listen;
 mod outcomes;
 pub mod prune;
 pub mod send_rate;
@@ -26,10 +30,12 @@ pub mod suppressions;
 
 pub use claim::{ClaimRequest, Claimed, claim};
 pub use kept::KeptConnection;
+pub use listen::{CHECK_CHANNEL, linger, listen, send_check, transaction_pooler_in_the_way};
 pub use outcomes::{
     OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,
 };
 pub use prune::Prunable;
+pub use statements::keep_no_statement_prepared;
 
 /// The schema, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -105,7 +111,7 @@ where
     // With a key, a second insert of it does nothing and the first row's id comes back.
     // When another transaction inserted the same key and committed while this one waited
     // for it, the row is newer than this statement's snapshot: the caller is told to retry.
-    let id: Option<i64> = sqlx::query_scalar(
+    let id: Option<i64> = query_scalar(
         "WITH inserted AS ( \
              INSERT INTO outbox_messages \
                  (kind, payload, not_before, traceparent, priority, expires_at, idempotency_key) \
@@ -143,7 +149,7 @@ pub async fn create_and_migrate(options: &PgConnectOptions) -> anyhow::Result<Pg
                 .context(
                     "could not connect to the `postgres` database to create the outbox database",
                 )?;
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            query(sqlx::AssertSqlSafe(format!(
                 "CREATE DATABASE \"{}\"",
                 database.replace('"', "\"\"")
             )))
@@ -171,6 +177,16 @@ pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sq
         .await
 }
 
+/// Opens a pool whose connections go through a transaction pooler (PgBouncer in
+/// transaction mode, most managed poolers), where a server session lasts one transaction:
+/// no statement is kept prepared (sqlx then prepares each one unnamed, in the transaction
+/// that runs it), and no setting is made for a session the next transaction may not get.
+pub async fn connect_pooled(options: &PgConnectOptions, size: u32) -> Result<PgPool, sqlx::Error> {
+    pool_options(size)
+        .connect_with(options.clone().statement_cache_capacity(0))
+        .await
+}
+
 fn pool_options(size: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(size)
@@ -186,7 +202,7 @@ fn pool_options(size: u32) -> PgPoolOptions {
 /// after connecting rather than a startup option: connection poolers such as PgBouncer
 /// refuse unknown startup options. A server without the setting keeps its default.
 async fn without_jit(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    if let Err(e) = sqlx::query("SET jit = off").execute(connection).await {
+    if let Err(e) = query("SET jit = off").execute(connection).await {
         tracing::debug!(error = %e, "could not turn JIT compilation off for this session");
     }
     Ok(())
@@ -232,7 +248,8 @@ struct SchemaState {
 }
 
 async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
-    let state = sqlx::query_as(
+    let state = fetch_one_alone(
+query_as(
         "SELECT ARRAY(SELECT version FROM _sqlx_migrations WHERE success ORDER BY version) AS applied, \
                 ARRAY(SELECT version FROM _sqlx_migrations WHERE NOT success ORDER BY version) AS failed, \
                 to_regclass('outbox_messages') IS NOT NULL AS table_exists, \
@@ -250,7 +267,8 @@ async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
                             || ' may not EXECUTE outbox_on_the_calendar(timestamptz)' \
                 END AS not_writable",
     )
-    .fetch_one(pool)
+    ,
+ pool)
     .await;
     match state {
         Ok(state) => Ok(state),
@@ -293,23 +311,6 @@ impl SchemaState {
     }
 }
 
-/// A connection listening for the insert trigger's notifications.
-pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(NOTIFY_CHANNEL).await?;
-    Ok(listener)
-}
-
-/// Sleeps `linger` on the listening connection. PostgreSQL delivers the notifications of
-/// commits meanwhile together when the command ends; read them with `next_buffered`.
-pub async fn linger(listener: &mut PgListener, linger: Duration) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_sleep($1)")
-        .bind(linger.as_secs_f64())
-        .execute(listener)
-        .await?;
-    Ok(())
-}
-
 /// The gauges' values, sampled from the table.
 #[derive(Debug, Clone, Copy, PartialEq, FromRow)]
 pub struct Sample {
@@ -336,7 +337,7 @@ pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Err
             "BEGIN; SET LOCAL statement_timeout = {millis}"
         )))
         .await?;
-    let sample = sqlx::query_as(concat!(
+    let sample = query_as(concat!(
         "SELECT \
            (SELECT count(*) FROM outbox_messages \
              WHERE ",

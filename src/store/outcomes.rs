@@ -1,6 +1,7 @@
 //! Writing outcomes: one statement for a claim's outcomes, guarded by its token, that
 //! waits only a moment on a row another transaction has locked.
 
+use super::statements::query_as;
 use sqlx::{Connection as _, PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -195,12 +196,16 @@ pub fn record_outcomes_when_unlocked(
     let options = pool.connect_options();
     async move {
         let mut connection = PgConnection::connect_with(&options).await?;
+        // In a transaction, so that a transaction pooler keeps the statement's parse and
+        // execution on one server session (no lock timeout is set: none can abort it).
+        let mut transaction = connection.begin().await?;
         let written = columns
-            .write(&mut connection, token, RowLocks::Wait)
+            .write(&mut transaction, token, RowLocks::Wait)
             .await?
             .into_iter()
             .map(|(id, _)| id)
             .collect();
+        transaction.commit().await?;
         connection.close().await?;
         Ok(Recorded {
             written,
@@ -257,7 +262,7 @@ impl Columns {
             RowLocks::Skip => RECORD_OUTCOMES_SKIPPING_LOCKED,
             RowLocks::Wait => RECORD_OUTCOMES_WAITING,
         };
-        sqlx::query_as(statement)
+        query_as(statement)
             .bind(token)
             .bind(&self.ids)
             .bind(&self.actions)

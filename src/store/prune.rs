@@ -1,5 +1,7 @@
 //! Retention's SQL: deletes expired rows in small batches that skip locked rows.
 
+use super::statements::execute_alone;
+use super::statements::query;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
@@ -44,10 +46,7 @@ pub async fn prune(
              DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
         }
     };
-    Ok(sqlx::query(sql)
-        .bind(cutoff)
-        .bind(limit)
-        .execute(pool)
+    Ok(execute_alone(query(sql).bind(cutoff).bind(limit), pool)
         .await?
         .rows_affected())
 }

@@ -2,6 +2,8 @@
 //! holds for the table, not per process (see the migration that creates
 //! `outbox_send_rate`).
 
+use super::statements::{execute_alone, fetch_optional_alone};
+use super::statements::{query, query_as};
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 
@@ -36,7 +38,8 @@ pub struct Booking {
 /// serializes replicas for its duration only.
 pub async fn book(pool: &PgPool, request: &SlotRequest<'_>) -> Result<Booking, sqlx::Error> {
     loop {
-        let booking: Option<Booking> = sqlx::query_as(
+        let booking: Option<Booking> = fetch_optional_alone(
+query_as(
             "WITH current AS ( \
                  SELECT name, clock_timestamp() AS now, \
                         greatest(next_slot, clock_timestamp()) AS start, \
@@ -60,19 +63,22 @@ pub async fn book(pool: &PgPool, request: &SlotRequest<'_>) -> Result<Booking, s
         .bind(request.wanted)
         .bind(request.horizon_seconds)
         .bind(request.recovery_per_second)
-        .fetch_optional(pool)
+        ,
+ pool)
         .await?;
         if let Some(booking) = booking {
             return Ok(booking);
         }
         // The first booking on this table: the schedule starts now, at the full pace.
-        sqlx::query(
-            "INSERT INTO outbox_send_rate (name, pace) VALUES ($1, $2) \
+        execute_alone(
+            query(
+                "INSERT INTO outbox_send_rate (name, pace) VALUES ($1, $2) \
              ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(request.bucket)
+            .bind(request.limit),
+            pool,
         )
-        .bind(request.bucket)
-        .bind(request.limit)
-        .execute(pool)
         .await?;
     }
 }
@@ -85,14 +91,16 @@ pub async fn hand_back(
     booking: &Booking,
     slots: i64,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE outbox_send_rate SET next_slot = next_slot - make_interval(secs => $3) \
+    execute_alone(
+        query(
+            "UPDATE outbox_send_rate SET next_slot = next_slot - make_interval(secs => $3) \
          WHERE name = $1 AND next_slot = $2",
+        )
+        .bind(bucket)
+        .bind(booking.ends_at)
+        .bind(slots as f64 / booking.pace),
+        pool,
     )
-    .bind(bucket)
-    .bind(booking.ends_at)
-    .bind(slots as f64 / booking.pace)
-    .execute(pool)
     .await?;
     Ok(())
 }
@@ -100,15 +108,17 @@ pub async fn hand_back(
 /// The relay said it is throttling: halve the pace, at most once a second (one burst of
 /// throttled replies is one signal), never below `min_pace`.
 pub async fn slow_down(pool: &PgPool, bucket: &str, min_pace: f64) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE outbox_send_rate \
+    execute_alone(
+        query(
+            "UPDATE outbox_send_rate \
          SET pace = greatest($2, pace / 2), throttled_at = clock_timestamp() \
          WHERE name = $1 \
            AND (throttled_at IS NULL OR throttled_at < clock_timestamp() - interval '1 second')",
+        )
+        .bind(bucket)
+        .bind(min_pace),
+        pool,
     )
-    .bind(bucket)
-    .bind(min_pace)
-    .execute(pool)
     .await?;
     Ok(())
 }

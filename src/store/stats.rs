@@ -1,5 +1,6 @@
 //! The state of the outbox at a glance, for `outboxd stats`, the API and the admin page.
 
+use super::statements::{query, query_as};
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -39,7 +40,7 @@ pub struct Stats {
 /// hour of sent rows, never the whole history.
 pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
     let mut stats = Stats::default();
-    let pending = sqlx::query(concat!(
+    let pending = query(concat!(
         "SELECT kind, count(*) AS pending, \
                 count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
                 count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
@@ -107,7 +108,7 @@ async fn count_per_kind(
     pool: &PgPool,
     filter: &'static str,
 ) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    query_as(sqlx::AssertSqlSafe(format!(
         "SELECT kind, count(*) FROM outbox_messages {filter} GROUP BY kind"
     )))
     .fetch_all(pool)

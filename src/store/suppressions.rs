@@ -1,6 +1,7 @@
 //! SQL for the suppression list: the dispatcher's lookup, the operators' list, add and
 //! remove (each audited), and the bounces and complaints that providers report.
 
+use super::statements::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -59,7 +60,7 @@ pub async fn suppressed_among<'e>(
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+    let rows: Vec<(String, String)> = query_as(concat!(
         "SELECT address, reason FROM outbox_suppressions WHERE address = ANY($1) AND ",
         active_suppression!(),
     ))
@@ -81,7 +82,7 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Suppression>, sqlx::Error> {
-    sqlx::query_as(concat!(
+    query_as(concat!(
         select_suppressions!(),
         "WHERE ($1::text IS NULL OR strpos(address, $1) > 0) \
            AND ($2::text IS NULL OR address > $2) \
@@ -96,7 +97,7 @@ pub async fn list(
 
 /// One address's entry, if any.
 pub async fn get(pool: &PgPool, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
-    sqlx::query_as(concat!(select_suppressions!(), "WHERE address = $1"))
+    query_as(concat!(select_suppressions!(), "WHERE address = $1"))
         .bind(address)
         .fetch_optional(pool)
         .await
@@ -114,7 +115,7 @@ pub async fn add(pool: &PgPool, entry: &NewSuppression, actor: &str) -> Result<(
 /// Removes an address for an operator, with the audit entry; false when it was not listed.
 pub async fn remove(pool: &PgPool, address: &str, actor: &str) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let removed = sqlx::query("DELETE FROM outbox_suppressions WHERE address = $1")
+    let removed = query("DELETE FROM outbox_suppressions WHERE address = $1")
         .bind(address)
         .execute(&mut *tx)
         .await?
@@ -200,7 +201,7 @@ async fn begin_with_lock_timeout(
     pool: &PgPool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SET LOCAL lock_timeout = '2s'")
+    query("SET LOCAL lock_timeout = '2s'")
         .execute(&mut *tx)
         .await?;
     Ok(tx)
@@ -213,7 +214,7 @@ async fn first_receipt(
     source: FeedbackSource,
     id: &str,
 ) -> Result<bool, sqlx::Error> {
-    let (first,): (bool,) = sqlx::query_as(
+    let (first,): (bool,) = query_as(
         "WITH expired AS ( \
              DELETE FROM outbox_webhook_receipts WHERE ctid = ANY(ARRAY( \
                  SELECT ctid FROM outbox_webhook_receipts \
@@ -239,7 +240,7 @@ async fn mark_row(
     mark: &str,
     address: &str,
 ) -> Result<bool, sqlx::Error> {
-    let recipients: Option<(Vec<String>,)> = sqlx::query_as(
+    let recipients: Option<(Vec<String>,)> = query_as(
         "SELECT ARRAY(SELECT jsonb_array_elements_text( \
              jsonb_path_query_array(payload, '$.to[*] ? (@.type() == \"string\")') \
              || jsonb_path_query_array(payload, '$.cc[*] ? (@.type() == \"string\")') \
@@ -259,7 +260,7 @@ async fn mark_row(
     if !sent_to {
         return Ok(false);
     }
-    let marked = sqlx::query(concat!(
+    let marked = query(concat!(
         "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
              next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
         times_on_the_calendar!(),
@@ -284,7 +285,7 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
     entry: &NewSuppression,
     actor: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
-    let changed = sqlx::query(concat!(
+    let changed = query(concat!(
         "INSERT INTO outbox_suppressions \
              (address, reason, source, detail, message_id, created_by, suppressed_until) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) \

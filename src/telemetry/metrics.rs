@@ -98,6 +98,8 @@ metrics! {
         "Failed database operations.";
     CIRCUIT_OPEN = "outbox_smtp_circuit_open", Gauge, None,
         "1 while the SMTP circuit breaker is open (server unreachable, claiming paused).";
+    NOTIFICATIONS_WORKING = "outbox_notifications_working", Gauge, None,
+        "1 while a NOTIFY this replica sends comes back on its LISTEN connection; 0 when it does not (a transaction pooler in the way: set OUTBOXD_LISTEN_DATABASE_URL), and the dispatcher polls every 2 s instead.";
     LAST_CYCLE = "outbox_last_cycle_timestamp_seconds", Gauge, SECONDS,
         "Unix time of the dispatch loop's last completed cycle: its heartbeat.";
     READY = "outbox_ready", Gauge, None,
@@ -345,6 +347,10 @@ impl Metrics {
 
     pub fn circuit_open(&self, open: bool) {
         gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+    }
+
+    pub fn notifications_working(&self, working: bool) {
+        gauge!(NOTIFICATIONS_WORKING).set(if working { 1.0 } else { 0.0 });
     }
 
     pub fn ready(&self, ready: bool) {

@@ -17,6 +17,7 @@ mod hostile;
 mod intake;
 mod observability;
 mod policy;
+mod poolers;
 mod reliability;
 mod replicas;
 mod suppression;

@@ -1,0 +1,100 @@
+//! Whether notifications come back: now and then the dispatcher sends one on
+//! `store::CHECK_CHANNEL` and waits for it on its LISTEN connection. Through a transaction
+//! pooler it never arrives; then commits are found by a short poll instead, the gauge
+//! `outbox_notifications_working` says 0, and one warning says why and what to set.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::floor::Heard;
+use crate::store;
+use crate::telemetry::metrics::{DatabaseOperation, Metrics};
+
+/// The wait between claims while notifications do not come back.
+pub(super) const FALLBACK_POLL: Duration = Duration::from_secs(2);
+/// How often a check is sent.
+const CHECK_EVERY: Duration = Duration::from_secs(60);
+/// How long a check may take to come back before notifications count as not working.
+const CHECK_WAIT: Duration = Duration::from_secs(5);
+
+pub(super) struct NotificationCheck {
+    /// Where checks are sent from: the dispatcher's own pool, as producers' commits are.
+    pool: PgPool,
+    working: bool,
+    /// The check on its way, and when it was sent.
+    sent: Option<(String, Instant)>,
+    next_send: Instant,
+    /// Said once, not at every check.
+    warned: bool,
+}
+
+impl NotificationCheck {
+    /// A check whose first notification goes out at once; `working` is what the check at
+    /// start found.
+    pub fn new(pool: PgPool, working: bool) -> Self {
+        Self {
+            pool,
+            working,
+            sent: None,
+            next_send: Instant::now(),
+            warned: !working,
+        }
+    }
+
+    pub fn working(&self) -> bool {
+        self.working
+    }
+
+    /// When the next step is due: a check to send, or the one sent to give up on.
+    pub fn next_step(&self) -> Instant {
+        match &self.sent {
+            Some((_, at)) => *at + CHECK_WAIT,
+            None => self.next_send,
+        }
+    }
+
+    /// Sends the next check, or gives up on the one sent.
+    pub async fn step(&mut self, metrics: &Metrics) {
+        if self.sent.take().is_some() {
+            self.set(false, metrics);
+            self.next_send = Instant::now() + CHECK_EVERY;
+            return;
+        }
+        let token = Uuid::new_v4();
+        match store::send_check(&self.pool, token).await {
+            Ok(()) => self.sent = Some((token.to_string(), Instant::now())),
+            Err(e) => {
+                metrics.database_error(DatabaseOperation::Listen);
+                warn!(error = %e, "could not send the notification check; trying again later");
+                self.next_send = Instant::now() + CHECK_EVERY;
+            }
+        }
+    }
+
+    /// What the LISTEN connection heard: the check on its way, perhaps.
+    pub fn heard(&mut self, heard: &Heard, metrics: &Metrics) {
+        let back = matches!(&self.sent, Some((token, _)) if heard.checks.contains(token));
+        if back {
+            self.sent = None;
+            self.next_send = Instant::now() + CHECK_EVERY;
+            self.set(true, metrics);
+        }
+    }
+
+    fn set(&mut self, working: bool, metrics: &Metrics) {
+        metrics.notifications_working(working);
+        if working && !self.working {
+            info!("notifications come back again; polling at the poll interval");
+        } else if !working && !self.warned {
+            warn!(
+                "notifications do not come back on the LISTEN connection (a transaction pooler in the way?): polling every 2s; set OUTBOXD_LISTEN_DATABASE_URL to a direct connection for LISTEN"
+            );
+        }
+        self.warned |= !working;
+        self.working = working;
+    }
+}

@@ -1,0 +1,98 @@
+//! How statements are sent: kept prepared on the server (named, and cached per connection,
+//! so that PostgreSQL parses and plans each once), or, past a transaction pooler, never
+//! (unnamed, parsed with the execution that uses them). A transaction pooler hands each
+//! transaction to any server session: a statement left prepared on one is unknown to the
+//! next, and collides with another client's of the same name. sqlx names a statement
+//! whenever a query is `persistent`, even with its cache at 0, so the choice is made here,
+//! for every statement the store sends. It is the process's, made once at start
+//! ([`keep_no_statement_prepared`]), as its route to the database is.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sqlx::postgres::{PgArguments, PgQueryResult, PgRow};
+use sqlx::query::{Query, QueryAs, QueryScalar};
+use sqlx::{Connection as _, PgConnection, PgPool};
+use sqlx::{FromRow, Postgres, SqlSafeStr};
+
+static PREPARED: AtomicBool = AtomicBool::new(true);
+
+/// From now on, no statement is kept prepared: a transaction pooler is in the way.
+pub fn keep_no_statement_prepared() {
+    PREPARED.store(false, Ordering::Relaxed);
+}
+
+/// Whether statements are kept prepared: no transaction pooler is in the way.
+pub fn prepared() -> bool {
+    PREPARED.load(Ordering::Relaxed)
+}
+
+/// Runs one statement on `connection`; past a transaction pooler, in a transaction of its
+/// own: sqlx sends an unprepared statement's parse and its execution as two exchanges,
+/// and only an open transaction keeps the pooler from handing the second to another
+/// server session ("unnamed prepared statement does not exist").
+pub async fn on_its_own<T>(
+    connection: &mut PgConnection,
+    statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+) -> Result<T, sqlx::Error> {
+    if prepared() {
+        return statement(connection).await;
+    }
+    let mut transaction = connection.begin().await?;
+    let result = statement(&mut transaction).await?;
+    transaction.commit().await?;
+    Ok(result)
+}
+
+/// Executes `statement` on a connection from `pool`, on its own (see [`on_its_own`]).
+pub async fn execute_alone(
+    statement: Query<'_, Postgres, PgArguments>,
+    pool: &PgPool,
+) -> Result<PgQueryResult, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    on_its_own(&mut connection, async |c| statement.execute(c).await).await
+}
+
+/// Fetches the row `statement` may return, on a connection from `pool`, on its own.
+pub async fn fetch_optional_alone<O>(
+    statement: QueryAs<'_, Postgres, O, PgArguments>,
+    pool: &PgPool,
+) -> Result<Option<O>, sqlx::Error>
+where
+    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+{
+    let mut connection = pool.acquire().await?;
+    on_its_own(&mut connection, async |c| statement.fetch_optional(c).await).await
+}
+
+/// Fetches the one row `statement` returns, on a connection from `pool`, on its own.
+pub async fn fetch_one_alone<O>(
+    statement: QueryAs<'_, Postgres, O, PgArguments>,
+    pool: &PgPool,
+) -> Result<O, sqlx::Error>
+where
+    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+{
+    let mut connection = pool.acquire().await?;
+    on_its_own(&mut connection, async |c| statement.fetch_one(c).await).await
+}
+
+/// `sqlx::query`, prepared or not as the route to the database allows.
+pub fn query<'q>(sql: impl SqlSafeStr) -> Query<'q, Postgres, PgArguments> {
+    sqlx::query(sql).persistent(prepared())
+}
+
+/// `sqlx::query_as`, prepared or not as the route to the database allows.
+pub fn query_as<'q, O>(sql: impl SqlSafeStr) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_as(sql).persistent(prepared())
+}
+
+/// `sqlx::query_scalar`, prepared or not as the route to the database allows.
+pub fn query_scalar<'q, O>(sql: impl SqlSafeStr) -> QueryScalar<'q, Postgres, O, PgArguments>
+where
+    (O,): for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_scalar(sql).persistent(prepared())
+}
