@@ -25,7 +25,7 @@ mod database;
 mod deliverability;
 mod values;
 
-pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
+pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig, MIN_CONNECTIONS};
 pub use deliverability::DeliverabilityArgs;
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
 pub use values::{parse_bytes, parse_duration, parse_duration_up_to, parse_retention};

@@ -68,18 +68,30 @@ impl Pools {
             store::keep_no_statement_prepared();
         }
         let open = |size| open_pool(options, size, pooled);
-        let dispatch = open(POOL_SIZE).await.map_err(failed)?;
+        let sizes = Sizes::within(database.max_connections(), direct.is_some());
+        let dispatch = open(sizes.dispatch).await.map_err(failed)?;
         store::check_schema(&dispatch).await?;
         let listen = match (direct, pooled) {
             (Some(direct), _) => Some(direct),
             (None, false) => Some(dispatch.clone()),
             (None, true) => None,
         };
+        let (surface, health, sample) = match sizes.side {
+            Side::Apart => (
+                open(SURFACE_POOL_SIZE).await.map_err(failed)?,
+                open(HEALTH_POOL_SIZE).await.map_err(failed)?,
+                open(SAMPLE_POOL_SIZE).await.map_err(failed)?,
+            ),
+            Side::Shared(size) => {
+                let shared = open(size).await.map_err(failed)?;
+                (shared.clone(), shared.clone(), shared)
+            }
+        };
         Ok(Self {
             listen,
-            surface: open(SURFACE_POOL_SIZE).await.map_err(failed)?,
-            health: open(HEALTH_POOL_SIZE).await.map_err(failed)?,
-            sample: open(SAMPLE_POOL_SIZE).await.map_err(failed)?,
+            surface,
+            health,
+            sample,
             dispatch,
         })
     }
@@ -90,6 +102,63 @@ impl Pools {
         for pool in pools.into_iter().chain(self.listen.as_ref()) {
             pool.close().await;
         }
+    }
+}
+
+/// How many connections each pool may open.
+#[derive(Debug, PartialEq, Eq)]
+struct Sizes {
+    /// The dispatcher's, its LISTEN connection included unless it listens elsewhere.
+    dispatch: u32,
+    side: Side,
+}
+
+/// The admin surface's, readiness's and the sampler's pools.
+#[derive(Debug, PartialEq, Eq)]
+enum Side {
+    /// Each of its own: nothing one does can take another's connection.
+    Apart,
+    /// One pool they share, of this size: under a connection budget.
+    Shared(u32),
+}
+
+impl Sizes {
+    /// Today's pools, or, under `budget`, pools that together with the connection a write
+    /// waiting on row locks opens (`store::record_outcomes_when_unlocked`) and the direct
+    /// LISTEN connection, if any, open no more than it: the dispatcher's first, up to
+    /// [`POOL_SIZE`], and the rest shared by the others.
+    fn within(budget: Option<u32>, listens_elsewhere: bool) -> Self {
+        let elsewhere = u32::from(listens_elsewhere);
+        // The direct LISTEN connection takes the dispatcher's LISTEN slot.
+        let apart = POOL_SIZE + SURFACE_POOL_SIZE + HEALTH_POOL_SIZE + SAMPLE_POOL_SIZE + 1;
+        match budget {
+            Some(budget) if budget < apart => {
+                // Checked at start: at least MIN_CONNECTIONS, so that what is left after the
+                // lock waiter's and a direct LISTEN connection holds the dispatcher's LISTEN
+                // connection (when it listens there), one for its statements, and one shared.
+                let left = budget.saturating_sub(1 + elsewhere);
+                let dispatch = (POOL_SIZE - elsewhere).min(left.saturating_sub(1)).max(1);
+                Self {
+                    dispatch,
+                    side: Side::Shared(left.saturating_sub(dispatch).max(1)),
+                }
+            }
+            _ => Self {
+                dispatch: POOL_SIZE - elsewhere,
+                side: Side::Apart,
+            },
+        }
+    }
+
+    /// What these pools open at most, the lock waiter's connection and a direct LISTEN
+    /// connection included.
+    #[cfg(test)]
+    fn total(&self, listens_elsewhere: bool) -> u32 {
+        let side = match self.side {
+            Side::Apart => SURFACE_POOL_SIZE + HEALTH_POOL_SIZE + SAMPLE_POOL_SIZE,
+            Side::Shared(size) => size,
+        };
+        self.dispatch + side + 1 + u32::from(listens_elsewhere)
     }
 }
 
@@ -109,9 +178,43 @@ async fn open_pool(
 /// statement prepared: a command runs few, and it may go through a transaction pooler.
 pub async fn connect_checked(database: &DatabaseConfig) -> anyhow::Result<PgPool> {
     store::keep_no_statement_prepared();
-    let pool = store::connect_pooled(database.options(), POOL_SIZE)
+    let size = database
+        .max_connections()
+        .map_or(POOL_SIZE, |max| max.min(POOL_SIZE));
+    let pool = store::connect_pooled(database.options(), size)
         .await
         .map_err(|e| store::connect_error(e, database.options()))?;
     store::check_schema(&pool).await?;
     Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Side, Sizes};
+    use crate::config::MIN_CONNECTIONS;
+
+    #[test]
+    fn no_budget_keeps_the_pools_apart() {
+        for elsewhere in [false, true] {
+            let sizes = Sizes::within(None, elsewhere);
+            assert_eq!(sizes.side, Side::Apart);
+            assert_eq!(sizes.total(elsewhere), 9);
+        }
+    }
+
+    #[test]
+    fn every_budget_from_the_smallest_is_kept_with_room_for_each_pool() {
+        for elsewhere in [false, true] {
+            for budget in MIN_CONNECTIONS..=12 {
+                let sizes = Sizes::within(Some(budget), elsewhere);
+                assert!(sizes.total(elsewhere) <= budget, "{budget}: {sizes:?}");
+                // The dispatcher's LISTEN connection and one for its statements.
+                let listener = u32::from(!elsewhere);
+                assert!(sizes.dispatch > listener, "{budget}: {sizes:?}");
+                if let Side::Shared(size) = sizes.side {
+                    assert!(size >= 1, "{budget}: {sizes:?}");
+                }
+            }
+        }
+    }
 }

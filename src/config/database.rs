@@ -10,6 +10,9 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::text::redact_url;
 
+/// The smallest connection budget outboxd works with.
+pub const MIN_CONNECTIONS: u32 = 4;
+
 /// The database a fresh machine with a local PostgreSQL can use as it is.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outboxd";
 
@@ -30,6 +33,12 @@ pub struct DatabaseArgs {
         global = true
     )]
     pub listen_database_url: Option<String>,
+    /// The most database connections one replica opens, across all its pools (the LISTEN
+    /// connection and OUTBOXD_LISTEN_DATABASE_URL's included): for a pooler or server with
+    /// few connections to spare. At least 4. Unset: 9, with readiness, the sampler and the
+    /// admin surface on pools of their own; under 9 they share one.
+    #[arg(long, env = "OUTBOXD_DATABASE_MAX_CONNECTIONS", global = true)]
+    pub database_max_connections: Option<u32>,
 }
 
 impl std::fmt::Debug for DatabaseArgs {
@@ -51,6 +60,8 @@ pub struct DatabaseConfig {
     options: PgConnectOptions,
     /// `OUTBOXD_LISTEN_DATABASE_URL`'s: a session of its own for LISTEN.
     listen: Option<PgConnectOptions>,
+    /// `OUTBOXD_DATABASE_MAX_CONNECTIONS`.
+    max_connections: Option<u32>,
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -69,6 +80,11 @@ impl DatabaseConfig {
     pub fn listen_options(&self) -> Option<&PgConnectOptions> {
         self.listen.as_ref()
     }
+
+    /// The connection budget, when one is set.
+    pub fn max_connections(&self) -> Option<u32> {
+        self.max_connections
+    }
 }
 
 impl DatabaseArgs {
@@ -79,10 +95,18 @@ impl DatabaseArgs {
             .as_deref()
             .map(|url| postgres_options("--listen-database-url / OUTBOXD_LISTEN_DATABASE_URL", url))
             .transpose()?;
+        if let Some(max) = self.database_max_connections
+            && max < MIN_CONNECTIONS
+        {
+            bail!(
+                "OUTBOXD_DATABASE_MAX_CONNECTIONS is {max}: outboxd needs at least {MIN_CONNECTIONS} (the LISTEN connection, one for the dispatcher's statements, one for a write waiting on row locks, one that readiness, the sampler and the admin surface share)"
+            );
+        }
         Ok(DatabaseConfig {
             url: SecretString::from(self.database_url.clone()),
             options,
             listen,
+            max_connections: self.database_max_connections,
         })
     }
 }

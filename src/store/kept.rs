@@ -123,9 +123,13 @@ impl KeptConnection {
 
     /// Keeps the connection after a statement that worked, unless another is kept already;
     /// otherwise it goes back to the pool, which checks it.
+    /// Not kept when the pool has no other connection to give: others would wait for it (a
+    /// small pool under a connection budget).
     fn give_back(&self, kept: Kept) {
+        let max = self.pool.options().get_max_connections();
+        let others_can_connect = self.pool.num_idle() > 0 || self.pool.size() < max;
         let mut slot = lock(&self.kept);
-        if slot.is_none() {
+        if slot.is_none() && others_can_connect {
             *slot = Some(kept);
         }
     }

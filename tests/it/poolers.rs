@@ -245,3 +245,55 @@ async fn through_a_transaction_pooler_alone_notifications_are_missed_and_polling
         .count();
     assert_eq!(warned, 1, "said once:\n{log}");
 }
+
+#[tokio::test]
+async fn through_a_session_pooler_of_four_connections_a_budget_of_four_delivers_everything() {
+    let db = TestDb::new().await;
+    let bouncer = PgBouncer::start("session", 4);
+    bouncer.wait_until_up().await;
+    let smtp = SmtpServer::start();
+    let smtp_url = smtp.url();
+    let outboxd = Running::start(
+        &bouncer.url(&db),
+        &[
+            ("OUTBOXD_SMTP_URL", &smtp_url),
+            ("OUTBOXD_DATABASE_MAX_CONNECTIONS", "4"),
+        ],
+    )
+    .await;
+    enqueue_many(&db, 500).await;
+    smtp.wait_for(500, Duration::from_secs(120)).await;
+    one_more_arrives(&db, &smtp, 500, Duration::from_secs(20)).await;
+    each_once(&smtp, 501);
+    // Session mode keeps each connection's session: notifications work through it.
+    assert_eq!(
+        outboxd.metric("outbox_notifications_working").await,
+        Some(1.0)
+    );
+    no_error_lines(&outboxd.log());
+    // PgBouncer's four server connections were enough: outboxd's never numbered more.
+    let servers: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'outboxd'",
+    )
+    .bind(&db.name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!((1..=4).contains(&servers), "{servers} server connections");
+}
+
+#[tokio::test]
+async fn a_connection_budget_under_four_is_refused_with_one_line() {
+    let output = outboxd()
+        .args(["run", "--database-max-connections", "3"])
+        .output()
+        .expect("outboxd");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr
+            .starts_with("error: OUTBOXD_DATABASE_MAX_CONNECTIONS is 3: outboxd needs at least 4"),
+        "{stderr}"
+    );
+}
