@@ -19,7 +19,7 @@ use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
 use crate::message::RetryPolicy;
 use crate::render::{DkimKey, RenderLimits};
-use crate::text::redact_url;
+use crate::text::{debug_showing_only, redact_url};
 
 mod database;
 mod deliverability;
@@ -180,19 +180,15 @@ pub struct RunArgs {
     pub deliverability: DeliverabilityArgs,
 }
 
-impl std::fmt::Debug for RunArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunArgs")
-            .field("database", &self.database)
-            .field("poll_interval", &self.poll_interval)
-            .field("linger", &self.linger)
-            .field("batch_size", &self.batch_size)
-            .field("smtp_url", &self.smtp_url.as_deref().map(redact_url))
-            .field("from", &self.from)
-            .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
-            .finish_non_exhaustive()
-    }
-}
+debug_showing_only!(RunArgs as args {
+    database,
+    poll_interval,
+    linger,
+    batch_size,
+    smtp_url = args.smtp_url.as_deref().map(redact_url),
+    from,
+    admin_token = args.admin_token.as_ref().map(|_| "***"),
+});
 
 /// Everything `outboxd run` needs, checked.
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
 //! Text made fit for a column, a table cell, a terminal or a log line: cut to a length on a
-//! character boundary, control characters escaped, and URLs with their passwords hidden.
+//! character boundary, control characters escaped, URLs with their passwords hidden, and
+//! `Debug` that leaves secrets out.
 
 use std::borrow::Cow;
 
@@ -84,6 +85,29 @@ pub fn redact_url(raw: &str) -> String {
         Err(_) => "<unparseable URL>".to_owned(),
     }
 }
+
+/// Implements `Debug` for a struct showing only the fields named, and `..` for the rest:
+/// for types that hold a password or a key, which a derived `Debug` would print into any
+/// log line that shows them. `Type as it { field, other = expression of it }` shows
+/// `field` as it is and `other` as the expression (its redacted form).
+macro_rules! debug_showing_only {
+    ($type:ident as $it:ident { $($field:ident $(= $shown:expr)?),* $(,)? }) => {
+        impl ::std::fmt::Debug for $type {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let $it = self;
+                f.debug_struct(stringify!($type))
+                    $(.field(
+                        stringify!($field),
+                        &$crate::text::debug_showing_only!(@shown $it.$field $(= $shown)?),
+                    ))*
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+    (@shown $it:ident.$field:ident) => { $it.$field };
+    (@shown $it:ident.$field:ident = $shown:expr) => { $shown };
+}
+pub(crate) use debug_showing_only;
 
 /// What a panic carried, when it was a message.
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
@@ -177,6 +201,31 @@ mod tests {
         );
         assert_eq!(mask_addresses("no address here"), "no address here");
         assert_eq!(mask_addresses("@ alone, and x@"), "@ alone, and x@");
+    }
+
+    struct Login {
+        user: String,
+        password: Option<String>,
+        attempts: u32,
+    }
+
+    debug_showing_only!(Login as login {
+        user,
+        password = login.password.as_ref().map(|_| "***"),
+    });
+
+    #[test]
+    fn debug_shows_only_the_fields_named_each_as_asked() {
+        let login = Login {
+            user: "ada".to_owned(),
+            password: Some("s3cret".to_owned()),
+            attempts: 3,
+        };
+        assert_eq!(
+            format!("{login:?}"),
+            r#"Login { user: "ada", password: Some("***"), .. }"#
+        );
+        assert_eq!(login.attempts, 3, "kept, and left out of Debug");
     }
 
     #[test]

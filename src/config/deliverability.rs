@@ -11,6 +11,7 @@ use crate::feedback::sns::{DEFAULT_CERTIFICATE_HOSTS, SnsSettings, parse_host_pa
 use crate::feedback::standard::StandardSettings;
 use crate::feedback::{FeedbackSettings, HttpsClient};
 use crate::render::DkimKey;
+use crate::text::debug_showing_only;
 
 use super::parse_bytes;
 
@@ -67,15 +68,11 @@ pub struct DeliverabilityArgs {
     pub webhook_secret: Option<String>,
 }
 
-impl std::fmt::Debug for DeliverabilityArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeliverabilityArgs")
-            .field("suppress_hard_bounces", &self.suppress_hard_bounces)
-            .field("dkim_domain", &self.dkim_domain)
-            .field("sns_topic_arns", &self.sns_topic_arns)
-            .finish_non_exhaustive()
-    }
-}
+debug_showing_only!(DeliverabilityArgs as args {
+    suppress_hard_bounces,
+    dkim_domain,
+    sns_topic_arns,
+});
 
 /// The attachment bound when none is set (and OUTBOXD_MAX_MESSAGE_BYTES allows it).
 const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 2 * 1024 * 1024;

@@ -7,6 +7,7 @@ use lettre::transport::smtp::extension::ClientId;
 use secrecy::ExposeSecret as _;
 
 use super::SmtpSettings;
+use crate::text::debug_showing_only;
 
 /// How the connection is secured, as lettre's URL form says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,17 +37,13 @@ pub struct Target {
     extra_roots: Option<Vec<u8>>,
 }
 
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("security", &self.security)
-            .field("credentials", &self.credentials.as_ref().map(|_| "***"))
-            .field("extra_roots", &self.extra_roots.is_some())
-            .finish_non_exhaustive()
-    }
-}
+debug_showing_only!(Target as target {
+    host,
+    port,
+    security,
+    credentials = target.credentials.as_ref().map(|_| "***"),
+    extra_roots = target.extra_roots.is_some(),
+});
 
 impl Target {
     /// Parses lettre's URL form: `smtp://[user[:password]@]host[:port][/ehlo-name][?tls=required|opportunistic]`

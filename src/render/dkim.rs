@@ -14,6 +14,8 @@ use rustls_pki_types::PrivatePkcs1KeyDer;
 use rustls_pki_types::pem::PemObject as _;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::text::debug_showing_only;
+
 /// Headers every signature covers; an absent one is signed as absent, so that nobody can
 /// add it on the way.
 const SIGNED_HEADERS: &[&str] = &[
@@ -67,14 +69,7 @@ pub struct DkimKey {
     pem: SecretString,
 }
 
-impl std::fmt::Debug for DkimKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DkimKey")
-            .field("domain", &self.domain)
-            .field("selector", &self.selector)
-            .finish_non_exhaustive()
-    }
-}
+debug_showing_only!(DkimKey as key { domain, selector });
 
 impl DkimKey {
     /// Reads and checks the key: an RSA private key in PKCS#1 PEM.
@@ -234,15 +229,11 @@ pub struct DkimSigner {
     random: ring::rand::SystemRandom,
 }
 
-impl std::fmt::Debug for DkimSigner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DkimSigner")
-            .field("domain", &self.domain)
-            .field("selector", &self.selector)
-            .field("headers", &self.headers)
-            .finish_non_exhaustive()
-    }
-}
+debug_showing_only!(DkimSigner as signer {
+    domain,
+    selector,
+    headers,
+});
 
 impl DkimSigner {
     /// `message` (a formatted email, CRLF line ends) with a `DKIM-Signature` field first.

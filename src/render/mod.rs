@@ -17,6 +17,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 
 use crate::message::ClaimedMessage;
+use crate::text::debug_showing_only;
 
 mod addresses;
 mod dkim;
@@ -126,14 +127,10 @@ pub struct RenderedEmail {
     pub bytes: Vec<u8>,
 }
 
-impl std::fmt::Debug for Renderer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renderer")
-            .field("kinds", &self.kinds)
-            .field("from", &self.from.to_string())
-            .finish_non_exhaustive()
-    }
-}
+debug_showing_only!(Renderer as renderer {
+    kinds,
+    from = renderer.from.to_string(),
+});
 
 impl Renderer {
     /// Loads the built-in templates, then the directory's (which add kinds or replace
