@@ -87,33 +87,20 @@ pub fn dead_letter_table(page: &[DeadLetter]) -> String {
     out
 }
 
+/// A row of the stats table: the kind (or "total"), then its counts.
+fn counts_row(name: &str, counts: impl Iterator<Item = i64>) -> Vec<String> {
+    std::iter::once(name.to_owned())
+        .chain(counts.map(|count| count.to_string()))
+        .collect()
+}
+
 pub fn stats_table(stats: &Stats) -> String {
     let mut rows: Vec<Vec<String>> = stats
         .kinds
         .iter()
-        .map(|(kind, k)| {
-            vec![
-                kind.clone(),
-                k.pending.to_string(),
-                k.due.to_string(),
-                k.in_flight.to_string(),
-                k.dead_letters.to_string(),
-                k.sent_last_hour.to_string(),
-                k.expired_last_hour.to_string(),
-                k.suppressed_last_hour.to_string(),
-            ]
-        })
+        .map(|(kind, k)| counts_row(kind, k.counts()))
         .collect();
-    rows.push(vec![
-        "total".to_owned(),
-        stats.pending.to_string(),
-        stats.due.to_string(),
-        stats.in_flight.to_string(),
-        stats.dead_letters.to_string(),
-        stats.sent_last_hour.to_string(),
-        stats.expired_last_hour.to_string(),
-        stats.suppressed_last_hour.to_string(),
-    ]);
+    rows.push(counts_row("total", stats.counts()));
     let mut out = table(
         &[
             "KIND",
@@ -156,4 +143,42 @@ pub fn suppression_table(page: &[Suppression]) -> String {
         &["ADDRESS", "REASON", "SOURCE", "SINCE", "UNTIL", "DETAIL"],
         &rows,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::stats::KindStats;
+
+    #[test]
+    fn the_stats_table_has_a_row_per_kind_then_the_totals() {
+        let kind = |n| KindStats {
+            pending: n,
+            due: n + 1,
+            in_flight: n + 2,
+            dead_letters: n + 3,
+            sent_last_hour: n + 4,
+            expired_last_hour: n + 5,
+            suppressed_last_hour: n + 6,
+        };
+        let stats = Stats {
+            pending: 30,
+            due: 31,
+            in_flight: 32,
+            dead_letters: 33,
+            oldest_pending_age_seconds: 7.4,
+            sent_last_hour: 34,
+            expired_last_hour: 35,
+            suppressed_last_hour: 36,
+            kinds: [("a".to_owned(), kind(10)), ("b".to_owned(), kind(20))].into(),
+        };
+        assert_eq!(
+            stats_table(&stats),
+            "KIND   PENDING  DUE  IN-FLIGHT  DEAD LETTERS  SENT LAST HOUR  EXPIRED LAST HOUR  SUPPRESSED LAST HOUR\n\
+             a      10       11   12         13            14              15                 16\n\
+             b      20       21   22         23            24              25                 26\n\
+             total  30       31   32         33            34              35                 36\n\
+             oldest pending message: due 7s ago\n"
+        );
+    }
 }

@@ -36,6 +36,44 @@ pub struct Stats {
     pub kinds: BTreeMap<String, KindStats>,
 }
 
+/// The counts [`KindStats`] and [`Stats`] both keep, each named once: `counts` lists them
+/// in this order (the columns of `outboxd stats`), and `add_up_kinds` sums the kinds'
+/// into the totals.
+macro_rules! shared_counts {
+    ($($count:ident),* $(,)?) => {
+        impl KindStats {
+            /// This kind's counts, in the order of the fields.
+            pub fn counts(&self) -> impl Iterator<Item = i64> {
+                [$(self.$count),*].into_iter()
+            }
+        }
+
+        impl Stats {
+            /// The whole outbox's counts, in the order of [`KindStats::counts`].
+            pub fn counts(&self) -> impl Iterator<Item = i64> {
+                [$(self.$count),*].into_iter()
+            }
+
+            /// Adds each kind's counts to the totals, which start at zero.
+            fn add_up_kinds(&mut self) {
+                for kind in self.kinds.values() {
+                    $(self.$count += kind.$count;)*
+                }
+            }
+        }
+    };
+}
+
+shared_counts!(
+    pending,
+    due,
+    in_flight,
+    dead_letters,
+    sent_last_hour,
+    expired_last_hour,
+    suppressed_last_hour,
+);
+
 /// Counts per kind, each from a partial index: pending rows, dead letters, and the last
 /// hour of sent rows, never the whole history.
 pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
@@ -87,15 +125,7 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
             *field(stats.kinds.entry(kind).or_default()) = n;
         }
     }
-    for kind in stats.kinds.values() {
-        stats.pending += kind.pending;
-        stats.due += kind.due;
-        stats.in_flight += kind.in_flight;
-        stats.dead_letters += kind.dead_letters;
-        stats.sent_last_hour += kind.sent_last_hour;
-        stats.expired_last_hour += kind.expired_last_hour;
-        stats.suppressed_last_hour += kind.suppressed_last_hour;
-    }
+    stats.add_up_kinds();
     Ok(stats)
 }
 
