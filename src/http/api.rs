@@ -21,16 +21,30 @@ const DEFAULT_PAGE: i64 = 50;
 const MAX_IDS: usize = 10_000;
 
 pub fn routes() -> Router<AdminState> {
-    Router::new()
+    let router = Router::new()
         .route("/api/v1/dead-letters", get(list))
         .route("/api/v1/dead-letters/groups", get(groups))
-        .route("/api/v1/dead-letters/retry", post(bulk_retry))
-        .route("/api/v1/dead-letters/discard", post(bulk_discard))
         .route("/api/v1/dead-letters/{id}", get(show))
-        .route("/api/v1/dead-letters/{id}/retry", post(retry_one))
-        .route("/api/v1/dead-letters/{id}/discard", post(discard_one))
         .route("/api/v1/messages/{id}", get(show_any))
-        .route("/api/v1/stats", get(stats))
+        .route("/api/v1/stats", get(stats));
+    [Action::Retry, Action::Discard]
+        .into_iter()
+        .fold(router, action_routes)
+}
+
+/// `POST /api/v1/dead-letters/retry` on the dead letters a body selects, and
+/// `POST /api/v1/dead-letters/{id}/retry` on one; the same for `discard`.
+fn action_routes(router: Router<AdminState>, action: Action) -> Router<AdminState> {
+    let name = action.as_str();
+    router
+        .route(
+            &format!("/api/v1/dead-letters/{name}"),
+            post(move |state, actor, body| bulk(state, actor, body, action)),
+        )
+        .route(
+            &format!("/api/v1/dead-letters/{{id}}/{name}"),
+            post(move |state, actor, id| one(state, actor, id, action)),
+        )
 }
 
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
@@ -147,29 +161,14 @@ async fn stats(State(state): State<AdminState>) -> Result<Json<Value>, ApiError>
     Ok(Json(json!(stats::stats(&state.pool).await?)))
 }
 
-async fn retry_one(
-    State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    one(&state, &actor, Action::Retry, &id).await
-}
-
-async fn discard_one(
-    State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    one(&state, &actor, Action::Discard, &id).await
-}
-
+/// `action` on the dead letter the path names.
 async fn one(
-    state: &AdminState,
-    actor: &Actor,
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
     action: Action,
-    id: &str,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(id)?;
+    let id = parse_id(&id)?;
     admin::apply_one(&state.pool, action, id, &actor.0).await?;
     info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
     Ok(Json(json!({"id": id, action.past_tense(): 1})))
@@ -230,27 +229,12 @@ impl BulkRequest {
     }
 }
 
-async fn bulk_retry(
-    State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    body: Result<Json<BulkRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    bulk(&state, &actor, Action::Retry, body).await
-}
-
-async fn bulk_discard(
-    State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    body: Result<Json<BulkRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    bulk(&state, &actor, Action::Discard, body).await
-}
-
+/// `action` on the dead letters the body selects.
 async fn bulk(
-    state: &AdminState,
-    actor: &Actor,
-    action: Action,
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
     body: Result<Json<BulkRequest>, axum::extract::rejection::JsonRejection>,
+    action: Action,
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let selection = request.selection()?;
