@@ -13,7 +13,9 @@ use tracing::info;
 use super::AdminState;
 use super::api_error::{ApiError, check_text};
 use super::auth::Actor;
-use crate::store::admin::{self, Action, ActionError, DeadLetter, MessageState, Selection};
+use crate::store::admin::{
+    self, Action, ActionError, DeadLetter, MessageDetail, MessageState, Selection,
+};
 use crate::store::{MAX_PAGE, stats};
 
 const DEFAULT_PAGE: i64 = 50;
@@ -124,33 +126,29 @@ async fn show_any(
     State(state): State<AdminState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id)?;
-    match admin::message(&state.pool, id).await? {
-        Some(message) => Ok(Json(json!(message))),
-        None => Err(ActionError::NotFound(id).into()),
-    }
+    Ok(Json(json!(message(&state, &id).await?)))
 }
 
 async fn show(
     State(state): State<AdminState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id)?;
-    match admin::message(&state.pool, id).await? {
-        Some(message)
-            if matches!(
-                message.state,
-                MessageState::DeadLettered | MessageState::Discarded
-            ) =>
-        {
-            Ok(Json(json!(message)))
-        }
-        Some(message) => Err(ApiError::not_found(format!(
-            "message {id} is {}, not a dead letter",
-            message.state
+    let message = message(&state, &id).await?;
+    match message.state {
+        MessageState::DeadLettered | MessageState::Discarded => Ok(Json(json!(message))),
+        _ => Err(ApiError::not_found(format!(
+            "message {} is {}, not a dead letter",
+            message.id, message.state
         ))),
-        None => Err(ActionError::NotFound(id).into()),
     }
+}
+
+/// The message the path names, or why there is none to show.
+async fn message(state: &AdminState, raw_id: &str) -> Result<MessageDetail, ApiError> {
+    let id = parse_id(raw_id)?;
+    admin::message(&state.pool, id)
+        .await?
+        .ok_or_else(|| ActionError::NotFound(id).into())
 }
 
 async fn groups(State(state): State<AdminState>) -> Result<Json<Value>, ApiError> {
