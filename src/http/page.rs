@@ -286,6 +286,14 @@ fn back_to(pairs: &[(&str, &str)], notice: &str) -> Response {
     Redirect::to(&format!("/admin?{}", url.finish())).into_response()
 }
 
+/// What an action did, as the page's notice says it.
+fn done(action: Action) -> &'static str {
+    match action {
+        Action::Retry => "Retried",
+        Action::Discard => "Discarded",
+    }
+}
+
 fn parse_action(raw: &str) -> Option<Action> {
     match raw {
         "retry" => Some(Action::Retry),
@@ -310,12 +318,7 @@ async fn one(
     match admin::apply_one(&state.pool, action, id, &actor.0).await {
         Ok(()) => {
             info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
-            let done = if action == Action::Retry {
-                "Retried"
-            } else {
-                "Discarded"
-            };
-            back(&form.kind, &format!("{done} message {id}."))
+            back(&form.kind, &format!("{} message {id}.", done(action)))
         }
         Err(e @ (ActionError::NotFound(_) | ActionError::NotDeadLettered { .. })) => {
             back(&form.kind, &format!("Could not {}: {e}.", action.as_str()))
@@ -350,14 +353,9 @@ async fn bulk(
     match admin::apply(&state.pool, action, &selection, &actor.0).await {
         Ok(changed) => {
             info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
-            let done = if action == Action::Retry {
-                "Retried"
-            } else {
-                "Discarded"
-            };
             back(
                 "",
-                &format!("{done} {} messages ({selection}).", changed.len()),
+                &format!("{} {} messages ({selection}).", done(action), changed.len()),
             )
         }
         Err(e) => database_unavailable(&e),
