@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -12,6 +12,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use minijinja::value::Serde;
 use minijinja::{Environment, context};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
@@ -304,14 +305,9 @@ fn parse_action(raw: &str) -> Option<Action> {
 
 async fn one(
     State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
     Path((id, action)): Path<(String, String)>,
-    headers: HeaderMap,
-    Form(form): Form<OneForm>,
+    PostedForm { actor, form }: PostedForm<OneForm>,
 ) -> Response {
-    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
-        return refused;
-    }
     let (Ok(id), Some(action)) = (id.parse::<i64>(), parse_action(&action)) else {
         return plain(StatusCode::NOT_FOUND, "no such action\n".into());
     };
@@ -329,13 +325,8 @@ async fn one(
 
 async fn bulk(
     State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    headers: HeaderMap,
-    Form(form): Form<BulkForm>,
+    PostedForm { actor, form }: PostedForm<BulkForm>,
 ) -> Response {
-    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
-        return refused;
-    }
     if let Err(e) = check_text("kind", &form.kind).and(check_text("error_class", &form.error_class))
     {
         return plain(StatusCode::BAD_REQUEST, format!("{e}\n"));
@@ -369,6 +360,55 @@ fn database_unavailable(error: &dyn std::fmt::Display) -> Response {
         StatusCode::SERVICE_UNAVAILABLE,
         "outboxd admin: the database did not answer; try again\n".to_owned(),
     )
+}
+
+/// A form the admin page posted for the signed-in actor. Extracting it refuses any other
+/// post (see [`refuse_forged`]) before the handler runs.
+struct PostedForm<T> {
+    actor: Actor,
+    form: T,
+}
+
+/// A form that carries the CSRF token the page put in it.
+trait CarriesCsrf {
+    fn csrf(&self) -> &str;
+}
+
+/// Implements [`CarriesCsrf`] for forms whose token is their `csrf` field.
+macro_rules! carries_csrf {
+    ($($form:ident),*) => {
+        $(impl $crate::http::page::CarriesCsrf for $form {
+            fn csrf(&self) -> &str {
+                &self.csrf
+            }
+        })*
+    };
+}
+// For the suppression section's forms too.
+use carries_csrf;
+
+carries_csrf!(OneForm, BulkForm);
+
+impl<T> FromRequest<AdminState> for PostedForm<T>
+where
+    T: DeserializeOwned + CarriesCsrf,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AdminState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let Extension(actor) = Extension::<Actor>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let Form(form) = Form::<T>::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match refuse_forged(state, &actor, &headers, form.csrf()) {
+            Some(refused) => Err(refused),
+            None => Ok(Self { actor, form }),
+        }
+    }
 }
 
 /// A POST from another site is refused: by its `Origin` (or, without one, its `Referer`)

@@ -2,9 +2,7 @@
 //! a button to remove each; audited like every admin action.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::{Extension, Form};
 use chrono::{DateTime, Utc};
 use minijinja::Value;
 use minijinja::context;
@@ -12,9 +10,8 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use tracing::info;
 
-use super::{ago, back_to, database_unavailable, refuse_forged};
+use super::{PostedForm, ago, back_to, carries_csrf, database_unavailable};
 use crate::http::AdminState;
-use crate::http::auth::Actor;
 use crate::store::suppressions;
 use crate::suppression::{AddRequest, SuppressionReason, normalize_address};
 use crate::text::mask_addresses;
@@ -74,6 +71,8 @@ pub(super) struct RemoveForm {
     address: String,
 }
 
+carries_csrf!(AddForm, RemoveForm);
+
 /// Back to the page with a notice, which travels in the redirect's URL (into the browser's
 /// history and any proxy's access log): never with an address in it.
 fn back(notice: &str) -> Response {
@@ -82,13 +81,8 @@ fn back(notice: &str) -> Response {
 
 pub(super) async fn add(
     State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    headers: HeaderMap,
-    Form(form): Form<AddForm>,
+    PostedForm { actor, form }: PostedForm<AddForm>,
 ) -> Response {
-    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
-        return refused;
-    }
     let request = AddRequest {
         address: form.address,
         reason: Some(form.reason),
@@ -113,13 +107,8 @@ pub(super) async fn add(
 
 pub(super) async fn remove(
     State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    headers: HeaderMap,
-    Form(form): Form<RemoveForm>,
+    PostedForm { actor, form }: PostedForm<RemoveForm>,
 ) -> Response {
-    if let Some(refused) = refuse_forged(&state, &actor, &headers, &form.csrf) {
-        return refused;
-    }
     let address = match normalize_address(&form.address) {
         Ok(address) => address,
         Err(e) => return back(&format!("Could not remove: {e}.")),
