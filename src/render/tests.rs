@@ -4,8 +4,13 @@ use super::*;
 use serde_json::json;
 
 fn renderer() -> Renderer {
+    renderer_from(None)
+}
+
+/// The built-in kinds, and those of `templates` when given.
+fn renderer_from(templates: Option<&std::path::Path>) -> Renderer {
     Renderer::new(
-        None,
+        templates,
         "Outbox <outbox@example.com>".parse().unwrap(),
         "example.com".into(),
     )
@@ -14,6 +19,21 @@ fn renderer() -> Renderer {
 
 fn formatted(message: &Message) -> String {
     String::from_utf8(message.formatted()).unwrap()
+}
+
+/// Why the built-in `kind` does not render `payload`.
+fn refusal(kind: &str, payload: &serde_json::Value) -> RenderError {
+    renderer().render(1, kind, payload).unwrap_err()
+}
+
+/// Ada's account verification email, as row `id`.
+fn verification_of_ada(id: i64) -> String {
+    let payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://x/v"});
+    formatted(
+        &renderer()
+            .render(id, "account_verification", &payload)
+            .unwrap(),
+    )
 }
 
 #[test]
@@ -27,12 +47,7 @@ fn builtin_kinds_are_the_three_the_first_application_sends() {
 
 #[test]
 fn headers_carry_the_row_id_and_a_deterministic_message_id() {
-    let payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://x/v"});
-    let one = formatted(
-        &renderer()
-            .render(42, "account_verification", &payload)
-            .unwrap(),
-    );
+    let one = verification_of_ada(42);
     assert!(one.contains("X-Outbox-Id: 42\r\n"), "{one}");
     assert!(
         one.contains("Message-ID: <outbox-42@example.com>\r\n"),
@@ -41,35 +56,26 @@ fn headers_carry_the_row_id_and_a_deterministic_message_id() {
 }
 
 #[test]
-fn a_line_break_in_a_subject_value_is_refused() {
-    let payload = json!({"to": "a@example.com", "inviter_name": "Eve\r\nBcc: x@evil.test",
+fn a_line_break_in_a_subject_value_or_an_address_is_refused() {
+    let subject = json!({"to": "a@example.com", "inviter_name": "Eve\r\nBcc: x@evil.test",
         "workspace_name": "W", "accept_url": "u"});
-    assert_eq!(
-        renderer()
-            .render(1, "workspace_invite", &payload)
-            .unwrap_err(),
-        RenderError::HeaderInjection("subject")
-    );
-}
-
-#[test]
-fn a_line_break_in_an_address_is_refused() {
-    let payload = json!({"to": ["a@example.com", "b@example.com\nBcc: x@evil.test"],
+    let address = json!({"to": ["a@example.com", "b@example.com\nBcc: x@evil.test"],
         "name": "A", "verify_url": "u"});
-    assert_eq!(
-        renderer()
-            .render(1, "account_verification", &payload)
-            .unwrap_err(),
-        RenderError::HeaderInjection("to")
-    );
+    for (kind, payload, header) in [
+        ("workspace_invite", subject, "subject"),
+        ("account_verification", address, "to"),
+    ] {
+        assert_eq!(
+            refusal(kind, &payload),
+            RenderError::HeaderInjection(header)
+        );
+    }
 }
 
 #[test]
 fn a_missing_variable_does_not_render() {
     let payload = json!({"to": "a@example.com", "name": "A"});
-    let err = renderer()
-        .render(1, "account_verification", &payload)
-        .unwrap_err();
+    let err = refusal("account_verification", &payload);
     assert!(
         matches!(err, RenderError::Template(ref m) if m.contains("undefined")),
         "{err}"
@@ -79,20 +85,12 @@ fn a_missing_variable_does_not_render() {
 #[test]
 fn html_values_are_escaped_and_text_values_are_not() {
     let payload = json!({"to": "a@example.com", "name": "<b>Ada</b>", "verify_url": "u"});
-    let r = renderer();
-    let html = r
-        .render_template(
-            "account_verification/body.html",
-            &minijinja::Value::from(Serde(&payload)),
-        )
-        .unwrap();
+    let payload = minijinja::Value::from(Serde(&payload));
+    let renderer = renderer();
+    let body = |file: &str| renderer.render_template(file, &payload).unwrap();
+    let html = body("account_verification/body.html");
     assert!(html.contains("&lt;b&gt;Ada&lt;&#x2f;b&gt;"), "{html}");
-    let text = r
-        .render_template(
-            "account_verification/body.txt",
-            &minijinja::Value::from(Serde(&payload)),
-        )
-        .unwrap();
+    let text = body("account_verification/body.txt");
     assert!(text.contains("Hello <b>Ada</b>,"), "{text}");
 }
 
@@ -153,19 +151,15 @@ fn an_email_past_the_size_limit_is_refused_after_rendering() {
 fn control_characters_are_refused_in_subjects_and_addresses() {
     let subject = json!({"to": "ada@example.com", "inviter_name": "Ada\u{b}Bold",
                          "workspace_name": "Engines", "accept_url": "https://a"});
-    let refused = renderer()
-        .render(1, "workspace_invite", &subject)
-        .unwrap_err();
+    let refused = refusal("workspace_invite", &subject);
     assert_eq!(refused, RenderError::HeaderInjection("subject"));
     let address =
         json!({"to": "Ada\u{0} <ada@example.com>", "name": "Ada", "verify_url": "https://v"});
-    let refused = renderer()
-        .render(1, "account_verification", &address)
-        .unwrap_err();
+    let refused = refusal("account_verification", &address);
     assert_eq!(refused, RenderError::HeaderInjection("to"));
     let long = json!({"to": "ada@example.com", "inviter_name": "a ".repeat(300),
                       "workspace_name": "Engines", "accept_url": "https://a"});
-    let refused = renderer().render(1, "workspace_invite", &long).unwrap_err();
+    let refused = refusal("workspace_invite", &long);
     assert!(refused.to_string().contains("at most 500"), "{refused}");
 }
 
@@ -179,12 +173,7 @@ fn renderer_with(files: &[(&str, &str)]) -> Renderer {
     {
         std::fs::write(dir.path().join("k").join(name), source).unwrap();
     }
-    Renderer::new(
-        Some(dir.path()),
-        "Outbox <outbox@example.com>".parse().unwrap(),
-        "example.com".into(),
-    )
-    .unwrap()
+    renderer_from(Some(dir.path()))
 }
 
 fn reason(error: &RenderError) -> String {
@@ -262,11 +251,6 @@ fn a_template_that_loops_on_a_payload_value_stops() {
 
 #[test]
 fn postmark_is_told_the_row_of_each_email() {
-    let payload = json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://x/v"});
-    let sent = formatted(
-        &renderer()
-            .render(7, "account_verification", &payload)
-            .unwrap(),
-    );
+    let sent = verification_of_ada(7);
     assert!(sent.contains("X-PM-Metadata-outbox_id: 7\r\n"), "{sent}");
 }
