@@ -182,24 +182,34 @@ impl DeliverabilityArgs {
                 client,
             })
         };
-        let postmark = self
-            .postmark_webhook_credentials
-            .as_deref()
-            .map(PostmarkSettings::parse)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_POSTMARK_WEBHOOK_CREDENTIALS: {e}"))?;
-        let standard = self
-            .webhook_secret
-            .as_deref()
-            .map(StandardSettings::parse)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_WEBHOOK_SECRET: {e}"))?;
+        let postmark = parse_if_set(
+            self.postmark_webhook_credentials.as_deref(),
+            "OUTBOXD_POSTMARK_WEBHOOK_CREDENTIALS",
+            PostmarkSettings::parse,
+        )?;
+        let standard = parse_if_set(
+            self.webhook_secret.as_deref(),
+            "OUTBOXD_WEBHOOK_SECRET",
+            StandardSettings::parse,
+        )?;
         Ok(FeedbackSettings {
             sns,
             postmark,
             standard,
         })
     }
+}
+
+/// A webhook's setting read by `parse` when it is set; the error names the variable.
+fn parse_if_set<T>(
+    value: Option<&str>,
+    variable: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> anyhow::Result<Option<T>> {
+    value
+        .map(parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("invalid {variable}: {e}"))
 }
 
 /// The largest key file read: an RSA key of 8 192 bits is under 7 KB of PEM.
