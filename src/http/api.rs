@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::AdminState;
-use super::api_error::{ApiError, check_text};
+use super::api_error::{ApiError, CheckedQuery, ParseQuery, check_text};
 use super::auth::Actor;
 use crate::store::admin::{
     self, Action, ActionError, DeadLetter, MessageDetail, MessageState, Selection,
@@ -63,8 +63,8 @@ pub struct ListQuery {
     pub after: Option<i64>,
 }
 
-impl ListQuery {
-    pub fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
+impl ParseQuery for ListQuery {
+    fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
         if let Some(unknown) = query
             .keys()
             .find(|k| !matches!(k.as_str(), "kind" | "limit" | "after" | "notice"))
@@ -98,7 +98,9 @@ impl ListQuery {
         };
         Ok(Self { kind, limit, after })
     }
+}
 
+impl ListQuery {
     /// The `after` of the next page: the last id of a full page, none after a short one.
     pub fn next_after(&self, page: &[DeadLetter]) -> Option<i64> {
         (page.len() as i64 == self.limit)
@@ -109,9 +111,8 @@ impl ListQuery {
 
 async fn list(
     State(state): State<AdminState>,
-    Query(query): Query<HashMap<String, String>>,
+    CheckedQuery(query): CheckedQuery<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = ListQuery::parse(&query).map_err(ApiError::bad_request)?;
     let page =
         admin::list_dead_letters(&state.pool, query.kind.as_deref(), query.after, query.limit)
             .await?;

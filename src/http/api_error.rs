@@ -1,8 +1,12 @@
 //! The admin API's errors, one JSON shape for all: `{"error": {"code": "...", "message":
-//! "..."}}`, and the check of the text a query may hold.
+//! "..."}}`, the check of the text a query may hold, and queries read into their types.
+
+use std::collections::HashMap;
 
 use axum::Json;
+use axum::extract::{FromRequestParts, Query};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -82,4 +86,30 @@ pub fn check_text(name: &str, value: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A query read from its raw parameters, or a sentence saying what is wrong with them.
+pub trait ParseQuery: Sized {
+    fn parse(query: &HashMap<String, String>) -> Result<Self, String>;
+}
+
+/// A query string read into `Q` by [`ParseQuery::parse`]: one it refuses gets the API's
+/// 400 before the handler runs.
+pub struct CheckedQuery<Q>(pub Q);
+
+impl<S, Q> FromRequestParts<S> for CheckedQuery<Q>
+where
+    S: Send + Sync,
+    Q: ParseQuery,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Query(query) = Query::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Q::parse(&query)
+            .map(Self)
+            .map_err(|e| ApiError::bad_request(e).into_response())
+    }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::api::ListQuery;
-use super::api_error::check_text;
+use super::api_error::{ParseQuery as _, check_text};
 use super::auth::Actor;
 use super::{AdminState, plain};
 use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::AdminState;
-use super::api_error::{ApiError, check_text};
+use super::api_error::{ApiError, CheckedQuery, ParseQuery, check_text};
 use super::auth::Actor;
 use crate::store::MAX_PAGE;
 use crate::store::suppressions::{self, Suppression};
@@ -33,8 +33,8 @@ pub struct SuppressionQuery {
     pub limit: i64,
 }
 
-impl SuppressionQuery {
-    pub fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
+impl ParseQuery for SuppressionQuery {
+    fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
         for key in query.keys() {
             if !matches!(key.as_str(), "search" | "after" | "limit") {
                 return Err(format!(
@@ -62,7 +62,9 @@ impl SuppressionQuery {
             limit,
         })
     }
+}
 
+impl SuppressionQuery {
     /// The `after` of the next page, when this one was full.
     pub fn next_after(&self, page: &[Suppression]) -> Option<String> {
         let full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= self.limit;
@@ -73,9 +75,8 @@ impl SuppressionQuery {
 
 async fn list(
     State(state): State<AdminState>,
-    Query(query): Query<HashMap<String, String>>,
+    CheckedQuery(query): CheckedQuery<SuppressionQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = SuppressionQuery::parse(&query).map_err(ApiError::bad_request)?;
     let page = suppressions::list(
         &state.pool,
         query.search.as_deref(),
