@@ -41,6 +41,7 @@ local utils = import 'lib/utils.libsonnet';
     sendFailuresHighRatio: 0.2,  // OutboxSendFailuresHigh: share of attempts failing over 15m
     sendFailuresHighMinCount: 10,  // ... and more failures than this in 15m
     gaugesStaleSeconds: 300,  // OutboxGaugesStale: no sample of the database gauges for this long
+    vacuumBlockedSeconds: 1800,  // OutboxVacuumBlocked: a transaction open in the database this long
     hardBounceRatio: 0.05,  // OutboxHardBounceRateHigh: hard bounces per email sent over 1h
     hardBounceRatioText: '5%',
     complaintRatio: 0.001,  // OutboxComplaintRateHigh: spam complaints per email sent over 1h

@@ -278,6 +278,40 @@
             },
           },
           {
+            comment:: |||
+              The replica cannot reach its database (readiness fails on it: credentials rotated,
+              a network policy, the server gone) while its process is up. Other replicas may
+              still deliver, but this one's share of the work stops. Pages about 9 minutes after
+              it starts; a database restart of a minute or two pages nobody.
+            |||,
+            alert: 'OutboxDatabaseUnreachable',
+            expr: |||
+              max by (job, instance) (outbox_ready{%(outboxdSelector)s}) == 0
+              and on (job, instance) sum by (job, instance) (increase(outbox_database_errors_total{%(outboxdSelector)s,operation="readiness"}[5m])) > 0
+            ||| % config,
+            'for': '8m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'An outboxd replica cannot reach its database.',
+              description: '{{ $labels.instance }} has failed its database readiness check for 8 minutes: it claims and records nothing.',
+            },
+          },
+          {
+            comment:: |||
+              A transaction open in the database for half an hour keeps vacuum from removing the
+              dead entries of every row sent since it began: claims stay flat (the claim floor),
+              but the table and its indexes grow, and the gauges' sample slows down.
+            |||,
+            alert: 'OutboxVacuumBlocked',
+            expr: 'max by (job, instance) (outbox_database_oldest_transaction_age_seconds{%(outboxdSelector)s}) > %(vacuumBlockedSeconds)g' % config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: "A transaction left open keeps vacuum from cleaning outboxd's table.",
+              description: 'The oldest transaction in the database of {{ $labels.instance }} has been open for {{ $value | humanizeDuration }}.',
+            },
+          },
+          {
             alert: 'OutboxDatabaseErrors',
             expr: 'sum by (job, instance) (rate(outbox_database_errors_total{%(outboxdSelector)s}[5m])) > 0' % config,
             'for': '10m',

@@ -318,6 +318,12 @@ pub struct Sample {
     pub dead_letters: i64,
     pub oldest_pending_age: f64,
     pub oldest_ready_age: f64,
+    /// The oldest transaction or snapshot open in this database, by any session but the
+    /// sample's own: what keeps vacuum from removing what was sent. Sessions of other roles
+    /// count only where the role may see them (`pg_read_all_stats`).
+    pub oldest_transaction_age: f64,
+    /// The outbox table's dead tuples, as the statistics collector last counted them.
+    pub dead_tuples: i64,
 }
 
 /// Reads the gauges' values. Each subquery walks a partial index on pending or
@@ -357,7 +363,13 @@ pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Err
               FROM outbox_messages \
              WHERE ",
         pending!(),
-        " AND next_attempt_at <= now()) AS oldest_ready_age",
+        " AND next_attempt_at <= now()) AS oldest_ready_age, \
+           (SELECT coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8 \
+              FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)) AS oldest_transaction_age, \
+           coalesce((SELECT n_dead_tup FROM pg_stat_user_tables \
+                      WHERE relid = to_regclass('outbox_messages')), 0) AS dead_tuples",
     ))
     .fetch_one(&mut *transaction)
     .await?;

@@ -76,6 +76,10 @@ metrics! {
         "Messages neither dispatched nor dead-lettered, due or not.";
     DEAD_LETTERS = "outbox_dead_letter_messages", Gauge, None,
         "Dead-lettered messages.";
+    OLDEST_TRANSACTION_AGE = "outbox_database_oldest_transaction_age_seconds", Gauge, SECONDS,
+        "Age of the oldest transaction or snapshot open in outboxd's database (sessions of other roles where its role may see them: pg_read_all_stats): while it lasts, vacuum cannot remove sent rows' dead entries.";
+    TABLE_DEAD_TUPLES = "outbox_table_dead_tuples", Gauge, None,
+        "Dead tuples in outbox_messages, as PostgreSQL's statistics last counted them: what vacuum has yet to remove.";
     LAST_SAMPLE = "outbox_last_sample_timestamp_seconds", Gauge, SECONDS,
         "Unix time of the last successful sample of the database gauges.";
     SENT = "outbox_messages_sent_total", Counter, None,
@@ -378,6 +382,8 @@ pub fn record_sample(sample: &Sample) {
     gauge!(DEAD_LETTERS).set(sample.dead_letters as f64);
     gauge!(OLDEST_PENDING_AGE).set(sample.oldest_pending_age);
     gauge!(OLDEST_READY_AGE).set(sample.oldest_ready_age);
+    gauge!(OLDEST_TRANSACTION_AGE).set(sample.oldest_transaction_age);
+    gauge!(TABLE_DEAD_TUPLES).set(sample.dead_tuples as f64);
     gauge!(LAST_SAMPLE).set(unix_seconds(SystemTime::now()));
 }
 

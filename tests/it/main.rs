@@ -8,6 +8,7 @@ mod browser;
 mod claim_floor;
 mod cli;
 mod content;
+mod database_health;
 mod delivery;
 mod deploy;
 mod exposure;
