@@ -69,30 +69,6 @@ impl Connection {
         self.mail_accepted = false;
         // After a failure the connection is dropped, not told QUIT: a server slow to answer
         // it must not turn a refusal into a timeout.
-        self.transaction(envelope, body).await
-    }
-
-    async fn transaction(
-        &mut self,
-        envelope: &Envelope,
-        body: &[u8],
-    ) -> Result<(), TransactionError> {
-        // A reply with a code is the server's answer; anything else (lettre reports the
-        // connection closing as an "incomplete response") is the connection failing: before
-        // the server accepted MAIL an outage (or a stale pooled connection), after it this
-        // message's own failure, which costs it an attempt so that it cannot loop forever.
-        let before_message = |e: lettre::transport::smtp::Error, mail_accepted: bool| {
-            if e.status().is_some() || e.is_client() {
-                TransactionError::Refused(SendError::from_lettre(&e))
-            } else if mail_accepted {
-                TransactionError::Refused(SendError::Deferred {
-                    code: None,
-                    message: format!("the connection failed during the transaction: {e}"),
-                })
-            } else {
-                TransactionError::Lost(e)
-            }
-        };
         let parameters = self.mail_parameters(envelope, body).map_err(|message| {
             TransactionError::Refused(SendError::Deferred {
                 code: None,
@@ -263,6 +239,24 @@ impl Connection {
             mail_accepted: false,
             watch,
         })
+    }
+}
+
+/// How a command before the message's data failed. A reply with a code is the server's
+/// answer; anything else (lettre reports the connection closing as an "incomplete
+/// response") is the connection failing: before the server accepted MAIL an outage (or a
+/// stale pooled connection), after it this message's own failure, which costs it an
+/// attempt so that it cannot loop forever.
+fn before_message(e: lettre::transport::smtp::Error, mail_accepted: bool) -> TransactionError {
+    if e.status().is_some() || e.is_client() {
+        TransactionError::Refused(SendError::from_lettre(&e))
+    } else if mail_accepted {
+        TransactionError::Refused(SendError::Deferred {
+            code: None,
+            message: format!("the connection failed during the transaction: {e}"),
+        })
+    } else {
+        TransactionError::Lost(e)
     }
 }
 
