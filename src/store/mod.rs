@@ -16,6 +16,8 @@ use crate::trace_context::current_traceparent;
 
 #[macro_use]
 mod sql;
+#[macro_use]
+mod rights;
 mod statements;
 
 pub mod admin;
@@ -35,6 +37,7 @@ pub use outcomes::{
     OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,
 };
 pub use prune::Prunable;
+pub use rights::{RUN_RIGHTS, Right};
 pub use statements::keep_no_statement_prepared;
 
 /// The schema, embedded in the binary.
@@ -248,27 +251,24 @@ struct SchemaState {
 }
 
 async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
+    let (objects, privileges, functions) = rights::as_columns();
     let state = fetch_one_alone(
-query_as(
-        "SELECT ARRAY(SELECT version FROM _sqlx_migrations WHERE success ORDER BY version) AS applied, \
-                ARRAY(SELECT version FROM _sqlx_migrations WHERE NOT success ORDER BY version) AS failed, \
-                to_regclass('outbox_messages') IS NOT NULL AS table_exists, \
-                CASE WHEN pg_is_in_recovery() THEN 'the server is a read-only standby' \
-                     WHEN current_setting('transaction_read_only') = 'on' \
-                       THEN 'the database is read-only (default_transaction_read_only)' \
-                     WHEN to_regclass('outbox_messages') IS NULL THEN NULL \
-                     WHEN NOT (has_table_privilege(to_regclass('outbox_messages'), 'SELECT') \
-                               AND has_table_privilege(to_regclass('outbox_messages'), 'UPDATE')) \
-                       THEN 'the role ' || current_user || ' may not SELECT and UPDATE outbox_messages' \
-                     WHEN to_regprocedure('outbox_on_the_calendar(timestamptz)') IS NOT NULL \
-                          AND NOT has_function_privilege( \
-                              to_regprocedure('outbox_on_the_calendar(timestamptz)'), 'EXECUTE') \
-                       THEN 'the role ' || current_user \
-                            || ' may not EXECUTE outbox_on_the_calendar(timestamptz)' \
-                END AS not_writable",
+        query_as(concat!(
+            "SELECT ARRAY(SELECT version FROM _sqlx_migrations WHERE success ORDER BY version) AS applied, \
+                    ARRAY(SELECT version FROM _sqlx_migrations WHERE NOT success ORDER BY version) AS failed, \
+                    to_regclass('outbox_messages') IS NOT NULL AS table_exists, \
+                    CASE WHEN pg_is_in_recovery() THEN 'the server is a read-only standby' \
+                         WHEN current_setting('transaction_read_only') = 'on' \
+                           THEN 'the database is read-only (default_transaction_read_only)' \
+                         ELSE ",
+            missing_right!(),
+            " END AS not_writable"
+        ))
+        .bind(objects)
+        .bind(privileges)
+        .bind(functions),
+        pool,
     )
-    ,
- pool)
     .await;
     match state {
         Ok(state) => Ok(state),

@@ -1,6 +1,7 @@
 //! Exposure: the unauthenticated HTTP port on the open internet, what reaches the logs, and
 //! readiness that tells whether outboxd can do its work.
 
+use outboxd::store::RUN_RIGHTS;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -173,58 +174,96 @@ async fn no_recipient_address_reaches_the_logs() {
 }
 
 #[tokio::test]
-async fn readiness_fails_when_outboxd_cannot_write_its_table_or_call_its_function() {
+async fn readiness_names_each_right_the_role_lacks() {
     let db = TestDb::new().await;
-    // Roles that may read the outbox but not update it, or not call the function every
-    // claim uses (a database that revokes EXECUTE from PUBLIC by default).
     let suffix = &db.name[db.name.len() - 8..];
-    for (role, grants, says) in [
-        (
-            format!("reader_{suffix}"),
-            "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
-            "may not SELECT and UPDATE outbox_messages",
-        ),
-        (
-            format!("writer_{suffix}"),
-            "GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA public TO {role}; \
-             REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC",
-            "may not EXECUTE outbox_on_the_calendar(timestamptz)",
-        ),
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {role} LOGIN; {}",
-            grants.replace("{role}", &role)
-        )))
+    let role = format!("short_{suffix}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN; \
+         GRANT SELECT ON _sqlx_migrations TO {role}; \
+         REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    assert_ne!(url, db.url);
+    let grant = |right: &outboxd::store::Right, verb: &str| {
+        let what = if right.is_function { "FUNCTION " } else { "" };
+        let (verb, to) = match verb {
+            "GRANT" => ("GRANT", "TO"),
+            _ => ("REVOKE", "FROM"),
+        };
+        format!(
+            "{verb} {} ON {what}{} {to} {role}",
+            right.privilege, right.object
+        )
+    };
+    let all: Vec<String> = RUN_RIGHTS.iter().map(|r| grant(r, "GRANT")).collect();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(all.join("; ")))
         .execute(&db.pool)
         .await
         .unwrap();
-        let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
-        assert_ne!(url, db.url);
+    // With every right, ready; without any one of them, not, and that one is named.
+    for right in [None].into_iter().chain(RUN_RIGHTS.iter().map(Some)) {
+        if let Some(right) = right {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "REVOKE")))
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
         let http = format!("127.0.0.1:{}", crate::helpers::free_port());
         let mut child = outboxd()
             .args(["run", "--database-url", &url, "--listen", &http])
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let body = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
+        let (status, body) = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
             let (status, body) = http_get(&http, "/readyz?verbose").await;
-            (status == 503).then_some(body)
+            (status == 200 || status == 503).then_some((status, body))
         })
         .await;
-        assert!(
-            body.contains(&format!("[-]writable failed: the role {role} {says}")),
-            "{body}"
-        );
-        assert!(body.contains("[+]schema ok"), "{body}");
+        if right.is_none() {
+            // Exactly these rights are enough to deliver (to the log: no SMTP is set).
+            assert_eq!(status, 200, "{body}");
+            let id = db
+                .enqueue(
+                    "account_verification",
+                    serde_json::json!({"to": "a@example.com", "name": "A", "verify_url": "https://app.example/v"}),
+                )
+                .await;
+            poll_until(
+                Duration::from_secs(30),
+                "the message dispatched",
+                || async { db.row(id).await.dispatched.then_some(()) },
+            )
+            .await;
+        }
         let _ = child.kill();
         let _ = child.wait();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP OWNED BY {role}; DROP ROLE {role}"
-        )))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+        match right {
+            None => {}
+            Some(right) => {
+                assert_eq!(status, 503, "{body}");
+                let says = format!(
+                    "[-]writable failed: the role {role} may not {} {}",
+                    right.privilege, right.object
+                );
+                assert!(body.contains(&says), "{says}:\n{body}");
+                assert!(body.contains("[+]schema ok"), "{body}");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "GRANT")))
+                    .execute(&db.pool)
+                    .await
+                    .unwrap();
+            }
+        }
     }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP OWNED BY {role}; DROP ROLE {role}"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
