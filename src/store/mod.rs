@@ -7,7 +7,6 @@ use statements::fetch_one_alone;
 use statements::{query, query_as, query_scalar};
 use std::time::Duration;
 
-use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{FromRow, PgExecutor};
 
@@ -24,6 +23,7 @@ pub mod admin;
 mod claim;
 mod kept;
 mod listen;
+mod migrations;
 mod outcomes;
 pub mod prune;
 pub mod send_rate;
@@ -40,8 +40,7 @@ pub use prune::Prunable;
 pub use rights::{RUN_RIGHTS, Right};
 pub use statements::keep_no_statement_prepared;
 
-/// The schema, embedded in the binary.
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+pub use migrations::{MIGRATIONS_TABLE, MIGRATOR, migrate};
 
 /// The outbox table.
 pub const TABLE: &str = "outbox_messages";
@@ -165,8 +164,7 @@ pub async fn create_and_migrate(options: &PgConnectOptions) -> anyhow::Result<Pg
         }
         Err(e) => return Err(connect_error(e, options)),
     };
-    MIGRATOR
-        .run(&pool)
+    migrate(&pool)
         .await
         .context("could not apply the migrations")?;
     Ok(pool)
@@ -254,8 +252,8 @@ async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
     let (objects, privileges, functions) = rights::as_columns();
     let state = fetch_one_alone(
         query_as(concat!(
-            "SELECT ARRAY(SELECT version FROM _sqlx_migrations WHERE success ORDER BY version) AS applied, \
-                    ARRAY(SELECT version FROM _sqlx_migrations WHERE NOT success ORDER BY version) AS failed, \
+            "SELECT ARRAY(SELECT version FROM outbox_schema_migrations WHERE success ORDER BY version) AS applied, \
+                    ARRAY(SELECT version FROM outbox_schema_migrations WHERE NOT success ORDER BY version) AS failed, \
                     to_regclass('outbox_messages') IS NOT NULL AS table_exists, \
                     CASE WHEN pg_is_in_recovery() THEN 'the server is a read-only standby' \
                          WHEN current_setting('transaction_read_only') = 'on' \

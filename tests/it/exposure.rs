@@ -96,7 +96,7 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
     let _background = app.spawn_background(stop.clone());
     // Readiness reads the migrations table: lock it, so that every check hangs.
     let mut lock = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE _sqlx_migrations IN ACCESS EXCLUSIVE MODE")
+    sqlx::query("LOCK TABLE outbox_schema_migrations IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *lock)
         .await
         .unwrap();
@@ -180,7 +180,7 @@ async fn readiness_names_each_right_the_role_lacks() {
     let role = format!("short_{suffix}");
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE ROLE {role} LOGIN; \
-         GRANT SELECT ON _sqlx_migrations TO {role}; \
+         GRANT SELECT ON outbox_schema_migrations TO {role}; \
          REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC"
     )))
     .execute(&db.pool)
@@ -327,7 +327,7 @@ fn a_database_url_that_is_not_postgresql_is_refused() {
 async fn run_refuses_a_schema_newer_than_itself() {
     let db = TestDb::new().await;
     sqlx::query(
-        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+        "INSERT INTO outbox_schema_migrations (version, description, success, checksum, execution_time) \
          VALUES (99990101000000, 'from the future', true, '\\x00', 0)",
     )
     .execute(&db.pool)

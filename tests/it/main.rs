@@ -16,6 +16,7 @@ mod failures;
 mod helpers;
 mod hostile;
 mod intake;
+mod migrations;
 mod observability;
 mod policy;
 mod poolers;

@@ -1,0 +1,81 @@
+//! outboxd's migrations, recorded in a table of its own, `outbox_schema_migrations`, never
+//! in sqlx's default `_sqlx_migrations`: that is the table an application's own
+//! `sqlx migrate` uses, in the same database, and sharing it made each side fail on the
+//! other's migrations ("previously applied but is missing", "newer than this outboxd
+//! knows").
+
+use sqlx::PgPool;
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::{Connection as _, PgConnection};
+
+use super::statements::{query, query_as, query_scalar};
+
+/// The table outboxd records its migrations in.
+pub const MIGRATIONS_TABLE: &str = "outbox_schema_migrations";
+
+/// The schema, embedded in the binary. Its table is set by [`migrate`], which is the way
+/// to run it.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Applies the migrations, recording them in [`MIGRATIONS_TABLE`]. A database migrated by
+/// an outboxd before 0.3 recorded them in `_sqlx_migrations`: those rows are copied over
+/// first (and left where they are, which older replicas still read during a rolling
+/// upgrade; `DELETE` them once none runs, see the book's Operations page).
+pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
+    carry_over(&mut *pool.acquire().await?).await?;
+    let mut migrator = Migrator {
+        migrations: MIGRATOR.migrations.clone(),
+        ..Migrator::DEFAULT
+    };
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator.run(pool).await
+}
+
+/// Copies outboxd's rows of `_sqlx_migrations` into a new [`MIGRATIONS_TABLE`], once: only
+/// when that table does not exist yet, under a lock that a concurrent `migrate` waits on.
+async fn carry_over(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+    let mut transaction = connection.begin().await?;
+    query("SELECT pg_advisory_xact_lock(hashtext('outbox_schema_migrations'))")
+        .execute(&mut *transaction)
+        .await?;
+    let (ours, old): (bool, bool) = query_as(
+        "SELECT to_regclass('outbox_schema_migrations') IS NOT NULL, \
+                to_regclass('_sqlx_migrations') IS NOT NULL",
+    )
+    .fetch_one(&mut *transaction)
+    .await?;
+    if ours || !old {
+        return transaction.commit().await;
+    }
+    let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+    let copied: i64 = query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE version = ANY($1)")
+        .bind(&versions)
+        .fetch_one(&mut *transaction)
+        .await?;
+    if copied == 0 {
+        return transaction.commit().await;
+    }
+    // The same columns sqlx gives a migrations table.
+    query(
+        "CREATE TABLE outbox_schema_migrations ( \
+             version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+             checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .execute(&mut *transaction)
+    .await?;
+    query(
+        "INSERT INTO outbox_schema_migrations \
+             (version, description, installed_on, success, checksum, execution_time) \
+         SELECT version, description, installed_on, success, checksum, execution_time \
+         FROM _sqlx_migrations WHERE version = ANY($1)",
+    )
+    .bind(&versions)
+    .execute(&mut *transaction)
+    .await?;
+    tracing::info!(
+        migrations = copied,
+        "recorded outboxd's migrations in outbox_schema_migrations, copied from _sqlx_migrations"
+    );
+    transaction.commit().await
+}

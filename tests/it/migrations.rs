@@ -1,0 +1,100 @@
+//! outboxd's schema in an application's database that runs sqlx migrations of its own:
+//! each side keeps its own record of what it applied.
+
+use std::path::Path;
+
+use sqlx::migrate::Migrator;
+
+use crate::helpers::{Outboxd, TestDb, outboxd};
+
+/// The application's migrations: a directory of sqlx migrations, one file each.
+async fn app_migrations(dir: &Path, files: &[(&str, &str)]) -> Migrator {
+    for (name, sql) in files {
+        std::fs::write(dir.join(name), sql).expect("a migration file");
+    }
+    Migrator::new(dir)
+        .await
+        .expect("the application's migrations")
+}
+
+fn outboxd_migrate(db: &TestDb) {
+    let output = outboxd()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .expect("outboxd migrate");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+async fn versions(db: &TestDb, table: &str) -> Vec<i64> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM {table} ORDER BY version"
+    )))
+    .fetch_all(&db.pool)
+    .await
+    .expect("the versions")
+}
+
+fn ours() -> Vec<i64> {
+    outboxd::store::MIGRATOR.iter().map(|m| m.version).collect()
+}
+
+#[tokio::test]
+async fn an_applications_own_sqlx_migrations_before_and_after_outboxd_migrate_keep_working() {
+    let db = TestDb::empty().await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = app_migrations(
+        dir.path(),
+        &[("1_users.sql", "CREATE TABLE app_users (id int)")],
+    )
+    .await;
+    first
+        .run(&db.pool)
+        .await
+        .expect("the application migrates first");
+    outboxd_migrate(&db);
+    let both = app_migrations(
+        dir.path(),
+        &[("2_orders.sql", "CREATE TABLE app_orders (id int)")],
+    )
+    .await;
+    both.run(&db.pool)
+        .await
+        .expect("the application migrates after outboxd");
+    // Each side records only its own.
+    assert_eq!(versions(&db, "_sqlx_migrations").await, [1, 2]);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    // And `run` is not put off by the application's migrations, nor `migrate` again.
+    outboxd_migrate(&db);
+    let running = Outboxd::start(&db.url, &[], &[]).await;
+    drop(running);
+}
+
+#[tokio::test]
+async fn a_database_an_older_outboxd_migrated_is_carried_over_to_its_own_table() {
+    let db = TestDb::empty().await;
+    // What outboxd 0.2 did: its migrations recorded in sqlx's default table.
+    let older = Migrator {
+        migrations: outboxd::store::MIGRATOR.migrations.clone(),
+        ..Migrator::DEFAULT
+    };
+    older.run(&db.pool).await.expect("the older migration");
+    outboxd_migrate(&db);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    let same: bool = sqlx::query_scalar(
+        "SELECT bool_and(o.checksum = s.checksum AND o.success AND s.success) \
+         FROM outbox_schema_migrations o JOIN _sqlx_migrations s USING (version)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(same, "copied as they were");
+    // Left where they were: older replicas read them during a rolling upgrade.
+    assert_eq!(versions(&db, "_sqlx_migrations").await, ours());
+    let running = Outboxd::start(&db.url, &[], &[]).await;
+    let (status, _) = crate::helpers::http_get(&running.http, "/readyz").await;
+    assert_eq!(status, 200);
+}
