@@ -29,6 +29,7 @@ macro_rules! outln {
     }};
 }
 
+mod doctor;
 mod preview;
 mod suppressions;
 
@@ -62,6 +63,8 @@ pub enum Command {
     Suppressions(suppressions::SuppressionsArgs),
     /// Render one email exactly as it would be sent, without a database or SMTP server.
     Preview(preview::PreviewArgs),
+    /// Check a deployment: one line per check (ok, warn or fail); exits 1 when any fails.
+    Doctor(Box<doctor::DoctorArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -221,6 +224,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             result
         }
         Command::Preview(args) => preview::run(args),
+        Command::Doctor(args) => doctor::run(*args).await,
         Command::Suppressions(args) => {
             let pool = app::connect_checked(&args.database.validate()?).await?;
             let result = suppressions::run(&pool, args.command, &cli_actor()).await;

@@ -14,6 +14,7 @@ pub mod background;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
+pub mod doctor;
 pub mod feedback;
 pub mod http;
 pub mod lock;

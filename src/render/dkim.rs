@@ -72,6 +72,11 @@ pub struct DkimKey {
 debug_showing_only!(DkimKey as key { domain, selector });
 
 impl DkimKey {
+    /// The DNS name its public key is published at: `selector._domainkey.domain`.
+    pub fn record(&self) -> String {
+        format!("{}._domainkey.{}", self.selector, self.domain)
+    }
+
     /// Reads and checks the key: an RSA private key in PKCS#1 PEM.
     pub fn new(domain: &str, selector: &str, pem: String) -> Result<Self, String> {
         let label = |text: &str, what: &str| {

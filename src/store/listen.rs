@@ -77,3 +77,26 @@ pub async fn transaction_pooler_in_the_way(
     drop(first);
     Ok(pooled)
 }
+
+/// Whether a notification sent on `pool` comes back to a connection listening on
+/// `listen`, within two seconds. Only for connections that keep their session: never
+/// through a transaction pooler (see [`transaction_pooler_in_the_way`]).
+pub async fn notification_round_trip(
+    pool: &PgPool,
+    listen_on: &PgPool,
+) -> Result<bool, sqlx::Error> {
+    let mut listener = listen(listen_on).await?;
+    let token = uuid::Uuid::new_v4();
+    send_check(pool, token).await?;
+    let token = token.to_string();
+    let came_back = tokio::time::timeout(SESSION_WAIT, async {
+        while let Some(notification) = listener.try_recv().await? {
+            if notification.channel() == CHECK_CHANNEL && notification.payload() == token {
+                return Ok::<bool, sqlx::Error>(true);
+            }
+        }
+        Ok(false)
+    })
+    .await;
+    Ok(matches!(came_back, Ok(Ok(true))))
+}

@@ -21,6 +21,7 @@ mod statements;
 
 pub mod admin;
 mod claim;
+pub mod inspect;
 mod kept;
 mod listen;
 mod migrations;
@@ -32,7 +33,10 @@ pub mod suppressions;
 
 pub use claim::{ClaimRequest, Claimed, claim};
 pub use kept::KeptConnection;
-pub use listen::{CHECK_CHANNEL, linger, listen, send_check, transaction_pooler_in_the_way};
+pub use listen::{
+    CHECK_CHANNEL, linger, listen, notification_round_trip, send_check,
+    transaction_pooler_in_the_way,
+};
 pub use outcomes::{
     OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,
 };

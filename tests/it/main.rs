@@ -11,6 +11,7 @@ mod content;
 mod database_health;
 mod delivery;
 mod deploy;
+mod doctor;
 mod exposure;
 mod failures;
 mod helpers;

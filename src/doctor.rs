@@ -1,0 +1,124 @@
+//! `outboxd doctor`: checks a deployment and prints one line per check, each starting with
+//! `ok`, `warn` or `fail` and saying what to do. It reads outboxd's options as `run` does,
+//! and changes nothing.
+
+use std::time::Duration;
+
+use crate::config::RunConfig;
+use crate::mailer::Mailer;
+use crate::store;
+
+mod database;
+
+/// The oldest server version outboxd is tested on.
+const OLDEST_TESTED: i32 = 150_000;
+
+/// How one check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One check's line.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub verdict: Verdict,
+    pub check: &'static str,
+    pub said: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verdict = match self.verdict {
+            Verdict::Ok => "ok  ",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        };
+        write!(f, "{verdict} {}: {}", self.check, self.said)
+    }
+}
+
+fn finding(verdict: Verdict, check: &'static str, said: impl Into<String>) -> Finding {
+    Finding {
+        verdict,
+        check,
+        said: said.into(),
+    }
+}
+
+/// Every check, in order; those that need the database are skipped when it is unreachable.
+pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Finding> {
+    let mut found = vec![finding(
+        Verdict::Ok,
+        "configuration",
+        "every option is valid",
+    )];
+    found.extend(dkim(config));
+    found.push(smtp(config).await);
+    match store::connect_pooled(config.database.options(), 2).await {
+        Ok(pool) => {
+            found.extend(database::checks(&pool, config, long_transaction).await);
+            pool.close().await;
+        }
+        Err(e) => found.push(finding(
+            Verdict::Fail,
+            "database",
+            format!(
+                "{}; check DATABASE_URL, the network and the credentials",
+                store::connect_error(e, config.database.options())
+            ),
+        )),
+    }
+    found
+}
+
+fn dkim(config: &RunConfig) -> Option<Finding> {
+    let key = config.dkim.as_ref()?;
+    Some(finding(
+        Verdict::Ok,
+        "dkim",
+        format!(
+            "the key reads; publish its public key at {} (TXT)",
+            key.record()
+        ),
+    ))
+}
+
+async fn smtp(config: &RunConfig) -> Finding {
+    let mailer = match Mailer::new(config.smtp.clone()) {
+        Ok(mailer) => mailer,
+        Err(e) => {
+            return finding(
+                Verdict::Fail,
+                "smtp",
+                format!("invalid OUTBOXD_SMTP_URL: {e}"),
+            );
+        }
+    };
+    if !mailer.is_enabled() {
+        return finding(
+            Verdict::Warn,
+            "smtp",
+            "no OUTBOXD_SMTP_URL: email would only be logged and marked dispatched",
+        );
+    }
+    let probed = mailer.probe().await;
+    mailer.shutdown().await;
+    match probed {
+        Ok(()) => finding(
+            Verdict::Ok,
+            "smtp",
+            "the server answers (connect, EHLO, and STARTTLS and AUTH as configured)",
+        ),
+        Err(e) => finding(
+            Verdict::Fail,
+            "smtp",
+            format!(
+                "{}; check OUTBOXD_SMTP_URL and that the server is up",
+                crate::text::mask_addresses(&e.to_string())
+            ),
+        ),
+    }
+}
