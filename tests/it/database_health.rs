@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use sqlx::Connection as _;
-
 use crate::helpers::{Outboxd, TestDb, http_get, poll_until};
 
 async fn gauge(outboxd: &Outboxd, name: &str) -> Option<f64> {
@@ -17,12 +15,7 @@ async fn gauge(outboxd: &Outboxd, name: &str) -> Option<f64> {
 #[tokio::test]
 async fn a_transaction_left_open_shows_as_the_oldest_transactions_age_until_it_ends() {
     let db = TestDb::new().await;
-    let mut elsewhere = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let mut open = elsewhere.begin().await.unwrap();
-    sqlx::query("SELECT txid_current()")
-        .execute(&mut *open)
-        .await
-        .unwrap();
+    let (mut open, _) = db.open_transaction().await;
     let outboxd = Outboxd::start(&db.url, &["--sample-interval", "1s"], &[]).await;
     let age = "outbox_database_oldest_transaction_age_seconds";
     let held = poll_until(
@@ -33,7 +26,7 @@ async fn a_transaction_left_open_shows_as_the_oldest_transactions_age_until_it_e
     .await;
     assert!(held < 60.0, "{held}");
     assert!(gauge(&outboxd, "outbox_table_dead_tuples").await.is_some());
-    open.commit().await.unwrap();
+    sqlx::raw_sql("COMMIT").execute(&mut open).await.unwrap();
     poll_until(
         Duration::from_secs(30),
         "the age to fall once it ended",

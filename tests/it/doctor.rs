@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use sqlx::Connection as _;
-
 use crate::helpers::{SmtpServer, TestDb, free_port, outboxd, poll_until};
 
 /// Runs the doctor; returns whether it succeeded, its stdout and its stderr.
@@ -58,17 +56,7 @@ async fn on_a_healthy_set_up_every_check_passes_and_it_exits_zero() {
 #[tokio::test]
 async fn with_the_smtp_server_gone_and_a_transaction_open_it_names_both_and_exits_one() {
     let db = TestDb::new().await;
-    let mut elsewhere = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let mut open = elsewhere.begin().await.unwrap();
-    // An xid of its own: such a transaction holds vacuum back.
-    sqlx::query("SELECT txid_current()")
-        .execute(&mut *open)
-        .await
-        .unwrap();
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *open)
-        .await
-        .unwrap();
+    let (mut open, pid) = db.open_transaction().await;
     poll_until(
         Duration::from_secs(10),
         "the transaction a second old",
@@ -94,7 +82,7 @@ async fn with_the_smtp_server_gone_and_a_transaction_open_it_names_both_and_exit
     assert!(transaction.contains(&format!("pid {pid} ")), "{out}");
     assert!(transaction.contains("pg_terminate_backend"), "{out}");
     assert!(err.contains("checks failed: smtp"), "{err}");
-    open.rollback().await.unwrap();
+    sqlx::raw_sql("ROLLBACK").execute(&mut open).await.unwrap();
 }
 
 #[tokio::test]

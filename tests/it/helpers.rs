@@ -131,6 +131,23 @@ impl TestDb {
         Self { name, url, pool }
     }
 
+    /// A transaction left open on a connection of its own, with an xid (such a transaction
+    /// holds vacuum back), and the pid of its session. End it with `ROLLBACK` or `COMMIT`.
+    pub async fn open_transaction(&self) -> (sqlx::PgConnection, i32) {
+        let mut connection = sqlx::PgConnection::connect(&self.url)
+            .await
+            .expect("connect");
+        sqlx::raw_sql("BEGIN; SELECT txid_current()")
+            .execute(&mut connection)
+            .await
+            .expect("a transaction");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut connection)
+            .await
+            .expect("its pid");
+        (connection, pid)
+    }
+
     /// What a database restart looks like to outboxd: every connection but the test's is cut.
     pub async fn cut_other_connections(&self) {
         sqlx::query(
