@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::floor::Heard;
@@ -20,6 +20,8 @@ pub(super) const FALLBACK_POLL: Duration = Duration::from_secs(2);
 const CHECK_EVERY: Duration = Duration::from_secs(60);
 /// How long a check may take to come back before notifications count as not working.
 const CHECK_WAIT: Duration = Duration::from_secs(5);
+/// How long sending a check may take.
+const SEND_WAIT: Duration = Duration::from_millis(500);
 
 pub(super) struct NotificationCheck {
     /// Where checks are sent from: the dispatcher's own pool, as producers' commits are.
@@ -65,13 +67,17 @@ impl NotificationCheck {
             return;
         }
         let token = Uuid::new_v4();
-        match store::send_check(&self.pool, token).await {
-            Ok(()) => self.sent = Some((token.to_string(), Instant::now())),
-            Err(e) => {
+        // Bounded: the wait it runs in must not stall on a database that is away (a pool
+        // waits 10 s for a connection), and what the database's absence does is another
+        // check's to say.
+        match tokio::time::timeout(SEND_WAIT, store::send_check(&self.pool, token)).await {
+            Ok(Ok(())) => self.sent = Some((token.to_string(), Instant::now())),
+            Ok(Err(e)) => {
                 metrics.database_error(DatabaseOperation::Listen);
-                warn!(error = %e, "could not send the notification check; trying again later");
+                debug!(error = %e, "could not send the notification check; trying again later");
                 self.next_send = Instant::now() + CHECK_EVERY;
             }
+            Err(_) => self.next_send = Instant::now() + CHECK_EVERY,
         }
     }
 
