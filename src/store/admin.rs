@@ -1,5 +1,6 @@
 //! SQL for operators: the dead-letter view, retry and discard, and the audit trail.
 
+use super::statements::{fetch_all_alone, fetch_optional_alone};
 use super::statements::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -228,21 +229,23 @@ pub async fn list_dead_letters(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    query_as(concat!(
-        "SELECT id, kind, ",
-        recipients_column!(),
-        ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
+    fetch_all_alone(
+        query_as(concat!(
+            "SELECT id, kind, ",
+            recipients_column!(),
+            ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
                 outbox_on_the_calendar(created_at) AS created_at, \
                 outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at \
          FROM outbox_messages WHERE ",
-        dead_letter!(),
-        " AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
+            dead_letter!(),
+            " AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
          ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(kind)
-    .bind(after)
-    .bind(limit)
-    .fetch_all(pool)
+        ))
+        .bind(kind)
+        .bind(after)
+        .bind(limit),
+        pool,
+    )
     .await
 }
 
@@ -250,10 +253,11 @@ pub async fn list_dead_letters(
 /// `outbox_on_the_calendar` (migration 12): a producer may have written any time, and one
 /// the driver cannot read back must not take an operator's view of the row down.
 pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
-    query_as(concat!(
-        "SELECT id, kind, payload::text AS payload, ",
-        recipients_column!(),
-        ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
+    fetch_optional_alone(
+        query_as(concat!(
+            "SELECT id, kind, payload::text AS payload, ",
+            recipients_column!(),
+            ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
                 WHEN dead_lettered_at IS NULL THEN 'pending' \
                 WHEN end_reason IS NOT NULL THEN end_reason \
                 WHEN discarded_at IS NULL THEN 'dead_lettered' \
@@ -268,27 +272,30 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
            idempotency_key, end_reason, feedback, \
            outbox_on_the_calendar(feedback_at) AS feedback_at \
          FROM outbox_messages WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
+        ))
+        .bind(id),
+        pool,
+    )
     .await
 }
 
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
 pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
-    query_as(concat!(
-        "WITH g AS ( \
+    fetch_all_alone(
+        query_as(concat!(
+            "WITH g AS ( \
              SELECT kind, coalesce(error_class, 'unknown') AS error_class, count(*) AS count, \
                     max(id) AS newest_id \
              FROM outbox_messages WHERE ",
-        dead_letter!(),
-        " GROUP BY 1, 2) \
+            dead_letter!(),
+            " GROUP BY 1, 2) \
          SELECT g.kind, g.error_class, g.count, g.newest_id, m.last_error, \
                 outbox_on_the_calendar(m.dead_lettered_at) AS dead_lettered_at \
          FROM g JOIN outbox_messages m ON m.id = g.newest_id \
          ORDER BY g.count DESC, g.kind, g.error_class",
-    ))
-    .fetch_all(pool)
+        )),
+        pool,
+    )
     .await
 }
 
@@ -399,10 +406,12 @@ pub(super) async fn audit(
 
 /// The most recent admin actions.
 pub async fn audit_log(pool: &PgPool, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    query_as(
+    fetch_all_alone(
+query_as(
         "SELECT id, at, actor, action, target, rows FROM outbox_admin_audit ORDER BY id DESC LIMIT $1",
     )
     .bind(limit)
-    .fetch_all(pool)
+    ,
+ pool)
     .await
 }

@@ -64,6 +64,27 @@ where
     on_its_own(&mut connection, async |c| statement.fetch_optional(c).await).await
 }
 
+/// The rows a plain `statement` returns, on a connection from `pool`, on its own.
+pub async fn fetch_rows_alone(
+    statement: Query<'_, Postgres, PgArguments>,
+    pool: &PgPool,
+) -> Result<Vec<PgRow>, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    on_its_own(&mut connection, async |c| statement.fetch_all(c).await).await
+}
+
+/// Fetches every row `statement` returns, on a connection from `pool`, on its own.
+pub async fn fetch_all_alone<O>(
+    statement: QueryAs<'_, Postgres, O, PgArguments>,
+    pool: &PgPool,
+) -> Result<Vec<O>, sqlx::Error>
+where
+    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+{
+    let mut connection = pool.acquire().await?;
+    on_its_own(&mut connection, async |c| statement.fetch_all(c).await).await
+}
+
 /// Fetches the one row `statement` returns, on a connection from `pool`, on its own.
 pub async fn fetch_one_alone<O>(
     statement: QueryAs<'_, Postgres, O, PgArguments>,

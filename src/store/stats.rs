@@ -1,5 +1,6 @@
 //! The state of the outbox at a glance, for `outboxd stats`, the API and the admin page.
 
+use super::statements::{fetch_all_alone, fetch_rows_alone};
 use super::statements::{query, query_as};
 use std::collections::BTreeMap;
 
@@ -78,7 +79,8 @@ shared_counts!(
 /// hour of sent rows, never the whole history.
 pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
     let mut stats = Stats::default();
-    let pending = query(concat!(
+    let pending = fetch_rows_alone(
+query(concat!(
         "SELECT kind, count(*) AS pending, \
                 count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
                 count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
@@ -88,7 +90,8 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
         pending!(),
         " GROUP BY kind",
     ))
-    .fetch_all(pool)
+    ,
+ pool)
     .await?;
     for row in &pending {
         let entry = stats.kinds.entry(row.try_get("kind")?).or_default();
@@ -138,9 +141,11 @@ async fn count_per_kind(
     pool: &PgPool,
     filter: &'static str,
 ) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT kind, count(*) FROM outbox_messages {filter} GROUP BY kind"
-    )))
-    .fetch_all(pool)
+    fetch_all_alone(
+        query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT kind, count(*) FROM outbox_messages {filter} GROUP BY kind"
+        ))),
+        pool,
+    )
     .await
 }

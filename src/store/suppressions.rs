@@ -1,6 +1,7 @@
 //! SQL for the suppression list: the dispatcher's lookup, the operators' list, add and
 //! remove (each audited), and the bounces and complaints that providers report.
 
+use super::statements::{fetch_all_alone, fetch_optional_alone};
 use super::statements::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -82,25 +83,28 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Suppression>, sqlx::Error> {
-    query_as(concat!(
-        select_suppressions!(),
-        "WHERE ($1::text IS NULL OR strpos(address, $1) > 0) \
+    fetch_all_alone(
+        query_as(concat!(
+            select_suppressions!(),
+            "WHERE ($1::text IS NULL OR strpos(address, $1) > 0) \
            AND ($2::text IS NULL OR address > $2) \
          ORDER BY address LIMIT $3"
-    ))
-    .bind(search.map(str::to_ascii_lowercase))
-    .bind(after)
-    .bind(limit)
-    .fetch_all(pool)
+        ))
+        .bind(search.map(str::to_ascii_lowercase))
+        .bind(after)
+        .bind(limit),
+        pool,
+    )
     .await
 }
 
 /// One address's entry, if any.
 pub async fn get(pool: &PgPool, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
-    query_as(concat!(select_suppressions!(), "WHERE address = $1"))
-        .bind(address)
-        .fetch_optional(pool)
-        .await
+    fetch_optional_alone(
+        query_as(concat!(select_suppressions!(), "WHERE address = $1")).bind(address),
+        pool,
+    )
+    .await
 }
 
 /// Adds an address (or replaces its entry) for an operator, with the audit entry, in one
