@@ -52,16 +52,31 @@ pub async fn execute_alone(
     on_its_own(&mut connection, async |c| statement.execute(c).await).await
 }
 
-/// Fetches the row `statement` may return, on a connection from `pool`, on its own.
-pub async fn fetch_optional_alone<O>(
-    statement: QueryAs<'_, Postgres, O, PgArguments>,
-    pool: &PgPool,
-) -> Result<Option<O>, sqlx::Error>
-where
-    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-{
-    let mut connection = pool.acquire().await?;
-    on_its_own(&mut connection, async |c| statement.fetch_optional(c).await).await
+/// The typed fetches of [`on_its_own`] on a connection from a pool: each takes a
+/// `query_as` statement and runs it with the fetch of the same name.
+macro_rules! typed_fetch_alone {
+    ($($(#[$doc:meta])* $name:ident => $fetch:ident -> $output:ty;)*) => {$(
+        $(#[$doc])*
+        pub async fn $name<O>(
+            statement: QueryAs<'_, Postgres, O, PgArguments>,
+            pool: &PgPool,
+        ) -> Result<$output, sqlx::Error>
+        where
+            O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+        {
+            let mut connection = pool.acquire().await?;
+            on_its_own(&mut connection, async |c| statement.$fetch(c).await).await
+        }
+    )*};
+}
+
+typed_fetch_alone! {
+    /// The row `statement` may return, on its own.
+    fetch_optional_alone => fetch_optional -> Option<O>;
+    /// Every row `statement` returns, on its own.
+    fetch_all_alone => fetch_all -> Vec<O>;
+    /// The one row `statement` returns, on its own.
+    fetch_one_alone => fetch_one -> O;
 }
 
 /// The rows a plain `statement` returns, on a connection from `pool`, on its own.
@@ -71,30 +86,6 @@ pub async fn fetch_rows_alone(
 ) -> Result<Vec<PgRow>, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     on_its_own(&mut connection, async |c| statement.fetch_all(c).await).await
-}
-
-/// Fetches every row `statement` returns, on a connection from `pool`, on its own.
-pub async fn fetch_all_alone<O>(
-    statement: QueryAs<'_, Postgres, O, PgArguments>,
-    pool: &PgPool,
-) -> Result<Vec<O>, sqlx::Error>
-where
-    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-{
-    let mut connection = pool.acquire().await?;
-    on_its_own(&mut connection, async |c| statement.fetch_all(c).await).await
-}
-
-/// Fetches the one row `statement` returns, on a connection from `pool`, on its own.
-pub async fn fetch_one_alone<O>(
-    statement: QueryAs<'_, Postgres, O, PgArguments>,
-    pool: &PgPool,
-) -> Result<O, sqlx::Error>
-where
-    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-{
-    let mut connection = pool.acquire().await?;
-    on_its_own(&mut connection, async |c| statement.fetch_one(c).await).await
 }
 
 /// `sqlx::query`, prepared or not as the route to the database allows.
