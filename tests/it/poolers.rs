@@ -182,6 +182,37 @@ async fn one_more_arrives(db: &TestDb, smtp: &SmtpServer, after: usize, within: 
     smtp.wait_for(after + 1, within).await;
 }
 
+/// A database behind a PgBouncer of its own, in `mode` with 4 server connections, and an
+/// SMTP server. Bind them `Through { db, bouncer, smtp }`: locals drop in reverse, so the
+/// pooler lets go of the database before it is dropped.
+struct Through {
+    smtp: SmtpServer,
+    bouncer: PgBouncer,
+    db: TestDb,
+}
+
+impl Through {
+    async fn pooler(mode: &str) -> Self {
+        let db = TestDb::new().await;
+        let bouncer = PgBouncer::start(mode, 4);
+        bouncer.wait_until_up().await;
+        Self {
+            smtp: SmtpServer::start(),
+            bouncer,
+            db,
+        }
+    }
+}
+
+/// 500 messages committed at once, then one more: each arrives once, the last through a
+/// notification or the fallback poll (the poll interval is 60 s).
+async fn each_of_501_arrives_once(db: &TestDb, smtp: &SmtpServer) {
+    enqueue_many(db, 500).await;
+    smtp.wait_for(500, Duration::from_secs(120)).await;
+    one_more_arrives(db, smtp, 500, Duration::from_secs(20)).await;
+    each_once(smtp, 501);
+}
+
 /// No error, and no warning but the one that says a transaction pooler is in the way.
 fn no_error_lines(log: &str) {
     let errors: Vec<&str> = log
@@ -194,10 +225,7 @@ fn no_error_lines(log: &str) {
 
 #[tokio::test]
 async fn through_a_transaction_pooler_with_a_direct_listen_url_each_message_goes_once() {
-    let db = TestDb::new().await;
-    let bouncer = PgBouncer::start("transaction", 4);
-    bouncer.wait_until_up().await;
-    let smtp = SmtpServer::start();
+    let Through { db, bouncer, smtp } = Through::pooler("transaction").await;
     let smtp_url = smtp.url();
     let outboxd = Running::start(
         &bouncer.url(&db),
@@ -207,10 +235,7 @@ async fn through_a_transaction_pooler_with_a_direct_listen_url_each_message_goes
         ],
     )
     .await;
-    enqueue_many(&db, 500).await;
-    smtp.wait_for(500, Duration::from_secs(120)).await;
-    one_more_arrives(&db, &smtp, 500, Duration::from_secs(20)).await;
-    each_once(&smtp, 501);
+    each_of_501_arrives_once(&db, &smtp).await;
     assert_eq!(
         outboxd.metric("outbox_notifications_working").await,
         Some(1.0)
@@ -220,10 +245,7 @@ async fn through_a_transaction_pooler_with_a_direct_listen_url_each_message_goes
 
 #[tokio::test]
 async fn through_a_transaction_pooler_alone_notifications_are_missed_and_polling_takes_over() {
-    let db = TestDb::new().await;
-    let bouncer = PgBouncer::start("transaction", 4);
-    bouncer.wait_until_up().await;
-    let smtp = SmtpServer::start();
+    let Through { db, bouncer, smtp } = Through::pooler("transaction").await;
     let smtp_url = smtp.url();
     let outboxd = Running::start(&bouncer.url(&db), &[("OUTBOXD_SMTP_URL", &smtp_url)]).await;
     let working = poll_until(
@@ -233,10 +255,7 @@ async fn through_a_transaction_pooler_alone_notifications_are_missed_and_polling
     )
     .await;
     assert_eq!(working, 0.0);
-    enqueue_many(&db, 500).await;
-    smtp.wait_for(500, Duration::from_secs(120)).await;
-    one_more_arrives(&db, &smtp, 500, Duration::from_secs(20)).await;
-    each_once(&smtp, 501);
+    each_of_501_arrives_once(&db, &smtp).await;
     let log = outboxd.log();
     no_error_lines(&log);
     let warned = log
@@ -248,10 +267,7 @@ async fn through_a_transaction_pooler_alone_notifications_are_missed_and_polling
 
 #[tokio::test]
 async fn through_a_session_pooler_of_four_connections_a_budget_of_four_delivers_everything() {
-    let db = TestDb::new().await;
-    let bouncer = PgBouncer::start("session", 4);
-    bouncer.wait_until_up().await;
-    let smtp = SmtpServer::start();
+    let Through { db, bouncer, smtp } = Through::pooler("session").await;
     let smtp_url = smtp.url();
     let outboxd = Running::start(
         &bouncer.url(&db),
@@ -261,10 +277,7 @@ async fn through_a_session_pooler_of_four_connections_a_budget_of_four_delivers_
         ],
     )
     .await;
-    enqueue_many(&db, 500).await;
-    smtp.wait_for(500, Duration::from_secs(120)).await;
-    one_more_arrives(&db, &smtp, 500, Duration::from_secs(20)).await;
-    each_once(&smtp, 501);
+    each_of_501_arrives_once(&db, &smtp).await;
     // Session mode keeps each connection's session: notifications work through it.
     assert_eq!(
         outboxd.metric("outbox_notifications_working").await,
