@@ -10,7 +10,7 @@ fn verification(to: &str) -> serde_json::Value {
 }
 
 #[tokio::test]
-async fn all_three_kinds_are_delivered_with_their_headers_and_bodies() {
+pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &[]).await;
@@ -356,7 +356,7 @@ async fn without_smtp_rows_are_only_marked_dispatched() {
 }
 
 #[tokio::test]
-async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
+pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &["--poll-interval", "10m"]).await;
@@ -398,7 +398,7 @@ async fn lingering_dispatcher(
 }
 
 #[tokio::test]
-async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_claiming() {
+pub(crate) async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_claiming() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let (shutdown, running) = lingering_dispatcher(&db, &smtp).await;

@@ -11,7 +11,7 @@ use crate::helpers::{
 };
 
 #[tokio::test]
-async fn a_transient_failure_is_retried_then_delivered() {
+pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
@@ -77,7 +77,7 @@ async fn a_retry_waits_for_its_backoff() {
 }
 
 #[tokio::test]
-async fn a_permanent_rejection_is_dead_lettered_at_once() {
+pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &[]).await;
@@ -151,7 +151,7 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
 }
 
 #[tokio::test]
-async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
+pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &[]).await;
@@ -245,7 +245,7 @@ async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
 }
 
 #[tokio::test]
-async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
+pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
     let db = TestDb::new().await;
     let port = free_port();
     let url = format!("smtp://127.0.0.1:{port}");
@@ -380,7 +380,7 @@ async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
 }
 
 #[tokio::test]
-async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over() {
+pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over() {
     let db = TestDb::new().await;
     let id = db
         .enqueue("account_verification", verification("a@example.com"))
@@ -519,7 +519,8 @@ async fn the_dispatcher_survives_losing_its_database_connections() {
 }
 
 #[tokio::test]
-async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sent_again() {
+pub(crate) async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sent_again()
+{
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let app = app(&db, Some(&smtp.url()), &[]).await;

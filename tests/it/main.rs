@@ -21,6 +21,7 @@ mod migrations;
 mod observability;
 mod policy;
 mod poolers;
+mod postgres18;
 mod reliability;
 mod replicas;
 mod suppression;

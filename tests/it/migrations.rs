@@ -5,7 +5,9 @@ use std::path::Path;
 
 use sqlx::migrate::Migrator;
 
-use crate::helpers::{Outboxd, TestDb, outboxd};
+use std::time::Duration;
+
+use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, outboxd};
 
 /// The application's migrations: a directory of sqlx migrations, one file each.
 async fn app_migrations(dir: &Path, files: &[(&str, &str)]) -> Migrator {
@@ -74,7 +76,7 @@ async fn an_applications_own_sqlx_migrations_before_and_after_outboxd_migrate_ke
 }
 
 #[tokio::test]
-async fn a_database_an_older_outboxd_migrated_is_carried_over_to_its_own_table() {
+pub(crate) async fn a_database_an_older_outboxd_migrated_is_carried_over_to_its_own_table() {
     let db = TestDb::empty().await;
     // What outboxd 0.2 did: its migrations recorded in sqlx's default table.
     let older = Migrator {
@@ -97,4 +99,80 @@ async fn a_database_an_older_outboxd_migrated_is_carried_over_to_its_own_table()
     let running = Outboxd::start(&db.url, &[], &[]).await;
     let (status, _) = crate::helpers::http_get(&running.http, "/readyz").await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+pub(crate) async fn rows_written_under_the_first_schema_are_delivered_after_migrate() {
+    let db = TestDb::empty().await;
+    // outboxd 0.1's schema, as its first migration left it, with rows of each state in it.
+    let first = Migrator {
+        migrations: outboxd::store::MIGRATOR.migrations[..1].to_vec().into(),
+        ..Migrator::DEFAULT
+    };
+    first.run(&db.pool).await.expect("the first migration");
+    let verification = |to: &str| serde_json::json!({"to": to, "name": "Ada", "verify_url": "https://app.example/v?t=1"});
+    for to in ["pending1@example.com", "pending2@example.com"] {
+        sqlx::query(
+            "INSERT INTO outbox_messages (kind, payload) VALUES ('account_verification', $1)",
+        )
+        .bind(verification(to))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+         VALUES ('account_verification', $1, now() - interval '1 day')",
+    )
+    .bind(verification("sent@example.com"))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, attempts, last_error, dead_lettered_at) \
+         VALUES ('account_verification', $1, 8, '550 no such user', now())",
+    )
+    .bind(verification("dead@example.com"))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    outboxd_migrate(&db);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+
+    let smtp = SmtpServer::start();
+    let running = Outboxd::start(
+        &db.url,
+        &[
+            "--smtp-url",
+            &smtp.url(),
+            "--from",
+            "Example <noreply@example.com>",
+        ],
+        &[],
+    )
+    .await;
+    eventually(Duration::from_secs(30), "the pending rows sent", || async {
+        smtp.messages().len() >= 2
+    })
+    .await;
+    let mut sent: Vec<String> = smtp
+        .messages()
+        .into_iter()
+        .flat_map(|m| m.rcpt_tos)
+        .collect();
+    sent.sort();
+    assert_eq!(sent, ["pending1@example.com", "pending2@example.com"]);
+    // The rows already finished stay as they were: shown, never sent again.
+    let (dispatched, dead): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL), \
+                count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox_messages",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((dispatched, dead), (3, 1));
+    let (status, body) = crate::helpers::http_get(&running.http, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("outbox_dead_letter_messages 1"), "{body}");
 }

@@ -96,7 +96,7 @@ async fn two_and_four_replicas_together_stay_under_a_global_rate_limit() {
 }
 
 #[tokio::test]
-async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
+pub(crate) async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
     let db = TestDb::new().await;
     // A quarter of the messages get `454 4.7.0 Throttling failure` for the first 8 s.
     let smtp = SmtpServer::start_with(
@@ -150,7 +150,7 @@ async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
 }
 
 #[tokio::test]
-async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_is_not_starved() {
+pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_is_not_starved() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     sqlx::query(
@@ -202,7 +202,7 @@ async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_is_not_starv
 }
 
 #[tokio::test]
-async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
+pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let mut late =
@@ -293,7 +293,7 @@ async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
 }
 
 #[tokio::test]
-async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
+pub(crate) async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let keyed = || {

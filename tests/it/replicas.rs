@@ -12,7 +12,7 @@ fn verification(i: usize) -> serde_json::Value {
 }
 
 #[tokio::test]
-async fn two_dispatchers_on_one_table_never_send_a_row_twice() {
+pub(crate) async fn two_dispatchers_on_one_table_never_send_a_row_twice() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let total = 300;
@@ -60,7 +60,7 @@ async fn two_dispatchers_on_one_table_never_send_a_row_twice() {
 }
 
 #[tokio::test]
-async fn a_killed_dispatchers_rows_are_delivered_by_another_after_its_lease() {
+pub(crate) async fn a_killed_dispatchers_rows_are_delivered_by_another_after_its_lease() {
     let db = TestDb::new().await;
     let hole = BlackHole::start().await;
     let id = db.enqueue("account_verification", verification(1)).await;
