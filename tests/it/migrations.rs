@@ -7,7 +7,7 @@ use sqlx::migrate::Migrator;
 
 use std::time::Duration;
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, outboxd};
+use crate::helpers::{Outboxd, SmtpServer, TestDb, outboxd, verification};
 
 /// The application's migrations: a directory of sqlx migrations, one file each.
 async fn app_migrations(dir: &Path, files: &[(&str, &str)]) -> Migrator {
@@ -110,28 +110,17 @@ pub(crate) async fn rows_written_under_the_first_schema_are_delivered_after_migr
         ..Migrator::DEFAULT
     };
     first.run(&db.pool).await.expect("the first migration");
-    let verification = |to: &str| serde_json::json!({"to": to, "name": "Ada", "verify_url": "https://app.example/v?t=1"});
-    for to in ["pending1@example.com", "pending2@example.com"] {
-        sqlx::query(
-            "INSERT INTO outbox_messages (kind, payload) VALUES ('account_verification', $1)",
-        )
-        .bind(verification(to))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    }
     sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
-         VALUES ('account_verification', $1, now() - interval '1 day')",
+        "INSERT INTO outbox_messages \
+             (kind, payload, attempts, last_error, dispatched_at, dead_lettered_at) VALUES \
+         ('account_verification', $1, 0, NULL, NULL, NULL), \
+         ('account_verification', $2, 0, NULL, NULL, NULL), \
+         ('account_verification', $3, 0, NULL, now() - interval '1 day', NULL), \
+         ('account_verification', $4, 8, '550 no such user', NULL, now())",
     )
+    .bind(verification("pending1@example.com"))
+    .bind(verification("pending2@example.com"))
     .bind(verification("sent@example.com"))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload, attempts, last_error, dead_lettered_at) \
-         VALUES ('account_verification', $1, 8, '550 no such user', now())",
-    )
     .bind(verification("dead@example.com"))
     .execute(&db.pool)
     .await
@@ -152,12 +141,9 @@ pub(crate) async fn rows_written_under_the_first_schema_are_delivered_after_migr
         &[],
     )
     .await;
-    eventually(Duration::from_secs(30), "the pending rows sent", || async {
-        smtp.messages().len() >= 2
-    })
-    .await;
     let mut sent: Vec<String> = smtp
-        .messages()
+        .wait_for(2, Duration::from_secs(30))
+        .await
         .into_iter()
         .flat_map(|m| m.rcpt_tos)
         .collect();
