@@ -319,7 +319,8 @@ async fn bind_listeners(
 
 /// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.
 pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
-    let pool = store::create_and_migrate(config.database.options()).await?;
+    let pool =
+        store::create_and_migrate(config.database.options(), config.database.schema()).await?;
     for message in sample_messages() {
         let kind = message.kind.clone();
         let id = store::enqueue(&pool, message)

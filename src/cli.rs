@@ -210,7 +210,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Migrate(args) => {
             let database = args.validate()?;
-            let pool = store::create_and_migrate(database.options()).await?;
+            let pool = store::create_and_migrate(database.options(), database.schema()).await?;
             pool.close().await;
             tracing::info!(database = ?database, "schema is up to date");
             Ok(())

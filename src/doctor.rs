@@ -57,6 +57,7 @@ pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Find
     )];
     found.extend(dkim(config));
     found.push(smtp(config).await);
+    store::use_schema(config.database.schema());
     match store::connect_pooled(config.database.options(), 2).await {
         Ok(pool) => {
             found.extend(database::checks(&pool, config, long_transaction).await);

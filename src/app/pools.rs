@@ -43,6 +43,7 @@ pub struct Pools {
 impl Pools {
     /// Opens every pool, and the dispatcher's first, checking the schema on it.
     pub async fn open(database: &DatabaseConfig) -> anyhow::Result<Self> {
+        store::use_schema(database.schema());
         let options = database.options();
         let failed = |e| store::connect_error(e, options);
         let (direct, pooled) = match database.listen_options() {
@@ -178,6 +179,7 @@ async fn open_pool(
 /// statement prepared: a command runs few, and it may go through a transaction pooler.
 pub async fn connect_checked(database: &DatabaseConfig) -> anyhow::Result<PgPool> {
     store::keep_no_statement_prepared();
+    store::use_schema(database.schema());
     let size = database
         .max_connections()
         .map_or(POOL_SIZE, |max| max.min(POOL_SIZE));

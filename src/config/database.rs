@@ -8,6 +8,7 @@ use clap::Args;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::PgConnectOptions;
 
+use crate::store::Schema;
 use crate::text::redact_url;
 
 /// The smallest connection budget outboxd works with.
@@ -39,6 +40,12 @@ pub struct DatabaseArgs {
     /// admin surface on pools of their own; under 9 they share one.
     #[arg(long, env = "OUTBOXD_DATABASE_MAX_CONNECTIONS", global = true)]
     pub database_max_connections: Option<u32>,
+    /// A schema of outboxd's own for its tables and functions, beside the application's:
+    /// `migrate` creates it, and every statement names it (through a transaction pooler
+    /// too). Unset: the role's search_path, `public` by default. Producers then insert into
+    /// SCHEMA.outbox_messages.
+    #[arg(long, env = "OUTBOXD_SCHEMA", global = true)]
+    pub schema: Option<String>,
 }
 
 impl std::fmt::Debug for DatabaseArgs {
@@ -49,6 +56,7 @@ impl std::fmt::Debug for DatabaseArgs {
                 "listen_database_url",
                 &self.listen_database_url.as_deref().map(redact_url),
             )
+            .field("schema", &self.schema)
             .finish()
     }
 }
@@ -62,6 +70,8 @@ pub struct DatabaseConfig {
     listen: Option<PgConnectOptions>,
     /// `OUTBOXD_DATABASE_MAX_CONNECTIONS`.
     max_connections: Option<u32>,
+    /// `OUTBOXD_SCHEMA`.
+    schema: Option<Schema>,
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -85,6 +95,11 @@ impl DatabaseConfig {
     pub fn max_connections(&self) -> Option<u32> {
         self.max_connections
     }
+
+    /// outboxd's own schema, when one is set.
+    pub fn schema(&self) -> Option<&Schema> {
+        self.schema.as_ref()
+    }
 }
 
 impl DatabaseArgs {
@@ -102,11 +117,20 @@ impl DatabaseArgs {
                 "OUTBOXD_DATABASE_MAX_CONNECTIONS is {max}: outboxd needs at least {MIN_CONNECTIONS} (the LISTEN connection, one for the dispatcher's statements, one for a write waiting on row locks, one that readiness, the sampler and the admin surface share)"
             );
         }
+        let schema = self
+            .schema
+            .as_deref()
+            .map(|name| {
+                name.parse::<Schema>()
+                    .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SCHEMA: {e}"))
+            })
+            .transpose()?;
         Ok(DatabaseConfig {
             url: SecretString::from(self.database_url.clone()),
             options,
             listen,
             max_connections: self.database_max_connections,
+            schema,
         })
     }
 }

@@ -56,12 +56,19 @@ pub async fn oldest_transaction(pool: &PgPool) -> Result<Option<OpenTransaction>
 
 /// Indexes of outboxd's tables that a failed `CREATE INDEX CONCURRENTLY` left invalid.
 pub async fn invalid_indexes(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let tables: Vec<String> = super::schema::OBJECTS
+        .iter()
+        .map(|o| super::schema::qualified(o))
+        .collect();
     let mut connection = pool.acquire().await?;
     super::statements::on_its_own(&mut connection, async |c| {
         query_scalar(
             "SELECT indexrelid::regclass::text FROM pg_index \
-             WHERE NOT indisvalid AND indrelid::regclass::text LIKE 'outbox\\_%' ORDER BY 1",
+             WHERE NOT indisvalid \
+               AND indrelid IN (SELECT to_regclass(o) FROM unnest($1::text[]) AS o) \
+             ORDER BY 1",
         )
+        .bind(tables)
         .fetch_all(c)
         .await
     })

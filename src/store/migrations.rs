@@ -21,14 +21,34 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 /// an outboxd before 0.3 recorded them in `_sqlx_migrations`: those rows are copied over
 /// first (and left where they are, which older replicas still read during a rolling
 /// upgrade; `DELETE` them once none runs, see the book's Operations page).
+///
+/// In a schema of outboxd's own ([`super::schema`]), the migrations run with it as the
+/// connection's `search_path`, on a connection that is then closed rather than returned to
+/// the pool: their text names no schema, so that the same migrations serve both.
+/// Migrations go over a direct connection anyway (sqlx's lock is a session's), where a
+/// session's setting holds.
 pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
-    carry_over(&mut *pool.acquire().await?).await?;
+    let mut connection = pool.acquire().await?;
     let mut migrator = Migrator {
         migrations: MIGRATOR.migrations.clone(),
         ..Migrator::DEFAULT
     };
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
-    migrator.run(pool).await
+    let Some(schema) = super::schema::current() else {
+        carry_over(&mut connection).await?;
+        return migrator.run(&mut *connection).await;
+    };
+    migrator.create_schema(schema.quoted());
+    let mut connection = connection.detach();
+    query(sqlx::AssertSqlSafe(format!(
+        "SELECT set_config('search_path', '{}', false)",
+        schema.quoted()
+    )))
+    .execute(&mut connection)
+    .await?;
+    let migrated = migrator.run(&mut connection).await;
+    let _ = connection.close().await;
+    migrated
 }
 
 /// Copies outboxd's rows of `_sqlx_migrations` into a new [`MIGRATIONS_TABLE`], once: only

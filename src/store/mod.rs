@@ -17,6 +17,7 @@ use crate::trace_context::current_traceparent;
 mod sql;
 #[macro_use]
 mod rights;
+mod schema;
 mod statements;
 
 pub mod admin;
@@ -42,6 +43,7 @@ pub use outcomes::{
 };
 pub use prune::Prunable;
 pub use rights::{RUN_RIGHTS, Right};
+pub use schema::{InvalidSchema, Schema, use_schema};
 pub use statements::keep_no_statement_prepared;
 
 pub use migrations::{MIGRATIONS_TABLE, MIGRATOR, migrate};
@@ -143,9 +145,13 @@ where
 }
 
 /// Creates the database if it does not exist yet (so that `outboxd migrate` works on a
-/// fresh server), then applies the migrations.
-pub async fn create_and_migrate(options: &PgConnectOptions) -> anyhow::Result<PgPool> {
+/// fresh server), then applies the migrations, in `schema` when one is given.
+pub async fn create_and_migrate(
+    options: &PgConnectOptions,
+    schema: Option<&Schema>,
+) -> anyhow::Result<PgPool> {
     use anyhow::Context as _;
+    use_schema(schema);
     let database = options.get_database().unwrap_or("postgres").to_owned();
     let pool = match connect(options, 2).await {
         Ok(pool) => pool,

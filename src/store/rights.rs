@@ -57,9 +57,12 @@ macro_rules! missing_right {
 }
 
 /// The rights as the statement's three arrays.
-pub(super) fn as_columns() -> (Vec<&'static str>, Vec<&'static str>, Vec<bool>) {
+pub(super) fn as_columns() -> (Vec<String>, Vec<&'static str>, Vec<bool>) {
     (
-        RUN_RIGHTS.iter().map(|r| r.object).collect(),
+        RUN_RIGHTS
+            .iter()
+            .map(|r| super::schema::qualified(r.object))
+            .collect(),
         RUN_RIGHTS.iter().map(|r| r.privilege).collect(),
         RUN_RIGHTS.iter().map(|r| r.is_function).collect(),
     )

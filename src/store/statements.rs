@@ -5,7 +5,8 @@
 //! next, and collides with another client's of the same name. sqlx names a statement
 //! whenever a query is `persistent`, even with its cache at 0, so the choice is made here,
 //! for every statement the store sends. It is the process's, made once at start
-//! ([`keep_no_statement_prepared`]), as its route to the database is.
+//! ([`keep_no_statement_prepared`]), as its route to the database is. Each statement's
+//! text is put in outboxd's schema here too ([`super::schema`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,6 +14,8 @@ use sqlx::postgres::{PgArguments, PgQueryResult, PgRow};
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{Connection as _, PgConnection, PgPool};
 use sqlx::{FromRow, Postgres, SqlSafeStr};
+
+use super::schema::in_schema;
 
 static PREPARED: AtomicBool = AtomicBool::new(true);
 
@@ -90,7 +93,7 @@ pub async fn fetch_rows_alone(
 
 /// `sqlx::query`, prepared or not as the route to the database allows.
 pub fn query<'q>(sql: impl SqlSafeStr) -> Query<'q, Postgres, PgArguments> {
-    sqlx::query(sql).persistent(prepared())
+    sqlx::query(in_schema(sql)).persistent(prepared())
 }
 
 /// `sqlx::query_as`, prepared or not as the route to the database allows.
@@ -98,7 +101,7 @@ pub fn query_as<'q, O>(sql: impl SqlSafeStr) -> QueryAs<'q, Postgres, O, PgArgum
 where
     O: for<'r> FromRow<'r, PgRow>,
 {
-    sqlx::query_as(sql).persistent(prepared())
+    sqlx::query_as(in_schema(sql)).persistent(prepared())
 }
 
 /// `sqlx::query_scalar`, prepared or not as the route to the database allows.
@@ -106,5 +109,5 @@ pub fn query_scalar<'q, O>(sql: impl SqlSafeStr) -> QueryScalar<'q, Postgres, O,
 where
     (O,): for<'r> FromRow<'r, PgRow>,
 {
-    sqlx::query_scalar(sql).persistent(prepared())
+    sqlx::query_scalar(in_schema(sql)).persistent(prepared())
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 use base64::Engine as _;
 use serde_json::json;
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, app, assert_refused, outboxd, python};
+use crate::helpers::{Outboxd, SmtpServer, TestDb, app, assert_refused, outboxd, python, refusal};
 
 /// An RSA private key of `bits` made with openssl, in PKCS#1 PEM.
 fn rsa_key(path: &std::path::Path, bits: &str) {
@@ -342,9 +342,7 @@ fn a_template_that_does_not_parse_stops_outboxd_with_one_line_naming_it() {
         .arg(templates.path())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = refusal(&output);
     assert!(
         stderr.contains("template newsletter/subject.txt does not parse")
             && stderr.contains("on line 1"),

@@ -597,6 +597,14 @@ pub async fn app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> App {
 
 /// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment, and an
 /// HTTP port of its own unless a test names one (many run at once).
+/// The one line a command that refused to run printed, after checking it failed.
+pub fn refusal(output: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "it ran: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
 pub fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     for (key, _) in std::env::vars() {

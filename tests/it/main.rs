@@ -19,6 +19,7 @@ mod hostile;
 mod intake;
 mod migrations;
 mod observability;
+mod own_schema;
 mod policy;
 mod poolers;
 mod postgres18;
