@@ -15,6 +15,7 @@ WORKDIR /src
 # migrations are compiled into the binary.
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY producer ./producer
 COPY templates ./templates
 COPY migrations ./migrations
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

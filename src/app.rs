@@ -323,7 +323,7 @@ pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
         store::create_and_migrate(config.database.options(), config.database.schema()).await?;
     for message in sample_messages() {
         let kind = message.kind.clone();
-        let id = store::enqueue(&pool, message)
+        let id = store::enqueue_alone(&pool, message)
             .await
             .with_context(|| format!("could not enqueue the sample {kind}"))?;
         info!(outbox.id = id, outbox.kind = %kind, "enqueued a sample message");

@@ -247,17 +247,14 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             let database = args.database.validate()?;
             let payload: serde_json::Value =
                 serde_json::from_str(&args.payload).context("--payload is not valid JSON")?;
-            let message = NewMessage {
-                kind: args.kind,
-                payload,
-                not_before: args.not_before,
-                priority: args.priority,
-                expires_at: args.expires_at,
-                idempotency_key: args.idempotency_key,
-            };
+            let mut message = NewMessage::new(args.kind, payload);
+            message.not_before = args.not_before;
+            message.priority = args.priority;
+            message.expires_at = args.expires_at;
+            message.idempotency_key = args.idempotency_key;
             message.validate()?;
             let pool = app::connect_checked(&database).await?;
-            let id = store::enqueue(&pool, message).await?;
+            let id = store::enqueue_alone(&pool, message).await?;
             pool.close().await;
             outln!("{id}")?;
             Ok(())

@@ -3,10 +3,11 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-mod new;
 mod outcome;
 
-pub use new::{
+/// A message as a producer hands it over, and its checks: the producer crate's, so that an
+/// application enqueueing with it and outboxd refuse the same.
+pub use outboxd_producer::{
     InvalidMessage, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY, NewMessage,
     TIME_RANGE_SECS, validate_kind,
 };

@@ -6,18 +6,10 @@ use std::collections::HashMap;
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-/// The current span's context as a W3C `traceparent`, when there is a sampled trace.
-pub fn current_traceparent() -> Option<String> {
-    let context = tracing::Span::current().context();
-    if !context.span().span_context().is_valid() {
-        return None;
-    }
-    let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&context, &mut carrier);
-    carrier.remove("traceparent")
-}
+/// The current span's context as a W3C `traceparent`: the producer crate's, which
+/// `enqueue` writes.
+pub use outboxd_producer::current_traceparent;
 
 /// The span context a `traceparent` names, if it is well-formed.
 pub fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {

@@ -4,14 +4,13 @@
 //! [`sql`], and composed into the statements' text at compile time.
 
 use statements::fetch_one_alone;
-use statements::{query, query_as, query_scalar};
+use statements::{query, query_as};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{FromRow, PgExecutor};
 
-use crate::message::{InvalidMessage, NewMessage};
-use crate::trace_context::current_traceparent;
+use crate::message::NewMessage;
 
 #[macro_use]
 mod sql;
@@ -58,18 +57,8 @@ pub const MAX_PAGE: i64 = 500;
 /// The channel the insert trigger notifies at commit.
 pub const NOTIFY_CHANNEL: &str = "outbox_messages";
 
-/// Errors of the producer API.
-#[derive(Debug, thiserror::Error)]
-pub enum EnqueueError {
-    #[error(transparent)]
-    Invalid(#[from] InvalidMessage),
-    #[error("could not insert the outbox row: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error(
-        "another transaction enqueued the same idempotency key at the same moment; retry to get its id"
-    )]
-    KeyInFlight,
-}
+/// Errors of the producer API: the producer crate's.
+pub use outboxd_producer::EnqueueError;
 
 /// Whether the database holds the schema this build expects.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +87,9 @@ pub enum SchemaError {
 }
 
 /// Inserts a message in the caller's transaction (or on any executor), so that it is
-/// committed, or rolled back, with the business change that caused it.
+/// committed, or rolled back, with the business change that caused it: the producer crate's
+/// `enqueue`, in this process's schema and with its statements prepared or not, as the
+/// route to the database allows. Applications use that crate (`outboxd-producer`) itself.
 ///
 /// ```no_run
 /// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
@@ -115,33 +106,23 @@ pub async fn enqueue<'e, E>(executor: E, message: NewMessage) -> Result<i64, Enq
 where
     E: PgExecutor<'e>,
 {
-    message.validate()?;
-    // With a key, a second insert of it does nothing and the first row's id comes back.
-    // When another transaction inserted the same key and committed while this one waited
-    // for it, the row is newer than this statement's snapshot: the caller is told to retry.
-    let id: Option<i64> = query_scalar(
-        "WITH inserted AS ( \
-             INSERT INTO outbox_messages \
-                 (kind, payload, not_before, traceparent, priority, expires_at, idempotency_key) \
-             VALUES ($1, $2, coalesce($3, now()), $4, $5, $6, $7) \
-             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-             RETURNING id \
-         ) \
-         SELECT id FROM inserted \
-         UNION ALL \
-         SELECT id FROM outbox_messages \
-         WHERE idempotency_key = $7 AND NOT EXISTS (SELECT FROM inserted)",
-    )
-    .bind(&message.kind)
-    .bind(&message.payload)
-    .bind(message.not_before)
-    .bind(current_traceparent())
-    .bind(message.priority)
-    .bind(message.expires_at)
-    .bind(&message.idempotency_key)
-    .fetch_optional(executor)
-    .await?;
-    id.ok_or(EnqueueError::KeyInFlight)
+    static OUTBOX: std::sync::OnceLock<outboxd_producer::Outbox> = std::sync::OnceLock::new();
+    let outbox = OUTBOX.get_or_init(|| {
+        let outbox = outboxd_producer::Outbox::default().prepared(statements::prepared());
+        match schema::current() {
+            Some(schema) => outbox.in_schema(schema),
+            None => outbox,
+        }
+    });
+    outbox.enqueue(executor, message).await
+}
+
+/// [`enqueue`] on a connection from `pool`, on its own (see [`statements::on_its_own`]):
+/// through a transaction pooler, outside a transaction, an unprepared statement's parse and
+/// its execution could reach two server sessions.
+pub async fn enqueue_alone(pool: &PgPool, message: NewMessage) -> Result<i64, EnqueueError> {
+    let mut connection = pool.acquire().await?;
+    statements::on_its_own(&mut connection, async |c| enqueue(c, message).await).await
 }
 
 /// Creates the database if it does not exist yet (so that `outboxd migrate` works on a

@@ -33,10 +33,10 @@ pub fn prepared() -> bool {
 /// own: sqlx sends an unprepared statement's parse and its execution as two exchanges,
 /// and only an open transaction keeps the pooler from handing the second to another
 /// server session ("unnamed prepared statement does not exist").
-pub async fn on_its_own<T>(
+pub async fn on_its_own<T, E: From<sqlx::Error>>(
     connection: &mut PgConnection,
-    statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
-) -> Result<T, sqlx::Error> {
+    statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+) -> Result<T, E> {
     if prepared() {
         return statement(connection).await;
     }

@@ -289,10 +289,14 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
         *outboxd::message::TIME_RANGE_SECS.end(),
     );
     let at = |secs: i64, nanos: u32| chrono::DateTime::from_timestamp(secs, nanos).unwrap();
-    let message = |time| outboxd::message::NewMessage {
-        not_before: Some(time),
-        expires_at: Some(time),
-        ..outboxd::message::NewMessage::new("account_verification", verification("a@example.com"))
+    let message = |time| {
+        let mut message = outboxd::message::NewMessage::new(
+            "account_verification",
+            verification("a@example.com"),
+        );
+        message.not_before = Some(time);
+        message.expires_at = Some(time);
+        message
     };
     for time in [at(first - 1, 0), at(last + 1, 0)] {
         let refused = outboxd::store::enqueue(&db.pool, message(time))

@@ -23,6 +23,7 @@ mod own_schema;
 mod policy;
 mod poolers;
 mod postgres18;
+mod producer;
 mod reliability;
 mod replicas;
 mod suppression;

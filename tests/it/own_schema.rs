@@ -9,10 +9,10 @@ use crate::helpers::{
 };
 use crate::poolers::{PgBouncer, Running, each_once, no_error_lines};
 
-const SCHEMA: &str = "mail";
+pub(crate) const SCHEMA: &str = "mail";
 
 /// Runs an `outboxd` subcommand in the schema; its stdout, after asserting it succeeded.
-fn in_schema(database_url: &str, args: &[&str]) -> String {
+pub(crate) fn in_schema(database_url: &str, args: &[&str]) -> String {
     let output = outboxd()
         .args(args)
         .args(["--database-url", database_url])

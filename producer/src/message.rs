@@ -6,8 +6,11 @@ use serde_json::Value;
 /// The longest kind name the table accepts.
 pub const MAX_KIND_CHARS: usize = 100;
 
-/// A message a producer wants sent, committed together with its business change.
+/// A message a producer wants sent, committed together with its business change. Made with
+/// [`NewMessage::new`], then its public fields set; more may come, so it is not built as a
+/// literal.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct NewMessage {
     /// Which email to render: the name of a template set, such as `account_verification`.
     pub kind: String,
@@ -22,12 +25,17 @@ pub struct NewMessage {
     /// The producer's key for this email: enqueueing the same key again returns the first
     /// message's id and inserts nothing.
     pub idempotency_key: Option<String>,
+    /// The W3C trace context of the request that caused the email, so that outboxd's send
+    /// span links to it. `None`: with the `opentelemetry` feature, the current span's.
+    pub traceparent: Option<String>,
 }
 
 /// The highest priority the table accepts.
 pub const MAX_PRIORITY: i16 = 10_000;
 /// The longest idempotency key the table accepts, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 200;
+/// The longest `traceparent` the table accepts, in characters (a W3C one has 55).
+pub const MAX_TRACEPARENT_CHARS: usize = 128;
 /// The times the table accepts, in seconds since the epoch: years 1 to 9999, as its CHECK
 /// constraints say (`migrations/*_times_on_the_calendar.sql`). Past them a time cannot be
 /// read back (the driver's calendar ends in year 262142) nor, when infinite, subtracted.
@@ -42,6 +50,7 @@ impl NewMessage {
             priority: 0,
             expires_at: None,
             idempotency_key: None,
+            traceparent: None,
         }
     }
 
@@ -58,6 +67,13 @@ impl NewMessage {
             && !(1..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&key.chars().count())
         {
             return Err(InvalidMessage::IdempotencyKey);
+        }
+        if self
+            .traceparent
+            .as_ref()
+            .is_some_and(|t| t.chars().count() > MAX_TRACEPARENT_CHARS)
+        {
+            return Err(InvalidMessage::Traceparent);
         }
         for (field, time) in [
             ("not_before", self.not_before),
@@ -84,6 +100,8 @@ pub enum InvalidMessage {
     Priority(i16),
     #[error("an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")]
     IdempotencyKey,
+    #[error("a traceparent must be at most {MAX_TRACEPARENT_CHARS} characters")]
+    Traceparent,
     #[error("{field} must be a time in the years 1 to 9999, got {time}")]
     Time {
         field: &'static str,

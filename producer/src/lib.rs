@@ -1,0 +1,139 @@
+//! Enqueue emails for [outboxd](https://github.com/outboxd/outboxd) from a Rust application,
+//! in the application's own sqlx transaction: the email is committed, or rolled back, with
+//! the business change that caused it. outboxd, running beside the application, sends it.
+//!
+//! This crate is only the producer's side: [`NewMessage`], its checks, and one `INSERT`.
+//! It does not pull in outboxd's HTTP, SMTP or telemetry stacks, nor choose sqlx's runtime
+//! or TLS: the application's own sqlx does.
+//!
+//! ```no_run
+//! # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut tx = pool.begin().await?;
+//! // ... the business change, in `tx` ...
+//! outboxd_producer::enqueue(&mut *tx, outboxd_producer::NewMessage::new(
+//!     "account_verification",
+//!     serde_json::json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://app.example/v/1"}),
+//! )).await?;
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Where outboxd's tables are in a schema of their own (`OUTBOXD_SCHEMA`), or the
+//! application reaches PostgreSQL through a transaction pooler, hold an [`Outbox`] that
+//! says so and enqueue with it.
+
+mod message;
+pub mod schema;
+mod trace;
+
+pub use message::{
+    InvalidMessage, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY, MAX_TRACEPARENT_CHARS,
+    NewMessage, TIME_RANGE_SECS, validate_kind,
+};
+pub use schema::{InvalidSchema, Schema};
+pub use trace::current_traceparent;
+
+use std::sync::Arc;
+
+use sqlx::PgExecutor;
+
+/// Why a message was not enqueued.
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidMessage),
+    #[error("could not insert the outbox row: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error(
+        "another transaction enqueued the same idempotency key at the same moment; retry to get its id"
+    )]
+    KeyInFlight,
+}
+
+/// The insert. With a key, a second insert of it does nothing and the first row's id comes
+/// back. When another transaction inserted the same key and committed while this one waited
+/// for it, the row is newer than this statement's snapshot: the caller is told to retry.
+const INSERT: &str = "WITH inserted AS ( \
+         INSERT INTO outbox_messages \
+             (kind, payload, not_before, traceparent, priority, expires_at, idempotency_key) \
+         VALUES ($1, $2, coalesce($3, now()), $4, $5, $6, $7) \
+         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+         RETURNING id \
+     ) \
+     SELECT id FROM inserted \
+     UNION ALL \
+     SELECT id FROM outbox_messages \
+     WHERE idempotency_key = $7 AND NOT EXISTS (SELECT FROM inserted)";
+
+/// Where and how messages are enqueued: outboxd's schema, and whether the statement may be
+/// kept prepared. Build one at start and keep it.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    insert: Arc<str>,
+    prepared: bool,
+}
+
+impl Default for Outbox {
+    /// outboxd's tables in the connection's `search_path` (`public`, by default), and the
+    /// statement kept prepared, as sqlx does by default.
+    fn default() -> Self {
+        Self {
+            insert: Arc::from(INSERT),
+            prepared: true,
+        }
+    }
+}
+
+impl Outbox {
+    /// outboxd's tables in `schema`, as `OUTBOXD_SCHEMA` put them.
+    pub fn in_schema(mut self, schema: &Schema) -> Self {
+        self.insert = Arc::from(schema::qualify(INSERT, schema));
+        self
+    }
+
+    /// Whether the statement may be kept prepared on the server (the default). Through a
+    /// transaction pooler (PgBouncer in transaction mode, most managed poolers), pass
+    /// `false`: a statement left prepared on one server session is unknown to the next. Then
+    /// enqueue in a transaction (as one does, with the business change): outside one, sqlx
+    /// sends an unprepared statement's parse and execution apart, and the pooler may hand
+    /// them to two server sessions.
+    pub fn prepared(mut self, prepared: bool) -> Self {
+        self.prepared = prepared;
+        self
+    }
+
+    /// Inserts `message` with `executor`, usually the caller's transaction, and returns the
+    /// row's id. A message the table would refuse is refused first, with what is wrong.
+    pub async fn enqueue<'e, E>(
+        &self,
+        executor: E,
+        message: NewMessage,
+    ) -> Result<i64, EnqueueError>
+    where
+        E: PgExecutor<'e>,
+    {
+        message.validate()?;
+        let traceparent = message.traceparent.or_else(current_traceparent);
+        let id: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(Arc::clone(&self.insert)))
+            .persistent(self.prepared)
+            .bind(&message.kind)
+            .bind(&message.payload)
+            .bind(message.not_before)
+            .bind(traceparent)
+            .bind(message.priority)
+            .bind(message.expires_at)
+            .bind(&message.idempotency_key)
+            .fetch_optional(executor)
+            .await?;
+        id.ok_or(EnqueueError::KeyInFlight)
+    }
+}
+
+/// Inserts `message` into `outbox_messages` with `executor`, usually the caller's
+/// transaction: [`Outbox::default`]'s [`Outbox::enqueue`].
+pub async fn enqueue<'e, E>(executor: E, message: NewMessage) -> Result<i64, EnqueueError>
+where
+    E: PgExecutor<'e>,
+{
+    Outbox::default().enqueue(executor, message).await
+}
