@@ -60,11 +60,19 @@ async fn thousands_of_half_open_connections_leave_the_probes_metrics_and_deliver
         })
         .await;
     }
-    let files = open_files(outboxd.child.id());
-    assert!(
-        files < 400,
-        "outboxd holds {files} files for 1000 connections"
-    );
+    // Connections past the cap are accepted and closed: on a loaded machine a burst of
+    // them may still be open for a moment, so the count is waited for, not sampled.
+    let pid = outboxd.child.id();
+    let files = crate::helpers::poll_until(
+        Duration::from_secs(10),
+        "outboxd under 400 files",
+        || async {
+            let files = open_files(pid);
+            (files < 400).then_some(files)
+        },
+    )
+    .await;
+    assert!(files < 400);
     db.enqueue("account_verification", verification("through@example.com"))
         .await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
