@@ -7,8 +7,9 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
-Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, baseline. Needs: cargo, psql,
-PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's `postfix`), and
+Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, baseline. Needs:
+cargo, psql, PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's
+`postfix`), pgbouncer (Debian's, for `pooled`), and
 psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
 it afterwards. Nothing here asserts a time: it measures and prints.
 """
@@ -192,17 +193,19 @@ def drain_rate(url, after_id=0):
     return int(count) / max(float(seconds), 1e-6)
 
 
-def run_drain(url, messages, flags, replicas=1, dump=None, env=None):
+def run_drain(url, messages, flags, replicas=1, dump=None, env=None, via=None):
+    """`via`: the URL outboxd connects to, when not `url` (a pooler in front of it)."""
     insert_pending(url, messages)
     with smtp_sink(dump) as port:
         started = time.time()
-        procs = [Outboxd(url, port, *flags, "--worker-id", f"bench-{i}", env=env) for i in range(replicas)]
-        pg_before, sink_before = cpu_by_program(["postgres"]), cpu_by_program(["smtp-sink"])
+        procs = [Outboxd(via or url, port, *flags, "--worker-id", f"bench-{i}", env=env) for i in range(replicas)]
+        programs = ["postgres", "smtp-sink", "pgbouncer"]
+        before = {name: cpu_by_program([name]) for name in programs}
         wait_drained(url, messages)
         wall = time.time() - started
         # PostgreSQL's backends for outboxd live for the whole run, so none is missed.
-        others = {"postgres": cpu_by_program(["postgres"]) - pg_before,
-                  "sink": cpu_by_program(["smtp-sink"]) - sink_before}
+        spent = {name: cpu_by_program([name]) - before[name] for name in programs}
+        others = {"postgres": spent["postgres"], "sink": spent["smtp-sink"], "pgbouncer": spent["pgbouncer"]}
         cpu = sum(p.cpu_seconds() for p in procs)
         rss = max(p.peak_rss_mib() for p in procs)
         for p in procs:
@@ -444,11 +447,14 @@ def restore_policies(before):
             log(f"could not give process {pid} its scheduling policy back: {e}")
 
 
-def measure_latency(args, *flags, peers_batch=False):
+def measure_latency(args, *flags, peers_batch=False, via=None, env=None):
+    """`via(database)`: the URL outboxd connects to, when not the database's own (a pooler
+    in front of it); `env(url)`: outboxd's extra environment."""
     import psycopg
     with database("outboxd_bench_latency") as url, smtp_sink() as port:
         # The default 15 s poll: only NOTIFY explains a fast send.
-        proc = Outboxd(url, port, *TUNED, *flags)
+        proc = Outboxd(via("outboxd_bench_latency") if via else url, port, *TUNED, *flags,
+                       env=env(url) if env else None)
         committed = {}
         with psycopg.connect(url, autocommit=True) as conn:
             # One message first, so that outboxd's connections are open (its pool opens
@@ -823,6 +829,88 @@ def scenario_replicas(args):
            "distinct X-Outbox-Id at the sink", "duplicates"], rows)
 
 
+@contextmanager
+def pgbouncer(mode="transaction", pool_size=20):
+    """Debian's PgBouncer on a port of its own in front of the local PostgreSQL; yields the
+    URL of `database` through it."""
+    home = tempfile.mkdtemp(prefix="outboxd-pgbouncer-")
+    os.chmod(home, 0o777)
+    port = free_port()
+    with open(os.path.join(home, "users.txt"), "w") as f:
+        f.write('"postgres" ""\n')
+    ini = os.path.join(home, "pgbouncer.ini")
+    with open(ini, "w") as f:
+        f.write(f"[databases]\n* = host=127.0.0.1 port=5432\n[pgbouncer]\nlisten_addr = 127.0.0.1\n"
+                f"listen_port = {port}\nauth_type = trust\nauth_file = {home}/users.txt\n"
+                f"pool_mode = {mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 200\n"
+                f"unix_socket_dir =\nlogfile = {home}/pgbouncer.log\n")
+    as_postgres = ["-u", "postgres"] if os.geteuid() == 0 else []
+    proc = subprocess.Popen(["pgbouncer", *as_postgres, ini], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    try:
+        yield lambda database: f"postgres://postgres@127.0.0.1:{port}/{database}"
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def scenario_pooled(args):
+    """The tuned drain with statements kept prepared (directly connected, the default),
+    unnamed and each in a transaction of its own (what outboxd does past a transaction
+    pooler; here forced on a direct connection by OUTBOXD_LISTEN_DATABASE_URL), and through
+    PgBouncer in transaction mode itself. Runs alternate, so that the machine's noise falls
+    on each set-up alike."""
+    setups = ["prepared, direct", "unnamed, direct", "unnamed, PgBouncer (transaction)"]
+    runs = {s: [] for s in setups}
+    with pgbouncer() as through:
+        for _ in range(args.repeat):
+            for setup in setups:
+                with database("outboxd_bench_pooled") as url:
+                    env = None if setup == setups[0] else {"OUTBOXD_LISTEN_DATABASE_URL": url}
+                    via = through("outboxd_bench_pooled") if "PgBouncer" in setup else None
+                    runs[setup].append(run_drain(url, args.pooled_messages, TUNED, env=env, via=via))
+    base = statistics.median(r["rate"] for r in runs[setups[0]])
+
+    def per_msg(r, cpu):
+        return f"{1000 * cpu / r['messages']:.3f}"
+
+    rows = []
+    for setup in setups:
+        median = sorted(runs[setup], key=lambda r: r["rate"])[len(runs[setup]) // 2]
+        rows.append([setup, f"{median['rate']:.0f}", f"{median['rate'] / base:.2f}",
+                     per_msg(median, median["cpu"]), per_msg(median, median["others"]["postgres"]),
+                     per_msg(median, median["others"]["pgbouncer"]),
+                     ", ".join(f"{r['rate']:.0f}" for r in runs[setup])])
+    table(f"Pooled: {args.pooled_messages} pending messages, {' '.join(TUNED)}, {args.repeat} runs each, alternated "
+          "(medians)",
+          ["statements", "msg/s", "vs. prepared", "outboxd CPU ms/msg", "PostgreSQL CPU ms/msg",
+           "PgBouncer CPU ms/msg", "each run msg/s"], rows)
+    # Commit to send in steady traffic through each pooler set-up of the book's Deployment
+    # page: a direct LISTEN connection, none (the 2 s fallback poll), and a session pooler
+    # of 4 server connections with a budget of 4.
+    listen_direct = lambda url: {"OUTBOXD_LISTEN_DATABASE_URL": url}
+    latency = []
+    with pgbouncer("transaction") as transaction, pgbouncer("session", pool_size=4) as session:
+        for label, via, env in [
+            ("transaction mode, OUTBOXD_LISTEN_DATABASE_URL direct", transaction, listen_direct),
+            ("transaction mode alone (notifications miss: 2 s poll)", transaction, None),
+            ("session mode, 4 server connections, OUTBOXD_DATABASE_MAX_CONNECTIONS=4", session,
+             lambda url: {"OUTBOXD_DATABASE_MAX_CONNECTIONS": "4"}),
+        ]:
+            r = measure_latency(args, via=via, env=env)
+            latency.append([label, f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['max']:.1f}",
+                            f"{r['n'] / args.duration:.0f}", f"{r['cpu_ms']:.3f}"])
+    table(f"Pooled latency: commit to send, one message per transaction at {args.rate}/s for {args.duration} s "
+          "through PgBouncer, poll interval 15 s",
+          ["set-up", "p50 ms", "p99 ms", "max ms", "achieved rate /s", "outboxd CPU ms/msg"], latency)
+
+
 def scenario_baseline(args, drain_result):
     flags = ["--batch-size", "25", "--smtp-concurrency", "1", "--poll-interval", "15s"]
     with database("outboxd_bench_baseline") as url:
@@ -835,9 +923,10 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
+    parser.add_argument("--pooled-messages", type=int, default=50_000)
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
@@ -878,6 +967,8 @@ def main():
             scenario_replicas(args)
         elif name == "longtx":
             scenario_longtx(args)
+        elif name == "pooled":
+            scenario_pooled(args)
         elif name == "baseline":
             scenario_baseline(args, drain_result)
         else:

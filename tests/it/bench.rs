@@ -15,6 +15,8 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "300",
             "--baseline-messages",
             "100",
+            "--pooled-messages",
+            "100",
             "--big-rows",
             "2000",
         ])
@@ -45,6 +47,8 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
         "### Idle",
         "### Big table",
         "### Replicas",
+        "### Pooled",
+        "### Pooled latency",
         "### Baseline",
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
