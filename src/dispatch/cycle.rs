@@ -24,18 +24,20 @@ impl Dispatcher {
         })
     }
 
-    /// Dispatches batches until one comes back short, as the original design did. Rows
-    /// that fall due during the drain (new ones, or retries with no delay) wait for the
-    /// next cycle, so a failing message is not retried in a tight loop. After a full batch
-    /// the next one is claimed while this one is sent, so no connection waits on the
-    /// database.
+    /// Dispatches batches until one comes back short, as the original design did. After a
+    /// full batch the next one is claimed while this one is sent, so no connection waits on
+    /// the database. Each claim takes rows due by the time of the claim before it: a row
+    /// that falls due during the drain (a new one, a priority one, a retry whose delay ran
+    /// out) is claimed a batch or two later, ahead of the backlog when its priority says
+    /// so, while a row this drain just retried with no delay is not taken again by the
+    /// claim already under way when its outcome was written. Before, the horizon stayed at
+    /// the drain's first claim, and a password reset waited behind a 20 000-row backlog.
     pub async fn drain(&self) -> Result<Step, DispatchError> {
         let mut total = BatchReport::default();
-        let mut due_by = None;
         let mut previous: Option<SentBatch> = None;
         let mut next = self.claim_next(None).await?;
         while let NextBatch::Leased(leased) = next {
-            due_by = due_by.or(Some(leased.claim.claimed.claimed_at));
+            let due_by = Some(leased.claim.claimed.claimed_at);
             let full = leased.claim.claimed.messages.len() >= leased.claim.requested as usize;
             let (sent, finished, following) = tokio::join!(
                 self.send_batch(leased),

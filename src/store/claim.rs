@@ -18,7 +18,7 @@ pub struct ClaimRequest<'a> {
     pub lease: Duration,
     pub worker_id: &'a str,
     /// Only rows due at or before this time; `None` means now. A drain passes the time of
-    /// its first claim, so that a row retried with no delay waits for the next cycle.
+    /// its previous claim (see `Dispatcher::drain`).
     pub due_by: Option<DateTime<Utc>>,
     /// A payload whose text is longer stays in the database: the row comes back without
     /// it, to be dead-lettered, and costs no memory here.

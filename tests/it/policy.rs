@@ -201,6 +201,68 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     assert_eq!(last.outbox_id, old.to_string());
 }
 
+/// Where the message `id` arrived at `smtp`, counting from 0.
+fn arrival_of(smtp: &SmtpServer, id: i64) -> Option<usize> {
+    smtp.messages()
+        .iter()
+        .position(|m| m.outbox_id == id.to_string())
+}
+
+#[tokio::test]
+pub(crate) async fn a_priority_message_inserted_while_a_drain_runs_overtakes_its_backlog() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload) \
+         SELECT 'account_verification', jsonb_build_object('to', 'bulk' || g || '@example.com', \
+                'name', 'Bulk', 'verify_url', 'https://app.example/v') \
+         FROM generate_series(1, 3000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let smtp_url = smtp.url();
+    let flags = [
+        "--batch-size",
+        "25",
+        "--max-batch-size",
+        "25",
+        "--smtp-concurrency",
+        "2",
+    ];
+    let _outboxd = Outboxd::start(
+        &db.url,
+        &flags,
+        &[
+            ("OUTBOXD_SMTP_URL", &smtp_url),
+            ("OUTBOXD_FROM", "Acme <no-reply@acme.example>"),
+        ],
+    )
+    .await;
+    // The drain is under way: a few batches of the backlog are out.
+    smtp.wait_for(200, Duration::from_secs(60)).await;
+    let mut urgent =
+        outboxd::NewMessage::new("account_verification", verification("reset@example.com"));
+    urgent.priority = 10;
+    let urgent_id = outboxd::enqueue(&db.pool, urgent).await.unwrap();
+    let sent_before = smtp.messages().len();
+    let arrived =
+        crate::helpers::poll_until(Duration::from_secs(60), "the priority message", || async {
+            arrival_of(&smtp, urgent_id)
+        })
+        .await;
+    // The claim under way and the next may have been taken already; then it goes first.
+    let batches_after = arrived.saturating_sub(sent_before) / 25;
+    assert!(
+        batches_after <= 3,
+        "sent after {arrived} messages, {sent_before} of them out when it was committed"
+    );
+    assert!(
+        arrived < 3000 - 100,
+        "it waited for the backlog: sent after {arrived}"
+    );
+}
+
 #[tokio::test]
 pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
     let db = TestDb::new().await;
