@@ -847,6 +847,8 @@ def pgbouncer(mode="transaction", pool_size=20):
     as_postgres = ["-u", "postgres"] if os.geteuid() == 0 else []
     proc = subprocess.Popen(["pgbouncer", *as_postgres, ini], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
+        if proc.poll() is not None:
+            raise SystemExit(f"pgbouncer did not start: {read_text(os.path.join(home, 'pgbouncer.log'))}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             break

@@ -39,11 +39,16 @@ use sqlx::PgExecutor;
 
 /// Why a message was not enqueued.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnqueueError {
+    /// The message would be refused by the table or the templates; nothing was sent.
     #[error(transparent)]
     Invalid(#[from] InvalidMessage),
+    /// The insert failed (the caller's transaction is then aborted, as after any error).
     #[error("could not insert the outbox row: {0}")]
     Database(#[from] sqlx::Error),
+    /// Another transaction committed the same idempotency key while this one waited for
+    /// it: enqueue again to get that message's id.
     #[error(
         "another transaction enqueued the same idempotency key at the same moment; retry to get its id"
     )]
@@ -86,6 +91,7 @@ impl Default for Outbox {
 
 impl Outbox {
     /// outboxd's tables in `schema`, as `OUTBOXD_SCHEMA` put them.
+    #[must_use]
     pub fn in_schema(mut self, schema: &Schema) -> Self {
         self.insert = Arc::from(schema::qualify(INSERT, schema));
         self
@@ -97,6 +103,7 @@ impl Outbox {
     /// enqueue in a transaction (as one does, with the business change): outside one, sqlx
     /// sends an unprepared statement's parse and execution apart, and the pooler may hand
     /// them to two server sessions.
+    #[must_use]
     pub fn prepared(mut self, prepared: bool) -> Self {
         self.prepared = prepared;
         self
@@ -135,5 +142,6 @@ pub async fn enqueue<'e, E>(executor: E, message: NewMessage) -> Result<i64, Enq
 where
     E: PgExecutor<'e>,
 {
-    Outbox::default().enqueue(executor, message).await
+    static DEFAULT: std::sync::LazyLock<Outbox> = std::sync::LazyLock::new(Outbox::default);
+    DEFAULT.enqueue(executor, message).await
 }

@@ -42,6 +42,9 @@ pub const MAX_TRACEPARENT_CHARS: usize = 128;
 pub const TIME_RANGE_SECS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
 
 impl NewMessage {
+    /// A message of `kind` (a template set's name) with `payload` (its variables and
+    /// recipients), due as soon as its transaction commits, with no priority, deadline,
+    /// idempotency key or trace context; set those fields after.
     pub fn new(kind: impl Into<String>, payload: Value) -> Self {
         Self {
             kind: kind.into(),
@@ -89,6 +92,7 @@ impl NewMessage {
 
 /// Why a new message was refused before it reached the database.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InvalidMessage {
     #[error(
         "kind must be 1 to {MAX_KIND_CHARS} characters of a-z, 0-9, '_', '-' or '.', got {0:?}"

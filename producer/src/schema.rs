@@ -31,6 +31,7 @@ pub struct Schema(String);
 
 /// Why a name cannot be outboxd's schema.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InvalidSchema {
     #[error(
         "{0:?} is not a schema name outboxd takes: use lower-case letters, digits and underscores, starting with a letter or an underscore"
@@ -76,7 +77,16 @@ impl Schema {
     }
 }
 
-/// `sql` with each bare name of [`OBJECTS`] prefixed with `schema`.
+impl std::fmt::Display for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `sql` with each bare name of [`OBJECTS`] prefixed with `schema`. It reads PostgreSQL's
+/// standard strings only: an escape string (`E'...\'...'`) is not understood, and a name
+/// quoted (`"outbox_messages"`), upper-cased in `TO_REGCLASS(`, or given as a literal
+/// anywhere else (`'outbox_messages'::regclass`) is left as it is.
 pub fn qualify(sql: &str, schema: &Schema) -> String {
     let prefix = schema.quoted();
     let mut out = String::with_capacity(sql.len() + 64);

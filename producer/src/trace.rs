@@ -1,7 +1,8 @@
 //! The current span's W3C trace context, with the `opentelemetry` feature: what `enqueue`
 //! writes to `traceparent` when the message carries none.
 
-/// The current span's context as a W3C `traceparent`, when there is a sampled trace.
+/// The current span's context as a W3C `traceparent`, when it has a valid one (sampled
+/// or not: the flags say which).
 #[cfg(feature = "opentelemetry")]
 pub fn current_traceparent() -> Option<String> {
     use opentelemetry::propagation::TextMapPropagator as _;

@@ -26,12 +26,9 @@ impl Dispatcher {
 
     /// Dispatches batches until one comes back short, as the original design did. After a
     /// full batch the next one is claimed while this one is sent, so no connection waits on
-    /// the database. Each claim takes rows due by the time of the claim before it: a row
-    /// that falls due during the drain (a new one, a priority one, a retry whose delay ran
-    /// out) is claimed a batch or two later, ahead of the backlog when its priority says
-    /// so, while a row this drain just retried with no delay is not taken again by the
-    /// claim already under way when its outcome was written. Before, the horizon stayed at
-    /// the drain's first claim, and a password reset waited behind a 20 000-row backlog.
+    /// the database. Each claim takes rows due by the time of the claim before it, so what
+    /// falls due during a drain (a priority message, a retry) is claimed a batch or two
+    /// later: a retry with no delay too, so it comes back within the drain.
     pub async fn drain(&self) -> Result<Step, DispatchError> {
         let mut total = BatchReport::default();
         let mut previous: Option<SentBatch> = None;

@@ -229,7 +229,8 @@ impl Outcome {
 pub struct RetryPolicy {
     /// Attempts (including the first) before a message is dead-lettered.
     pub max_attempts: u32,
-    /// The first retry's delay; each further one doubles, with jitter. Zero retries at the next poll.
+    /// The first retry's delay; each further one doubles, with jitter. Zero: due at once,
+    /// claimed a few batches later during a drain, else at the next wake-up or poll.
     pub base: Duration,
     /// No retry waits longer than this.
     pub max: Duration,

@@ -38,7 +38,15 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
         carry_over(&mut connection).await?;
         return migrator.run(&mut *connection).await;
     };
-    migrator.create_schema(schema.quoted());
+    // CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema is
+    // there: a schema a DBA made for a role without it must not fail.
+    let exists: bool = query_scalar("SELECT to_regnamespace($1) IS NOT NULL")
+        .bind(schema.quoted())
+        .fetch_one(&mut *connection)
+        .await?;
+    if !exists {
+        migrator.create_schema(schema.quoted());
+    }
     let mut connection = connection.detach();
     query(sqlx::AssertSqlSafe(format!(
         "SELECT set_config('search_path', '{}', false)",

@@ -106,15 +106,17 @@ pub async fn enqueue<'e, E>(executor: E, message: NewMessage) -> Result<i64, Enq
 where
     E: PgExecutor<'e>,
 {
+    // The statement's text once, in the process's schema; the route may change after.
     static OUTBOX: std::sync::OnceLock<outboxd_producer::Outbox> = std::sync::OnceLock::new();
-    let outbox = OUTBOX.get_or_init(|| {
-        let outbox = outboxd_producer::Outbox::default().prepared(statements::prepared());
-        match schema::current() {
-            Some(schema) => outbox.in_schema(schema),
-            None => outbox,
-        }
+    let outbox = OUTBOX.get_or_init(|| match schema::current() {
+        Some(schema) => outboxd_producer::Outbox::default().in_schema(schema),
+        None => outboxd_producer::Outbox::default(),
     });
-    outbox.enqueue(executor, message).await
+    outbox
+        .clone()
+        .prepared(statements::prepared())
+        .enqueue(executor, message)
+        .await
 }
 
 /// [`enqueue`] on a connection from `pool`, on its own (see [`statements::on_its_own`]):
@@ -155,6 +157,16 @@ pub async fn create_and_migrate(
         }
         Err(e) => return Err(connect_error(e, options)),
     };
+    if let Some(schema) = schema
+        && transaction_pooler_in_the_way(options)
+            .await
+            .map_err(|e| connect_error(e, options))?
+    {
+        anyhow::bail!(
+            "a transaction pooler is in the way of DATABASE_URL: run `outboxd migrate` with OUTBOXD_SCHEMA={} over a direct connection (its search_path would stay on a server session the pooler hands to other clients)",
+            schema.name()
+        );
+    }
     migrate(&pool)
         .await
         .context("could not apply the migrations")?;

@@ -206,3 +206,42 @@ async fn a_role_without_usage_on_the_schema_is_refused_at_start_and_told_why() {
     .await
     .expect("the role dropped");
 }
+
+#[tokio::test]
+async fn migrate_in_a_schema_through_a_transaction_pooler_is_refused_with_one_line() {
+    let db = TestDb::empty().await;
+    let bouncer = PgBouncer::start("transaction", 4);
+    bouncer.wait_until_up().await;
+    let output = outboxd()
+        .args(["migrate", "--database-url", &bouncer.url(&db)])
+        .env("OUTBOXD_SCHEMA", SCHEMA)
+        .output()
+        .expect("outboxd");
+    let stderr = refusal(&output);
+    assert!(
+        stderr.contains("a transaction pooler is in the way of DATABASE_URL"),
+        "{stderr}"
+    );
+    assert_eq!(objects_in(&db, SCHEMA).await, 0, "nothing was created");
+}
+
+#[tokio::test]
+async fn a_schema_made_by_a_dba_is_migrated_by_its_owner_without_create_on_the_database() {
+    let db = TestDb::empty().await;
+    let role = format!("migrator_{}", &db.name[db.name.len() - 8..]);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN; CREATE SCHEMA {SCHEMA} AUTHORIZATION {role}"
+    )))
+    .execute(&db.pool)
+    .await
+    .expect("the role and its schema");
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    in_schema(&url, &["migrate"]);
+    assert!(objects_in(&db, SCHEMA).await > 10);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {SCHEMA} CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"
+    )))
+    .execute(&db.pool)
+    .await
+    .expect("the role dropped");
+}
