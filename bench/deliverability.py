@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What deliverability costs in a drain: the same messages drained plainly, with a
-suppression list of 100 000 addresses (1% of the messages going to one of them), and signed
-with DKIM (RSA-2048), back to back on this machine.
+suppression list of 100 000 addresses (1% of the messages going to one of them), signed
+with DKIM (RSA-2048), and signed twice (RSA-2048 and Ed25519 beside it), back to back on
+this machine.
 
     python3 bench/deliverability.py                  # 20 000 messages per variant
     python3 bench/deliverability.py --messages 5000
@@ -49,11 +50,16 @@ def main():
         key = os.path.join(tmp, "dkim.pem")
         subprocess.run(["openssl", "genrsa", "-traditional", "-out", key, "2048"], check=True, capture_output=True)
         dkim = ["--dkim-domain", "example.com", "--dkim-selector", "bench", "--dkim-private-key-file", key]
-        rows = []
+        ed_key = os.path.join(tmp, "dkim-ed25519.pem")
+        subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", ed_key], check=True,
+                       capture_output=True)
+        both = dkim + ["--dkim-ed25519-selector", "bench-ed", "--dkim-ed25519-private-key-file", ed_key]
+        rows, plain = [], None
         for label, flags, prepare in [
             ("plain", run.TUNED, None),
             (f"{SUPPRESSED:,} suppressed addresses", run.TUNED, suppress),
             ("DKIM, RSA-2048", run.TUNED + dkim, None),
+            ("DKIM, RSA-2048 and Ed25519", run.TUNED + both, None),
         ]:
             run.log(f"== {label}")
             with run.database("outboxd_bench_deliverability") as url:
@@ -61,10 +67,11 @@ def main():
                     prepare(url, args.messages)
                 r = run.run_drain(url, args.messages, flags)
                 ended = int(run.psql(url, "SELECT count(*) FROM outbox_messages WHERE end_reason = 'suppressed'"))
-            rows.append([label, f"{r['rate']:.0f}", f"{1000 * r['cpu'] / r['messages']:.3f}",
+            plain = plain or r["rate"]
+            rows.append([label, f"{r['rate']:.0f}", f"{r['rate'] / plain:.2f}", f"{1000 * r['cpu'] / r['messages']:.3f}",
                          f"{1000 * r['others']['postgres'] / r['messages']:.3f}", f"{r['rss']:.1f}", ended])
     run.table(f"Deliverability: {args.messages} pending messages, {' '.join(run.TUNED)}",
-              ["variant", "msg/s", "outboxd CPU ms/msg", "PostgreSQL CPU ms/msg", "peak RSS MiB",
+              ["variant", "msg/s", "vs. plain", "outboxd CPU ms/msg", "PostgreSQL CPU ms/msg", "peak RSS MiB",
                "ended suppressed"], rows)
 
 

@@ -291,12 +291,9 @@ pub fn renderer(config: &RunConfig) -> anyhow::Result<Renderer> {
         config.message_id_domain.clone(),
     )?
     .with_limits(config.limits);
-    Ok(match &config.dkim {
-        Some(key) => renderer
-            .with_dkim(key)
-            .map_err(|e| anyhow::anyhow!("invalid DKIM settings: {e}"))?,
-        None => renderer,
-    })
+    renderer
+        .with_dkim(&config.dkim)
+        .map_err(|e| anyhow::anyhow!("invalid DKIM settings: {e}"))
 }
 
 /// The metrics and probes address, and the admin one when it is separate.

@@ -209,7 +209,8 @@ pub struct RunConfig {
     pub admin_hosts: AdminHosts,
     pub retention: Retention,
     /// Signs every email when set.
-    pub dkim: Option<DkimKey>,
+    /// The DKIM keys, one signature each: none, RSA, or RSA and Ed25519.
+    pub dkim: Vec<DkimKey>,
     /// The bounce and complaint webhooks turned on.
     pub feedback: Arc<FeedbackSettings>,
 }

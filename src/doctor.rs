@@ -75,16 +75,21 @@ pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Find
     found
 }
 
-fn dkim(config: &RunConfig) -> Option<Finding> {
-    let key = config.dkim.as_ref()?;
-    Some(finding(
-        Verdict::Ok,
-        "dkim",
-        format!(
-            "the key reads; publish its public key at {} (TXT)",
-            key.record()
-        ),
-    ))
+fn dkim(config: &RunConfig) -> impl Iterator<Item = Finding> + '_ {
+    config.dkim.iter().map(|key| {
+        let value = key
+            .ed25519_record_value()
+            .map_or_else(String::new, |value| format!(": {value}"));
+        finding(
+            Verdict::Ok,
+            "dkim",
+            format!(
+                "the {} key reads; publish its public key at {} (TXT){value}",
+                key.algorithm().tag(),
+                key.record()
+            ),
+        )
+    })
 }
 
 async fn smtp(config: &RunConfig) -> Finding {

@@ -1,17 +1,20 @@
-//! DKIM signing (RFC 6376): RSA-SHA256, relaxed/relaxed canonicalization (a relay that
+//! DKIM signing (RFC 6376): RSA-SHA256, and Ed25519-SHA256 (RFC 8463) beside it,
+//! relaxed/relaxed canonicalization (a relay that
 //! refolds a header does not break the signature), over the formatted email's headers that
 //! outboxd writes and those the kinds declare, each oversigned: listed once more than it
 //! occurs, so that a header added on the way, even one more `Subject:`, breaks the
 //! signature (lettre's signer signed each once, and a prepended `Subject:` still verified).
 //! RSA is ring's (constant-time, blinded) for keys of 2048 bits and more, and the `rsa`
 //! crate's for the 1024- to 2047-bit keys that ring does not take and verifiers still
-//! accept (RFC 8301).
+//! accept (RFC 8301). Ed25519 is ring's too. An Ed25519 signature is always a second one,
+//! beside an RSA one (RFC 8463 asks signers to do both): verifiers that do not know
+//! Ed25519 (Gmail's, in 2026) ignore it and check the RSA one.
 
 mod canonical;
 
 use base64::Engine as _;
-use rustls_pki_types::PrivatePkcs1KeyDer;
 use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{PrivatePkcs1KeyDer, PrivatePkcs8KeyDer};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::text::debug_showing_only;
@@ -61,15 +64,33 @@ fn der_element<'a>(input: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
     Some(contents)
 }
 
-/// A signing domain, selector and RSA key, checked at start-up.
+/// What a key signs with: the signature's `a=` tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    RsaSha256,
+    Ed25519Sha256,
+}
+
+impl Algorithm {
+    /// The `a=` tag's value.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Self::RsaSha256 => "rsa-sha256",
+            Self::Ed25519Sha256 => "ed25519-sha256",
+        }
+    }
+}
+
+/// A signing domain, selector and key, checked at start-up.
 #[derive(Clone)]
 pub struct DkimKey {
     domain: String,
     selector: String,
     pem: SecretString,
+    algorithm: Algorithm,
 }
 
-debug_showing_only!(DkimKey as key { domain, selector });
+debug_showing_only!(DkimKey as key { domain, selector, algorithm });
 
 impl DkimKey {
     /// The DNS name its public key is published at: `selector._domainkey.domain`.
@@ -79,6 +100,49 @@ impl DkimKey {
 
     /// Reads and checks the key: an RSA private key in PKCS#1 PEM.
     pub fn new(domain: &str, selector: &str, pem: String) -> Result<Self, String> {
+        let key = Self::named(domain, selector, pem, Algorithm::RsaSha256)?;
+        key.der()?;
+        let bits = key.modulus_bits()?;
+        if bits < MIN_KEY_BITS {
+            return Err(format!(
+                "the RSA key has {bits} bits: verifiers refuse keys under {MIN_KEY_BITS} (RFC 8301); use 2048"
+            ));
+        }
+        key.signing_key()?;
+        Ok(key)
+    }
+
+    /// Reads and checks an Ed25519 key (RFC 8463), in PKCS#8 PEM as `openssl genpkey
+    /// -algorithm ed25519` writes it.
+    pub fn ed25519(domain: &str, selector: &str, pem: String) -> Result<Self, String> {
+        let key = Self::named(domain, selector, pem, Algorithm::Ed25519Sha256)?;
+        key.signing_key()?;
+        Ok(key)
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The TXT record's value for an Ed25519 key (`k=ed25519; p=` the raw public key, RFC
+    /// 8463); an RSA key's is `openssl rsa -pubout`'s, which the book shows how to publish.
+    pub fn ed25519_record_value(&self) -> Option<String> {
+        match self.signing_key().ok()? {
+            SigningKey::Ed25519(key) => {
+                use ring::signature::KeyPair as _;
+                let public = base64::engine::general_purpose::STANDARD.encode(key.public_key());
+                Some(format!("v=DKIM1; k=ed25519; p={public}"))
+            }
+            _ => None,
+        }
+    }
+
+    fn named(
+        domain: &str,
+        selector: &str,
+        pem: String,
+        algorithm: Algorithm,
+    ) -> Result<Self, String> {
         let label = |text: &str, what: &str| {
             let valid = !text.is_empty()
                 && text.split('.').all(|part| {
@@ -90,20 +154,12 @@ impl DkimKey {
                 Err(format!("{what} {text:?} is not a DNS name"))
             }
         };
-        let key = Self {
+        Ok(Self {
             domain: label(domain, "the domain")?,
             selector: label(selector, "the selector")?,
             pem: SecretString::from(pem),
-        };
-        key.der()?;
-        let bits = key.modulus_bits()?;
-        if bits < MIN_KEY_BITS {
-            return Err(format!(
-                "the RSA key has {bits} bits: verifiers refuse keys under {MIN_KEY_BITS} (RFC 8301); use 2048"
-            ));
-        }
-        key.signing_key()?;
-        Ok(key)
+            algorithm,
+        })
     }
 
     /// The size of the key's modulus, read from its PKCS#1 structure
@@ -126,6 +182,17 @@ impl DkimKey {
     }
 
     fn signing_key(&self) -> Result<SigningKey, String> {
+        if self.algorithm == Algorithm::Ed25519Sha256 {
+            let der = PrivatePkcs8KeyDer::from_pem_slice(self.pem.expose_secret().as_bytes())
+                .map_err(|_| NOT_ED25519.to_owned())?;
+            // openssl writes PKCS#8 v1, without the public key, which the strict parser
+            // refuses; the key is checked by deriving its public key either way.
+            return ring::signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(
+                der.secret_pkcs8_der(),
+            )
+            .map(|key| SigningKey::Ed25519(Box::new(key)))
+            .map_err(|e| format!("{NOT_ED25519} ({e})"));
+        }
         let der = self.der()?;
         let unusable = |e: String| format!("the RSA key cannot sign: {e}");
         if self.modulus_bits()? >= RING_MIN_BITS {
@@ -139,9 +206,11 @@ impl DkimKey {
                 .map_err(|e| unusable(e.to_string()))
         }
     }
+}
 
-    /// The signer for these headers besides [`SIGNED_HEADERS`].
-    pub(super) fn signer(&self, extra_headers: &[String]) -> Result<DkimSigner, String> {
+impl DkimSigner {
+    /// The signer of one signature per key, over these headers besides [`SIGNED_HEADERS`].
+    pub(super) fn new(keys: &[DkimKey], extra_headers: &[String]) -> Result<Self, String> {
         let mut headers: Vec<String> = Vec::new();
         for name in SIGNED_HEADERS
             .iter()
@@ -152,15 +221,27 @@ impl DkimKey {
                 headers.push(name);
             }
         }
+        let signatures = keys
+            .iter()
+            .map(|key| {
+                Ok(Signature {
+                    domain: key.domain.clone(),
+                    selector: key.selector.clone(),
+                    algorithm: key.algorithm,
+                    key: key.signing_key()?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
         Ok(DkimSigner {
-            domain: self.domain.clone(),
-            selector: self.selector.clone(),
-            key: self.signing_key()?,
+            signatures,
             headers,
             random: ring::rand::SystemRandom::new(),
         })
     }
 }
+
+/// What a key file for Ed25519 that is not one is told.
+const NOT_ED25519: &str = "expected an Ed25519 private key in PKCS#8 PEM (-----BEGIN PRIVATE KEY-----), as `openssl genpkey -algorithm ed25519` writes it";
 
 /// What a key file that is not an RSA private key in PKCS#1 PEM is told.
 const NOT_PKCS1: &str = "expected an RSA private key in PKCS#1 PEM (-----BEGIN RSA PRIVATE KEY-----); \
@@ -223,25 +304,29 @@ const RING_MIN_BITS: usize = 2048;
 enum SigningKey {
     Ring(Box<ring::signature::RsaKeyPair>),
     Small(Box<rsa::RsaPrivateKey>),
+    Ed25519(Box<ring::signature::Ed25519KeyPair>),
 }
 
-/// Signs formatted emails for one domain, selector and key.
-pub struct DkimSigner {
+/// One `DKIM-Signature` a signer adds.
+struct Signature {
     domain: String,
     selector: String,
+    algorithm: Algorithm,
     key: SigningKey,
+}
+
+/// Signs formatted emails: one signature per key, over the same headers.
+pub struct DkimSigner {
+    signatures: Vec<Signature>,
     headers: Vec<String>,
     random: ring::rand::SystemRandom,
 }
 
-debug_showing_only!(DkimSigner as signer {
-    domain,
-    selector,
-    headers,
-});
+debug_showing_only!(DkimSigner as signer { headers });
 
 impl DkimSigner {
-    /// `message` (a formatted email, CRLF line ends) with a `DKIM-Signature` field first.
+    /// `message` (a formatted email, CRLF line ends) with its `DKIM-Signature` fields first,
+    /// each computed over the message without the others.
     pub fn sign(&self, message: &[u8], now_unix: u64) -> Result<Vec<u8>, String> {
         let (head, body) = match message.windows(4).position(|w| w == b"\r\n\r\n") {
             Some(at) => (&message[..at], &message[at + 4..]),
@@ -252,34 +337,44 @@ impl DkimSigner {
         let names: Vec<&str> = self.headers.iter().map(String::as_str).collect();
         let list = canonical::signed_names(&names, &fields);
         let b64 = base64::engine::general_purpose::STANDARD;
-        // Folded at its tags, so no line of it passes 998 octets; `b=` last and empty here,
-        // as a verifier sees it once it has taken the signature out.
-        let unsigned = format!(
-            "DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d={}; s={};\r\n\tt={now_unix}; h={};\r\n\tbh={};\r\n\tb=",
-            self.domain,
-            self.selector,
-            folded_list(&list),
-            b64.encode(body_hash.as_ref()),
-        );
-        let mut signed = canonical::signed_headers(&list, &fields);
-        let own = canonical::relaxed_header(unsigned.as_bytes());
-        signed.extend_from_slice(own.strip_suffix(b"\r\n").unwrap_or(&own));
-        let signature = self.rsa_sha256(&signed)?;
-        let mut out = Vec::with_capacity(message.len() + unsigned.len() + 400);
-        out.extend_from_slice(unsigned.as_bytes());
-        for (i, chunk) in b64.encode(signature).as_bytes().chunks(72).enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"\r\n\t");
+        let covered = canonical::signed_headers(&list, &fields);
+        let mut out = Vec::with_capacity(message.len() + 500 * self.signatures.len());
+        for signature in &self.signatures {
+            // Folded at its tags, so no line of it passes 998 octets; `b=` last and empty
+            // here, as a verifier sees it once it has taken the signature out.
+            let unsigned = format!(
+                "DKIM-Signature: v=1; a={}; c=relaxed/relaxed; d={}; s={};\r\n\tt={now_unix}; h={};\r\n\tbh={};\r\n\tb=",
+                signature.algorithm.tag(),
+                signature.domain,
+                signature.selector,
+                folded_list(&list),
+                b64.encode(body_hash.as_ref()),
+            );
+            let mut signed = covered.clone();
+            let own = canonical::relaxed_header(unsigned.as_bytes());
+            signed.extend_from_slice(own.strip_suffix(b"\r\n").unwrap_or(&own));
+            let value = self.signed(&signature.key, &signed)?;
+            out.extend_from_slice(unsigned.as_bytes());
+            for (i, chunk) in b64.encode(value).as_bytes().chunks(72).enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b"\r\n\t");
+                }
+                out.extend_from_slice(chunk);
             }
-            out.extend_from_slice(chunk);
+            out.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(b"\r\n");
         out.extend_from_slice(message);
         Ok(out)
     }
 
-    fn rsa_sha256(&self, data: &[u8]) -> Result<Vec<u8>, String> {
-        match &self.key {
+    /// The signature of `data` (the covered headers, canonical) with `key`.
+    fn signed(&self, key: &SigningKey, data: &[u8]) -> Result<Vec<u8>, String> {
+        match key {
+            // RFC 8463: Ed25519 (PureEdDSA) over the SHA-256 hash of the data.
+            SigningKey::Ed25519(key) => {
+                let digest = ring::digest::digest(&ring::digest::SHA256, data);
+                Ok(key.sign(digest.as_ref()).as_ref().to_vec())
+            }
             SigningKey::Ring(key) => {
                 let mut signature = vec![0; key.public().modulus_len()];
                 key.sign(

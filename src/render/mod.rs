@@ -29,7 +29,7 @@ pub use addresses::{envelope_keys, suppression_key};
 
 /// A claimed payload as a JSON object, or why it cannot be used.
 pub type ReadPayload = Result<Value, String>;
-pub use dkim::DkimKey;
+pub use dkim::{Algorithm as DkimAlgorithm, DkimKey};
 use errors::describe;
 pub use errors::{RenderError, TemplateLoadError};
 use extras::DeclaredHeader;
@@ -200,16 +200,19 @@ impl Renderer {
         })
     }
 
-    /// Signs every email with this key, over the usual headers and every header a kind
-    /// declares.
-    pub fn with_dkim(mut self, key: &DkimKey) -> Result<Self, String> {
+    /// Signs every email with these keys (one signature each), over the usual headers and
+    /// every header a kind declares. No keys: no signature.
+    pub fn with_dkim(mut self, keys: &[DkimKey]) -> Result<Self, String> {
+        if keys.is_empty() {
+            return Ok(self);
+        }
         let declared: Vec<String> = self
             .declared
             .values()
             .flatten()
             .map(|header| header.name.clone())
             .collect();
-        self.dkim = Some(key.signer(&declared)?);
+        self.dkim = Some(dkim::DkimSigner::new(keys, &declared)?);
         Ok(self)
     }
 

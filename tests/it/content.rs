@@ -52,6 +52,29 @@ impl DkimKeyPair {
     }
 }
 
+/// An Ed25519 key made with openssl, in PKCS#8 PEM, and its public half as the raw base64
+/// an RFC 8463 TXT record carries (the last 32 bytes of the SubjectPublicKeyInfo).
+fn ed25519_key(dir: &std::path::Path) -> (String, String) {
+    let key = dir.join("dkim-ed25519.pem");
+    let made = Command::new("openssl")
+        .args(["genpkey", "-algorithm", "ed25519", "-out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let public = Command::new("openssl")
+        .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(public.status.success(), "{public:?}");
+    let raw = &public.stdout[public.stdout.len() - 32..];
+    (
+        key.display().to_string(),
+        base64::engine::general_purpose::STANDARD.encode(raw),
+    )
+}
+
 fn pdf() -> Vec<u8> {
     let mut bytes = b"%PDF-1.4\n".to_vec();
     bytes.extend((0..=255u8).cycle().take(3000));
@@ -66,13 +89,14 @@ fn invoice_with(attachments: serde_json::Value) -> serde_json::Value {
 
 #[tokio::test]
 async fn every_built_in_kind_arrives_with_a_dkim_signature_an_independent_verifier_accepts() {
-    // 2048 bits and more are signed by ring; 1024 to 2047 by the rsa crate.
-    for bits in ["2048", "1024"] {
-        signed_and_verified(bits).await;
+    // 2048 bits and more are signed by ring; 1024 to 2047 by the rsa crate; Ed25519, beside
+    // RSA, by ring.
+    for (bits, ed25519) in [("2048", false), ("1024", false), ("2048", true)] {
+        signed_and_verified(bits, ed25519).await;
     }
 }
 
-async fn signed_and_verified(bits: &str) {
+async fn signed_and_verified(bits: &str, with_ed25519: bool) {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let keys = DkimKeyPair::of_bits(bits);
@@ -91,7 +115,7 @@ async fn signed_and_verified(bits: &str) {
     )
     .await;
     let key = keys.key_path();
-    let flags = [
+    let mut flags = vec![
         "--dkim-domain",
         "example.test",
         "--dkim-selector",
@@ -99,6 +123,17 @@ async fn signed_and_verified(bits: &str) {
         "--dkim-private-key-file",
         &key,
     ];
+    let (ed_key, ed_public) = ed25519_key(keys.dir.path());
+    let mut ed_args: Vec<&str> = Vec::new();
+    if with_ed25519 {
+        flags.extend([
+            "--dkim-ed25519-selector",
+            "e2026",
+            "--dkim-ed25519-private-key-file",
+            &ed_key,
+        ]);
+        ed_args = vec!["e2026", &ed_public];
+    }
     let app = app(&db, Some(&smtp.url()), &flags).await;
     app.dispatcher.dispatch_once().await.unwrap();
     assert_eq!(smtp.messages().len(), 4);
@@ -110,6 +145,7 @@ async fn signed_and_verified(bits: &str) {
         ))
         .arg(smtp.spool())
         .args(["s2026", "example.test", &keys.public_der_base64])
+        .args(&ed_args)
         .output()
         .unwrap();
     assert!(verified.status.success(), "{verified:?}");
@@ -126,6 +162,12 @@ async fn signed_and_verified(bits: &str) {
             String::from_utf8_lossy(&verified.stderr)
         );
         assert_eq!(line["tampered_verified"], false, "{line}");
+        let algorithms: &[&str] = if with_ed25519 {
+            &["rsa-sha256", "ed25519-sha256"]
+        } else {
+            &["rsa-sha256"]
+        };
+        assert_eq!(line["algorithms"], json!(algorithms), "{line}");
         let signature = line["signature"].as_str().unwrap();
         assert!(signature.contains("d=example.test"), "{signature}");
         assert!(signature.contains("s=s2026"), "{signature}");
@@ -148,7 +190,44 @@ async fn a_dkim_key_that_cannot_sign_stops_outboxd_before_it_starts() {
     let small = dir.path().join("small.pem");
     rsa_key(&small, "512");
     let small = small.display().to_string();
+    let good = dir.path().join("good.pem");
+    rsa_key(&good, "2048");
+    let good = good.display().to_string();
+    let rsa_signing = |extra: &[&'static str]| {
+        let mut flags: Vec<&str> = vec![
+            "--dkim-domain",
+            "example.test",
+            "--dkim-selector",
+            "s1",
+            "--dkim-private-key-file",
+            &good,
+        ];
+        flags.extend(extra);
+        flags
+    };
+    let rsa_as_ed25519 = [
+        rsa_signing(&["--dkim-ed25519-selector", "e1"]),
+        vec!["--dkim-ed25519-private-key-file", &good],
+    ]
+    .concat();
     for (flags, says) in [
+        (
+            rsa_signing(&["--dkim-ed25519-selector", "e1"]),
+            "needs both OUTBOXD_DKIM_ED25519_SELECTOR and OUTBOXD_DKIM_ED25519_PRIVATE_KEY_FILE",
+        ),
+        (
+            vec![
+                "--dkim-ed25519-selector",
+                "e1",
+                "--dkim-ed25519-private-key-file",
+                &good,
+            ],
+            "an Ed25519 signature goes beside an RSA one",
+        ),
+        (
+            rsa_as_ed25519,
+            "expected an Ed25519 private key in PKCS#8 PEM",
+        ),
         (
             vec![
                 "--dkim-domain",
