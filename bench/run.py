@@ -7,7 +7,7 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
-Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, baseline. Needs:
+Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, relay, baseline. Needs:
 cargo, psql, PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's
 `postfix`), pgbouncer (Debian's, for `pooled`), and
 psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
@@ -171,7 +171,8 @@ def cpu_by_program(names):
     return total
 
 
-def wait_drained(url, total, timeout=1800):
+def wait_drained(url, total, timeout=1800, give_up=False):
+    """Until no row is pending; after `timeout` seconds, exits, or returns if `give_up`."""
     # One connection and an EXISTS on the pending index's first entry: a psql process and a
     # count(*) every 100 ms would cost PostgreSQL more CPU than some of what is measured.
     import psycopg
@@ -183,6 +184,8 @@ def wait_drained(url, total, timeout=1800):
             if not pending:
                 return
             time.sleep(0.1)
+    if give_up:
+        return
     raise SystemExit(f"not drained within {timeout}s")
 
 
@@ -913,6 +916,63 @@ def scenario_pooled(args):
           ["set-up", "p50 ms", "p99 ms", "max ms", "achieved rate /s", "outboxd CPU ms/msg"], latency)
 
 
+@contextmanager
+def pushing_back_relay(*flags):
+    """The project's test SMTP server on aiosmtpd (`tests/support/smtp_server.py`) as a
+    relay that pushes back, unlike smtp-sink: with `--accept-rate N` it takes N messages a
+    second and answers `454 4.7.0 Throttling failure` to the rest, as SES does. Yields its
+    port and a function that counts what it accepted and refused."""
+    spool, port = tempfile.mkdtemp(prefix="outboxd-relay-"), free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "support", "smtp_server.py"),
+                             "--port", str(port), "--spool", spool, *flags],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # It stops when its standard input closes, with the process that started it.
+    if proc.stdout.readline().strip() != "READY":
+        raise SystemExit("the relay did not start (pip install -r tests/requirements.txt)")
+
+    def counts():
+        lines = lambda name: len(read_text(os.path.join(spool, name)).splitlines())
+        return lines("messages.jsonl"), lines("throttled.jsonl")
+    try:
+        yield port, counts
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def scenario_relay(args):
+    """A relay that accepts 40 messages a second and refuses the rest 454, with no
+    OUTBOXD_RATE_LIMIT (the common case: the user does not know the relay's limit) and
+    with one 2.5 times too high; and RELIABILITY.md's relay that refuses every fourth
+    message whatever the rate, under a limit of 50/s."""
+    rows = []
+    for label, relay_flags, flags, rate in [
+        ("40/s relay, no OUTBOXD_RATE_LIMIT", ["--accept-rate", "40"], [], 40),
+        ("40/s relay, OUTBOXD_RATE_LIMIT=100/s", ["--accept-rate", "40"], ["--rate-limit", "100/s"], 40),
+        ("every 4th refused, OUTBOXD_RATE_LIMIT=50/s", ["--throttle-every", "4", "--throttle-for", "100000"],
+         ["--rate-limit", "50/s"], 50),
+    ]:
+        with database("outboxd_bench_relay") as url, pushing_back_relay(*relay_flags) as (port, counts):
+            insert_pending(url, args.relay_messages)
+            proc = Outboxd(url, port, *flags)
+            # A controller that collapses would take many minutes: each row has a time box.
+            wait_drained(url, args.relay_messages, timeout=args.relay_seconds, give_up=True)
+            proc.stop()
+            accepted, refused = counts()
+            rate_seen = drain_rate(url)
+            attempts, dead, left = psql(url, "SELECT coalesce(sum(attempts), 0), count(*) FILTER "
+                                             "(WHERE dead_lettered_at IS NOT NULL), count(*) FILTER "
+                                             "(WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL) "
+                                             "FROM outbox_messages").split("|")
+        rows.append([label, f"{rate_seen:.1f}", f"{rate_seen / rate:.2f}", accepted, refused,
+                     f"{refused / max(accepted, 1):.2f}", attempts, dead, left])
+    table(f"Relay that pushes back: {args.relay_messages} pending messages, at most {args.relay_seconds} s "
+          "each, defaults otherwise",
+          ["set-up", "accepted msg/s", "vs. the relay's rate", "accepted", "throttling replies",
+           "replies per accepted", "attempts charged", "dead letters", "still pending"], rows)
+
+
 def scenario_baseline(args, drain_result):
     flags = ["--batch-size", "25", "--smtp-concurrency", "1", "--poll-interval", "15s"]
     with database("outboxd_bench_baseline") as url:
@@ -925,10 +985,12 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
     parser.add_argument("--pooled-messages", type=int, default=50_000)
+    parser.add_argument("--relay-messages", type=int, default=2400)
+    parser.add_argument("--relay-seconds", type=int, default=60, help="the most each relay row runs")
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
@@ -971,6 +1033,8 @@ def main():
             scenario_longtx(args)
         elif name == "pooled":
             scenario_pooled(args)
+        elif name == "relay":
+            scenario_relay(args)
         elif name == "baseline":
             scenario_baseline(args, drain_result)
         else:

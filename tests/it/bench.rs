@@ -17,6 +17,10 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "100",
             "--pooled-messages",
             "100",
+            "--relay-messages",
+            "60",
+            "--relay-seconds",
+            "10",
             "--big-rows",
             "2000",
         ])
@@ -49,6 +53,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
         "### Replicas",
         "### Pooled",
         "### Pooled latency",
+        "### Relay that pushes back",
         "### Baseline",
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");

@@ -67,8 +67,14 @@ class SlowGreetingController(Controller):
 
 
 class Handler:
-    def __init__(self, spool, defer_all=False, pipelining=True, throttle_every=0, throttle_for=0.0):
+    def __init__(self, spool, defer_all=False, pipelining=True, throttle_every=0, throttle_for=0.0,
+                 accept_rate=0.0):
         self.spool = spool
+        # A relay's sending limit, as providers enforce it: a bucket of a second's worth of
+        # messages, refilled at `accept_rate` a second; a message past it is refused 454.
+        self.accept_rate = accept_rate
+        self.tokens = accept_rate
+        self.refilled_at = time.time()
         self.defer_all = defer_all
         self.pipelining = pipelining
         self.throttle_every = throttle_every
@@ -147,13 +153,20 @@ class Handler:
                         f.write(json.dumps({"rcpt": rcpt}) + "\n")
                 server.transport.abort()
                 return "421 4.4.2 gone"
-        if self.throttle_every:
+        if self.throttle_every or self.accept_rate:
             with self.lock:
                 now = time.time()
                 self.first_message_at = self.first_message_at or now
                 self.messages_seen += 1
-                throttled = (now - self.first_message_at < self.throttle_for
+                throttled = (self.throttle_every and now - self.first_message_at < self.throttle_for
                              and self.messages_seen % self.throttle_every == 0)
+                if self.accept_rate and not throttled:
+                    self.tokens = min(self.accept_rate,
+                                      self.tokens + (now - self.refilled_at) * self.accept_rate)
+                    self.refilled_at = now
+                    throttled = self.tokens < 1
+                    if not throttled:
+                        self.tokens -= 1
             if throttled:
                 with self.lock:
                     with open(os.path.join(self.spool, "throttled.jsonl"), "a") as f:
@@ -205,6 +218,8 @@ def main():
                         help="answer 454 4.7.0 (throttling) to every Nth message...")
     parser.add_argument("--throttle-for", type=float, default=60.0,
                         help="...for this many seconds after the first message")
+    parser.add_argument("--accept-rate", type=float, default=0.0,
+                        help="accept this many messages a second (a second's burst), 454 4.7.0 to the rest")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
     options = {}
@@ -225,7 +240,8 @@ def main():
         options.update(authenticator=authenticate, auth_required=True)
     SlowGreetingSMTP.greeting_delay = args.greeting_delay
     controller = SlowGreetingController(
-        Handler(args.spool, args.defer_all, not args.no_pipelining, args.throttle_every, args.throttle_for), hostname="127.0.0.1", port=args.port,
+        Handler(args.spool, args.defer_all, not args.no_pipelining, args.throttle_every, args.throttle_for,
+                args.accept_rate), hostname="127.0.0.1", port=args.port,
         ready_timeout=10, **options
     )
     controller.start()
