@@ -126,14 +126,13 @@ impl MessageSender {
             outcome =
                 attempt::without_the_bounced(message, &batch.payloads[index], outcome, &self.retry);
         }
-        if matches!(
-            outcome,
+        match outcome {
             Outcome::Release {
                 reason: ReleaseReason::Throttled,
                 ..
-            }
-        ) {
-            self.pace.throttled();
+            } => self.pace.throttled(),
+            Outcome::Sent { .. } => self.pace.accepted(),
+            _ => {}
         }
         Decided {
             index,

@@ -6,13 +6,19 @@
 //! [`HORIZON_SECONDS`] ahead, claims no more rows than it booked, and each send waits for
 //! its slot: any number of replicas together stay under the limit, and one replica still
 //! keeps all its connections busy when the relay is slow to answer. A throttling reply
-//! releases its message without an attempt and halves the shared pace (at most once a
-//! second); the pace then recovers by [`RECOVERY_PER_SECOND`] of the limit each second.
-//! Without a limit there is no shared pace: a throttling reply pauses this replica's
-//! claims for [`UNLIMITED_PAUSE`].
+//! releases its message without an attempt; the next claim cuts the shared pace by the
+//! share of sends refused since the one before (at most once a second), and the pace then
+//! grows back additively, by [`RECOVERY_PER_SECOND`] of the limit each second.
+//!
+//! Without a limit nothing is booked until the relay first throttles. From then on the
+//! replicas book from a schedule of their own ([`DISCOVERED`]) that starts at the rate
+//! this replica saw accepted, is cut the same way, and grows by [`DISCOVERY_INCREASE`] of
+//! the pace of its last cut each second: it settles just under what the relay accepts.
+//! Before, a replica without a limit only paused a second after each refusal, and a relay
+//! taking 40 a second answered four refusals for every message it took.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -30,8 +36,19 @@ pub const HORIZON_SECONDS: f64 = 1.0;
 pub const RECOVERY_PER_SECOND: f64 = 0.02;
 /// Throttling never cuts the pace below this share of the limit.
 const MIN_PACE_SHARE: f64 = 1.0 / 64.0;
-/// How long a replica without a limit stops claiming after a throttling reply.
-pub const UNLIMITED_PAUSE: Duration = Duration::from_secs(1);
+/// The schedule of the pace found without a configured limit.
+pub const DISCOVERED: &str = "discovered";
+/// Without a limit, the pace grows back by this share of the pace of its last cut per
+/// second, and by at least [`MIN_INCREASE`].
+pub const DISCOVERY_INCREASE: f64 = 0.05;
+/// The least a found pace grows by per second, in messages a second.
+const MIN_INCREASE: f64 = 1.0;
+/// The slowest a found pace goes, in messages a second.
+const MIN_DISCOVERED: f64 = 0.1;
+/// The fastest a found pace goes: the highest limit `OUTBOXD_RATE_LIMIT` takes.
+const DISCOVERY_CEILING: f64 = 1_000_000.0;
+/// One cut takes at most this share off the pace: a burst of refusals is one signal.
+const MAX_CUT: f64 = 0.75;
 
 /// A send rate: messages per second, minute or hour (`14/s`, `600/m`, `50000/h`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,27 +115,72 @@ impl Slots {
     }
 }
 
-/// The dispatcher's side of the pace: the limit, and whether a reply since the last claim
-/// said the relay is throttling.
+/// The dispatcher's side of the pace: the limit, and the replies since the last claim.
 #[derive(Debug)]
 pub(super) struct Pace {
     limit: Option<RateLimit>,
-    throttled: AtomicBool,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    /// When the replies counted began: the last claim's allowance.
+    counted_since: Mutex<Instant>,
+    /// Without a limit, once the relay has throttled: how fast the found pace grows, and
+    /// how far (twice the pace of its last cut, so that a quiet hour does not grow it
+    /// back to anything at all).
+    discovered: Mutex<Option<(f64, f64)>>,
     resume_at: Mutex<Option<Instant>>,
+}
+
+/// What one claim's booking asks of a schedule.
+struct Schedule {
+    bucket: &'static str,
+    ceiling: f64,
+    increase: f64,
+    min_pace: f64,
 }
 
 impl Pace {
     pub fn new(limit: Option<RateLimit>) -> Self {
         Self {
             limit,
-            throttled: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            counted_since: Mutex::new(Instant::now()),
+            discovered: Mutex::new(None),
             resume_at: Mutex::new(None),
         }
     }
 
     /// A send met a throttling reply; the next claim slows down.
     pub fn throttled(&self) {
-        self.throttled.store(true, Ordering::Relaxed);
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The relay accepted a send.
+    pub fn accepted(&self) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The schedule this claim books from, or none (no limit, and no throttling yet).
+    fn schedule(&self, refused: u64) -> Option<Schedule> {
+        if let Some(limit) = self.limit {
+            return Some(Schedule {
+                bucket: BUCKET,
+                ceiling: limit.per_second,
+                increase: limit.per_second * RECOVERY_PER_SECOND,
+                min_pace: limit.per_second * MIN_PACE_SHARE,
+            });
+        }
+        let mut discovered = lock(&self.discovered);
+        if discovered.is_none() && refused == 0 {
+            return None;
+        }
+        let (increase, ceiling) = *discovered.get_or_insert((MIN_INCREASE, DISCOVERY_CEILING));
+        Some(Schedule {
+            bucket: DISCOVERED,
+            ceiling,
+            increase,
+            min_pace: MIN_DISCOVERED,
+        })
     }
 
     /// Before a claim of up to `wanted` rows: how many it may take now, and their slots.
@@ -128,31 +190,46 @@ impl Pace {
         wanted: u32,
         metrics: &Metrics,
     ) -> Result<Allowance, sqlx::Error> {
-        let throttled = self.throttled.swap(false, Ordering::Relaxed);
-        let Some(limit) = self.limit else {
-            return Ok(if throttled {
-                self.wait(UNLIMITED_PAUSE)
-            } else {
-                Allowance::Take {
-                    rows: wanted,
-                    slots: None,
-                }
+        let accepted = self.accepted.swap(0, Ordering::Relaxed);
+        let refused = self.refused.swap(0, Ordering::Relaxed);
+        let counted_for = std::mem::replace(&mut *lock(&self.counted_since), Instant::now())
+            .elapsed()
+            .as_secs_f64();
+        let Some(schedule) = self.schedule(refused) else {
+            return Ok(Allowance::Take {
+                rows: wanted,
+                slots: None,
             });
         };
-        if throttled {
-            send_rate::slow_down(pool, BUCKET, limit.per_second * MIN_PACE_SHARE).await?;
+        if refused > 0 {
+            // What the relay took since the last claim, over a second at least (a relay
+            // takes a burst before it refuses): where a found pace starts.
+            let seen = accepted as f64 / counted_for.max(1.0);
+            send_rate::slow_down(
+                pool,
+                schedule.bucket,
+                cut(accepted, refused),
+                schedule.min_pace,
+                seen.clamp(schedule.min_pace, schedule.ceiling),
+            )
+            .await?;
         }
         let booking = send_rate::book(
             pool,
             &SlotRequest {
-                bucket: BUCKET,
-                limit: limit.per_second,
+                bucket: schedule.bucket,
+                limit: schedule.ceiling,
                 wanted: i64::from(wanted),
                 horizon_seconds: HORIZON_SECONDS,
-                recovery_per_second: RECOVERY_PER_SECOND,
+                increase_per_second: schedule.increase,
             },
         )
         .await?;
+        if refused > 0 && self.limit.is_none() {
+            let increase = (DISCOVERY_INCREASE * booking.pace).max(MIN_INCREASE);
+            let ceiling = (2.0 * booking.pace).clamp(MIN_INCREASE, DISCOVERY_CEILING);
+            *lock(&self.discovered) = Some((increase, ceiling));
+        }
         metrics.send_rate_limit(booking.pace);
         let spacing = 1.0 / booking.pace;
         Ok(match u32::try_from(booking.granted) {
@@ -170,6 +247,9 @@ impl Pace {
     }
 
     /// A claim took fewer rows than it booked slots for: the rest go back.
+    ///
+    /// The slots were booked from the schedule the claim used; without a limit, that is
+    /// the found one.
     pub async fn unused(
         &self,
         pool: &PgPool,
@@ -178,7 +258,12 @@ impl Pace {
     ) -> Result<(), sqlx::Error> {
         match slots {
             Some(slots) if unused > 0 => {
-                send_rate::hand_back(pool, BUCKET, &slots.booking, i64::from(unused)).await
+                let bucket = if self.limit.is_some() {
+                    BUCKET
+                } else {
+                    DISCOVERED
+                };
+                send_rate::hand_back(pool, bucket, &slots.booking, i64::from(unused)).await
             }
             _ => Ok(()),
         }
@@ -201,6 +286,14 @@ impl Pace {
     }
 }
 
+/// The factor a cut multiplies the pace by: the share of sends the relay accepted, but no
+/// cut takes more than [`MAX_CUT`] at once. In proportion to the share refused, not a
+/// halving: a quarter refused cuts a quarter.
+fn cut(accepted: u64, refused: u64) -> f64 {
+    let sent = (accepted + refused).max(1) as f64;
+    (accepted as f64 / sent).max(1.0 - MAX_CUT)
+}
+
 /// A duration from seconds that may be negative or not finite (then zero), at most an hour.
 fn seconds(value: f64) -> Duration {
     Duration::try_from_secs_f64(value.clamp(0.0, 3600.0)).unwrap_or_default()
@@ -208,7 +301,22 @@ fn seconds(value: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::RateLimit;
+    use super::{MAX_CUT, RateLimit, cut};
+
+    #[test]
+    fn a_cut_takes_off_the_share_refused_and_never_more_than_its_most() {
+        assert!(
+            (cut(3, 1) - 0.75).abs() < 1e-9,
+            "a quarter refused cuts a quarter"
+        );
+        assert!((cut(99, 1) - 0.99).abs() < 1e-9);
+        for (accepted, refused) in [(0, 10), (1, 99), (0, 0)] {
+            assert!(
+                cut(accepted, refused) >= 1.0 - MAX_CUT - 1e-9,
+                "{accepted} {refused}"
+            );
+        }
+    }
 
     #[test]
     fn rates_are_read_per_second_minute_or_hour() {

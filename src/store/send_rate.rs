@@ -17,8 +17,9 @@ pub struct SlotRequest<'a> {
     pub wanted: i64,
     /// How far ahead of now slots may be booked, in seconds.
     pub horizon_seconds: f64,
-    /// How much of the limit the pace recovers per second after throttling.
-    pub recovery_per_second: f64,
+    /// How many messages a second the pace grows by each second after throttling, up to
+    /// `limit`: additive increase.
+    pub increase_per_second: f64,
 }
 
 /// What a booking got: `granted` slots, the first `starts_in` seconds from now, then one
@@ -43,7 +44,7 @@ query_as(
             "WITH current AS ( \
                  SELECT name, clock_timestamp() AS now, \
                         greatest(next_slot, clock_timestamp()) AS start, \
-                        least($2, pace + $2 * $5 * \
+                        least($2, pace + $5 * \
                               greatest(0, extract(epoch FROM clock_timestamp() - updated_at))) AS pace \
                  FROM outbox_send_rate WHERE name = $1 FOR UPDATE \
              ), granted AS ( \
@@ -62,7 +63,7 @@ query_as(
         .bind(request.limit)
         .bind(request.wanted)
         .bind(request.horizon_seconds)
-        .bind(request.recovery_per_second)
+        .bind(request.increase_per_second)
         ,
  pool)
         .await?;
@@ -105,18 +106,31 @@ pub async fn hand_back(
     Ok(())
 }
 
-/// The relay said it is throttling: halve the pace, at most once a second (one burst of
-/// throttled replies is one signal), never below `min_pace`.
-pub async fn slow_down(pool: &PgPool, bucket: &str, min_pace: f64) -> Result<(), sqlx::Error> {
+/// The relay said it is throttling: multiply the pace by `factor` (the share of sends it
+/// accepted), at most once a second (one burst of throttled replies is one signal), never
+/// below `min_pace`. A schedule that does not exist yet, or was not booked from for a
+/// minute (a restart), starts again at `start`, the pace the relay was seen to accept.
+pub async fn slow_down(
+    pool: &PgPool,
+    bucket: &str,
+    factor: f64,
+    min_pace: f64,
+    start: f64,
+) -> Result<(), sqlx::Error> {
     execute_alone(
         query(
-            "UPDATE outbox_send_rate \
-         SET pace = greatest($2, pace / 2), throttled_at = clock_timestamp() \
-         WHERE name = $1 \
-           AND (throttled_at IS NULL OR throttled_at < clock_timestamp() - interval '1 second')",
+            "INSERT INTO outbox_send_rate AS r (name, pace, throttled_at) \
+             VALUES ($1, greatest($2, $4), clock_timestamp()) \
+             ON CONFLICT (name) DO UPDATE \
+             SET pace = CASE WHEN r.updated_at < clock_timestamp() - interval '1 minute' \
+                             THEN greatest($2, $4) ELSE greatest($2, r.pace * $3) END, \
+                 throttled_at = clock_timestamp() \
+             WHERE r.throttled_at IS NULL OR r.throttled_at < clock_timestamp() - interval '1 second'",
         )
         .bind(bucket)
-        .bind(min_pace),
+        .bind(min_pace)
+        .bind(factor)
+        .bind(start),
         pool,
     )
     .await?;

@@ -201,6 +201,45 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     assert_eq!(last.outbox_id, old.to_string());
 }
 
+#[tokio::test]
+async fn without_a_limit_a_relay_that_takes_40_a_second_sets_the_pace_with_few_refusals() {
+    let db = TestDb::new().await;
+    // Takes 40 messages a second (a second's burst) and answers 454 4.7.0 to the rest.
+    let smtp = SmtpServer::start_with(crate::helpers::free_port(), &["--accept-rate", "40"]);
+    enqueue_many(&db, "r", 300).await;
+    let flags = [
+        "--smtp-url",
+        &smtp.url(),
+        "--from",
+        "Acme <no-reply@acme.example>",
+    ];
+    let outboxd = Outboxd::start(&db.url, &flags, &[]).await;
+    let received = smtp.wait_for(300, Duration::from_secs(120)).await;
+    let ids: std::collections::HashSet<&str> =
+        received.iter().map(|m| m.outbox_id.as_str()).collect();
+    assert_eq!((received.len(), ids.len()), (300, 300), "each once");
+    // Pausing a second per refusal, as outboxd did, drew about four refusals per message
+    // from this relay; a found pace draws its refusals while it settles, about 120 here.
+    assert!(
+        smtp.throttled() < 300,
+        "{} throttling replies for 300 messages",
+        smtp.throttled()
+    );
+    let attempts: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(attempts), 0) FROM outbox_messages")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 0, "a throttling reply charges no attempt");
+    // The found pace is exported as a configured one is.
+    let (_, body) = http_get(&outboxd.http, "/metrics").await;
+    let pace = body
+        .lines()
+        .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(pace.is_some_and(|p| p > 0.0), "{body}");
+}
+
 /// Where the message `id` arrived at `smtp`, counting from 0.
 fn arrival_of(smtp: &SmtpServer, id: i64) -> Option<usize> {
     smtp.messages()
