@@ -119,7 +119,7 @@ metrics! {
     EXPIRED = "outbox_messages_expired_total", Counter, None,
         "Messages not sent because their expiry passed first (expires_at, or OUTBOXD_EXPIRE_AFTER for their kind); not dead letters.";
     SEND_RATE_LIMIT = "outbox_send_rate_limit_per_second", Gauge, None,
-        "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling and recovering); 0 when there is no limit.";
+        "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, or without one the pace found from throttling replies; cut by throttling and recovering); 0 with no limit until the relay throttles.";
     SUPPRESSED = "outbox_messages_suppressed_total", Counter, None,
         "Messages not sent because every recipient is on the suppression list, by the first recipient's reason; not dead letters.";
     BOUNCES = "outbox_bounces_received_total", Counter, None,
