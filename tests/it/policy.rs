@@ -25,6 +25,20 @@ fn busiest(mut times: Vec<f64>, window: f64) -> usize {
         .unwrap_or(0)
 }
 
+/// `n` verification emails to `bulk<i>@example.com`, committed at once: a backlog.
+async fn backlog(db: &TestDb, n: i32) {
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload) \
+         SELECT 'account_verification', jsonb_build_object('to', 'bulk' || g || '@example.com', \
+                'name', 'Bulk', 'verify_url', 'https://app.example/v') \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
 async fn enqueue_many(db: &TestDb, prefix: &str, n: usize) {
     for i in 0..n {
         db.enqueue(
@@ -153,15 +167,7 @@ pub(crate) async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
 pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_is_not_starved() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload) \
-         SELECT 'account_verification', jsonb_build_object('to', 'bulk' || g || '@example.com', \
-                'name', 'Bulk', 'verify_url', 'https://app.example/v') \
-         FROM generate_series(1, 5000) g",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    backlog(&db, 5000).await;
     let mut urgent =
         outboxd::NewMessage::new("account_verification", verification("urgent@example.com"));
     urgent.priority = 10;
@@ -251,15 +257,7 @@ fn arrival_of(smtp: &SmtpServer, id: i64) -> Option<usize> {
 pub(crate) async fn a_priority_message_inserted_while_a_drain_runs_overtakes_its_backlog() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload) \
-         SELECT 'account_verification', jsonb_build_object('to', 'bulk' || g || '@example.com', \
-                'name', 'Bulk', 'verify_url', 'https://app.example/v') \
-         FROM generate_series(1, 3000) g",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    backlog(&db, 3000).await;
     let smtp_url = smtp.url();
     let flags = [
         "--batch-size",
