@@ -678,9 +678,10 @@ def claim_sql():
     200 rows and rolled back."""
     query = " ".join(rust_sql_const("claim.rs", "CLAIM").split())
     return ("SET plan_cache_mode = force_generic_plan;\n"
-            "PREPARE claim(int8, float8, text, timestamptz, uuid, int8, timestamptz) AS " + query + ";\n"
+            "PREPARE claim(int8, float8, text, timestamptz, uuid, int8, timestamptz, text[], timestamptz) AS "
+            + query + ";\n"
             "BEGIN; EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
-            "EXECUTE claim(200, 60, 'bench', NULL, gen_random_uuid(), 4194304, NULL); ROLLBACK;\n")
+            "EXECUTE claim(200, 60, 'bench', NULL, gen_random_uuid(), 4194304, NULL, '{}', NULL); ROLLBACK;\n")
 
 
 def rust_sql_const(file, name):

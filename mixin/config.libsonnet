@@ -47,5 +47,6 @@ local utils = import 'lib/utils.libsonnet';
     complaintRatio: 0.001,  // OutboxComplaintRateHigh: spam complaints per email sent over 1h
     complaintRatioText: '0.1%',
     deliverabilityMinSent: 100,  // ... both only once this many emails were sent in the hour
+    kindPausedWarningSeconds: 4 * 3600,  // OutboxKindPausedLong: a kind paused this long
   },
 }

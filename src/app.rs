@@ -72,7 +72,11 @@ impl App {
         let prometheus = metrics::install_recorder()?;
         let pools = Pools::open(&config.database).await?;
         let shutdown = Shutdown::default();
-        let metrics = Arc::new(Metrics::new(renderer.kinds(), mailer.is_enabled()));
+        let metrics = Arc::new(Metrics::new(
+            renderer.kinds(),
+            config.dispatch.lanes.clone(),
+            mailer.is_enabled(),
+        ));
         metrics.notifications_working(pools.listen.is_some());
         let mailer = Arc::new(mailer);
         let dispatcher = Arc::new(

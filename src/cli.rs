@@ -30,6 +30,7 @@ macro_rules! outln {
 }
 
 mod doctor;
+mod pauses;
 mod preview;
 mod suppressions;
 
@@ -61,6 +62,12 @@ pub enum Command {
     Stats(StatsArgs),
     /// List, add and remove addresses on the suppression list, directly in the database.
     Suppressions(suppressions::SuppressionsArgs),
+    /// Hold one kind's messages on every replica, across restarts, until it is resumed.
+    Pause(pauses::PauseArgs),
+    /// Send a paused kind's messages again.
+    Resume(pauses::ResumeArgs),
+    /// The paused kinds: since when, by whom, and why.
+    Pauses(pauses::PausesArgs),
     /// Render one email exactly as it would be sent, without a database or SMTP server.
     Preview(preview::PreviewArgs),
     /// Check a deployment: one line per check (ok, warn or fail); exits 1 when any fails.
@@ -218,48 +225,84 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         Command::Run(args) => app::App::build(args.validate()?).await?.run().await,
         Command::Demo(args) => app::demo(args.validate()?).await,
         Command::DeadLetters(args) => {
-            let pool = app::connect_checked(&args.database.validate()?).await?;
-            let result = dead_letters(&pool, args.command).await;
-            pool.close().await;
-            result
+            with_database(&args.database, async |pool| {
+                dead_letters(pool, args.command).await
+            })
+            .await
         }
         Command::Preview(args) => preview::run(args),
         Command::Doctor(args) => doctor::run(*args).await,
         Command::Suppressions(args) => {
-            let pool = app::connect_checked(&args.database.validate()?).await?;
-            let result = suppressions::run(&pool, args.command, &cli_actor()).await;
-            pool.close().await;
-            result
+            with_database(&args.database, async |pool| {
+                suppressions::run(pool, args.command, &cli_actor()).await
+            })
+            .await
         }
-        Command::Stats(args) => {
-            let pool = app::connect_checked(&args.database.validate()?).await?;
-            let stats = store::stats::stats(&pool).await;
-            pool.close().await;
-            let stats = stats?;
-            if args.json {
-                outln!("{}", serde_json::to_string_pretty(&stats)?)?;
-            } else {
-                out!("{}", crate::report::stats_table(&stats))?;
-            }
-            Ok(())
+        Command::Pause(args) => {
+            let new = pauses::checked_pause(&args)?;
+            with_database(&args.database, async |pool| {
+                pauses::pause(pool, &new, &cli_actor()).await
+            })
+            .await
         }
-        Command::Enqueue(args) => {
-            let database = args.database.validate()?;
-            let payload: serde_json::Value =
-                serde_json::from_str(&args.payload).context("--payload is not valid JSON")?;
-            let mut message = NewMessage::new(args.kind, payload);
-            message.not_before = args.not_before;
-            message.priority = args.priority;
-            message.expires_at = args.expires_at;
-            message.idempotency_key = args.idempotency_key;
-            message.validate()?;
-            let pool = app::connect_checked(&database).await?;
-            let id = store::enqueue_alone(&pool, message).await?;
-            pool.close().await;
-            outln!("{id}")?;
-            Ok(())
+        Command::Resume(args) => {
+            pauses::checked_resume(&args)?;
+            with_database(&args.database, async |pool| {
+                pauses::resume(pool, &args.kind, &cli_actor()).await
+            })
+            .await
         }
+        Command::Pauses(args) => {
+            with_database(&args.database, async |pool| {
+                pauses::list(pool, args.json).await
+            })
+            .await
+        }
+        Command::Stats(args) => stats(args).await,
+        Command::Enqueue(args) => enqueue(args).await,
     }
+}
+
+async fn stats(args: StatsArgs) -> anyhow::Result<()> {
+    let stats = with_database(&args.database, async |pool| {
+        Ok(store::stats::stats(pool).await?)
+    })
+    .await?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&stats)?)?;
+    } else {
+        out!("{}", crate::report::stats_table(&stats))?;
+    }
+    Ok(())
+}
+
+async fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
+    let database = args.database.validate()?;
+    let payload: serde_json::Value =
+        serde_json::from_str(&args.payload).context("--payload is not valid JSON")?;
+    let mut message = NewMessage::new(args.kind, payload);
+    message.not_before = args.not_before;
+    message.priority = args.priority;
+    message.expires_at = args.expires_at;
+    message.idempotency_key = args.idempotency_key;
+    message.validate()?;
+    let pool = app::connect_checked(&database).await?;
+    let id = store::enqueue_alone(&pool, message).await;
+    pool.close().await;
+    outln!("{}", id?)?;
+    Ok(())
+}
+
+/// Connects to the database `args` name (checking its schema), runs `work`, and closes
+/// the pool whatever came of it: the commands that work directly in the database.
+async fn with_database<T>(
+    args: &DatabaseArgs,
+    work: impl AsyncFnOnce(&sqlx::PgPool) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let pool = app::connect_checked(&args.validate()?).await?;
+    let result = work(&pool).await;
+    pool.close().await;
+    result
 }
 
 /// Who runs the CLI, for the audit table.

@@ -17,7 +17,7 @@ use crate::background::retention::Retention;
 use crate::dispatch::{DispatchSettings, ExpireAfter, RateLimit};
 use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
-use crate::message::RetryPolicy;
+use crate::message::{Lanes, RetryPolicy};
 use crate::render::{DkimKey, RenderLimits};
 use crate::text::{debug_showing_only, redact_url};
 
@@ -101,6 +101,12 @@ pub struct RunArgs {
     /// hour (14/s, 600/m, 50000/h). Unset: no limit. Throttling replies slow it down.
     #[arg(long, env = "OUTBOXD_RATE_LIMIT", value_parser = RateLimit::parse)]
     pub rate_limit: Option<RateLimit>,
+
+    /// Kinds of bulk work (a newsletter, a digest run): newsletter,digest. Their messages
+    /// are claimed only after every other kind's due messages, so a bulk run never delays
+    /// transactional mail; the alert rules do not page on a bulk run's age.
+    #[arg(long, env = "OUTBOXD_BULK_KINDS", value_parser = Lanes::parse)]
+    pub bulk_kinds: Option<Lanes>,
 
     /// Default lifetimes per kind, from when a message was created, for messages without
     /// their own expires_at: account_verification=24h,workspace_invite=7d. A message not
@@ -404,6 +410,7 @@ impl RunArgs {
             rate_limit: self.rate_limit,
             expire_after: self.expire_after.clone().unwrap_or_default(),
             suppress_hard_bounces: self.deliverability.suppress_hard_bounces,
+            lanes: self.bulk_kinds.clone().unwrap_or_default(),
         })
     }
 }

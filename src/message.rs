@@ -3,8 +3,11 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+mod lane;
 mod outcome;
+mod pause;
 
+pub use lane::{Lane, Lanes};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
 pub use outboxd_producer::{
@@ -13,6 +16,7 @@ pub use outboxd_producer::{
 };
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
+pub use pause::{MAX_PAUSE_REASON_CHARS, NewPause, PauseRequest};
 
 /// How much of an error is kept on the row, as the original design did.
 pub const MAX_ERROR_CHARS: usize = 500;
@@ -106,6 +110,8 @@ pub struct ClaimedBatch {
     /// The lowest `next_attempt_at` among the rows claimed, before the claim: no row due
     /// below it was left behind, so the next claim can scan from there.
     pub lowest_due: Option<DateTime<Utc>>,
+    /// The same for the bulk lane's rows, which a claim scans from a floor of their own.
+    pub lowest_bulk_due: Option<DateTime<Utc>>,
     /// Shared with the tasks that send them, without copying payloads.
     pub messages: std::sync::Arc<[ClaimedMessage]>,
 }

@@ -38,14 +38,16 @@
               when nothing is claiming. A message backing off after a temporary failure is not
               "ready", so it cannot fire this while the rest flow (see the runbook). Pages about
               9 minutes after claiming stops; a healthy burst drained in 3 minutes stays under.
+              The transactional lane's: a bulk run at the pace (OUTBOXD_BULK_KINDS) is old by
+              design, and a paused kind is left out of the lanes' gauges.
             |||,
             alert: 'OutboxDispatcherStalled',
-            expr: 'max by (%(groupLabels)s) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(stalledReadyAgeSeconds)g' % config,
+            expr: 'max by (%(groupLabels)s) (outbox_lane_oldest_ready_age_seconds{%(outboxdSelector)s,lane="transactional"}) > %(stalledReadyAgeSeconds)g' % config,
             'for': '3m',
             labels: { severity: 'critical' },
             annotations: {
               summary: 'Outbox messages are due but nothing is sending them.',
-              description: 'The oldest ready outbox message of {{ $labels.job }} has waited {{ $value | humanizeDuration }} to be claimed; delivery has stopped.',
+              description: 'The oldest ready transactional message of {{ $labels.job }} has waited {{ $value | humanizeDuration }} to be claimed; delivery has stopped.',
             },
           },
           {
@@ -124,8 +126,8 @@
             |||,
             alert: 'OutboxBacklogGrowing',
             expr: |||
-              max by (%(groupLabels)s) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(backlogReadyAgeSeconds)g
-              and on (%(groupLabels)s) sum by (%(groupLabels)s) (deriv(outbox_pending_messages{%(outboxdSelector)s}[5m])) > 0
+              max by (%(groupLabels)s) (outbox_lane_oldest_ready_age_seconds{%(outboxdSelector)s,lane="transactional"}) > %(backlogReadyAgeSeconds)g
+              and on (%(groupLabels)s) max by (%(groupLabels)s) (deriv(outbox_lane_ready_messages{%(outboxdSelector)s,lane="transactional"}[5m])) > 0
             ||| % config,
             'for': '4m',
             labels: { severity: 'critical' },
@@ -157,7 +159,7 @@
             expr: |||
               sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[10m]))
                 < 0.2 * sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[1h] offset 10m))
-              and on (%(groupLabels)s) max by (%(groupLabels)s) (outbox_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(throughputCollapsedReadyAgeSeconds)g
+              and on (%(groupLabels)s) max by (%(groupLabels)s) (outbox_lane_oldest_ready_age_seconds{%(outboxdSelector)s,lane="transactional"}) > %(throughputCollapsedReadyAgeSeconds)g
             ||| % config,
             'for': '10m',
             labels: { severity: 'warning' },
@@ -244,12 +246,46 @@
           {
             alert: 'OutboxOldestPendingHigh',
             // The summary says "over an hour": change both together.
-            expr: 'max by (%(groupLabels)s) (min_over_time(outbox_oldest_pending_age_seconds{%(outboxdSelector)s}[10m])) > 3600' % config,
+            expr: 'max by (%(groupLabels)s) (min_over_time(outbox_lane_oldest_pending_age_seconds{%(outboxdSelector)s,lane="transactional"}[10m])) > 3600' % config,
             'for': '10m',
             labels: { severity: 'warning' },
             annotations: {
               summary: 'An outbox message has been pending for over an hour.',
-              description: 'The oldest pending message of {{ $labels.job }} fell due {{ $value | humanizeDuration }} ago; it keeps failing or waiting.',
+              description: 'The oldest pending transactional message of {{ $labels.job }} fell due {{ $value | humanizeDuration }} ago; it keeps failing or waiting.',
+            },
+          },
+          {
+            comment:: |||
+              A bulk lane (OUTBOXD_BULK_KINDS) is expected to wait: a newsletter at the relay's
+              pace takes hours. It has stopped when it has had due messages for 15 minutes and
+              sent none: the transactional lane takes the whole rate limit, or every bulk
+              message fails. Warns about 20 minutes after the last bulk send.
+            |||,
+            alert: 'OutboxBulkLaneStalled',
+            expr: |||
+              max by (%(groupLabels)s) (min_over_time(outbox_lane_ready_messages{%(outboxdSelector)s,lane="bulk"}[15m])) > 0
+              and on (%(groupLabels)s) sum by (%(groupLabels)s) (increase(outbox_lane_sent_total{%(outboxdSelector)s,lane="bulk"}[15m])) == 0
+            ||| % config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'The bulk lane has due messages and sends none.',
+              description: '{{ $labels.job }} has had {{ $value }} due bulk messages for 20 minutes and sent none of them.',
+            },
+          },
+          {
+            comment:: |||
+              A paused kind (outboxd pause) pages nobody: its backlog is out of the lanes'
+              gauges. A pause forgotten for longer than kindPausedWarningSeconds warns, with
+              the kind in its labels.
+            |||,
+            alert: 'OutboxKindPausedLong',
+            expr: 'max by (%(groupLabels)s, kind) (outbox_kind_pause_age_seconds{%(outboxdSelector)s}) > %(kindPausedWarningSeconds)g' % config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'A kind has been paused for a long time.',
+              description: 'Kind {{ $labels.kind }} of {{ $labels.job }} has been paused for {{ $value | humanizeDuration }}; its messages wait until it is resumed.',
             },
           },
           {

@@ -80,11 +80,11 @@ local s = p.selector;
         p.row('Is email flowing?', [
           p.timeseries(
             'Oldest pending age',
-            'How long the oldest pending message has been due, and the oldest message that is due now and not backing off (the stall alert pages when that one passes 10 minutes).',
+            'How long the oldest pending message has been due, and the oldest message that is due now and not backing off, all lanes and paused kinds included (the stall alert watches the transactional lane: see its row).',
             's',
             [
               p.target('max(outbox_oldest_pending_age_seconds{%s})' % s, 'oldest pending'),
-              p.target('max(outbox_oldest_ready_age_seconds{%s})' % s, 'oldest ready (stall alert)'),
+              p.target('max(outbox_oldest_ready_age_seconds{%s})' % s, 'oldest ready'),
             ],
             w=12,
             thresholds=[['green', null], ['red', 600]],
@@ -117,6 +117,41 @@ local s = p.selector;
             thresholds=[['red', null], ['green', 1]],
           ),
         ]),
+      ] + [
+        p.row('Lane: %s' % lane, [
+          p.timeseries(
+            'Oldest ready age (%s)' % lane,
+            'How long the %s lane\'s oldest message due now has waited to be claimed; paused kinds left out. %s' % [
+              lane,
+              if lane == 'transactional'
+              then 'The stall alert pages when it passes 5 minutes.'
+              else 'A bulk run at the pace is old by design; the lane alerts when it sends nothing.',
+            ],
+            's',
+            [
+              p.target('max(outbox_lane_oldest_ready_age_seconds{%s,lane="%s"})' % [s, lane], 'oldest ready'),
+              p.target('max(outbox_lane_oldest_pending_age_seconds{%s,lane="%s"})' % [s, lane], 'oldest pending'),
+            ],
+            w=8,
+            thresholds=if lane == 'transactional' then [['green', null], ['red', 300]] else null,
+          ),
+          p.timeseries(
+            'Ready messages (%s)' % lane,
+            'Messages of the %s lane due now, neither backing off nor leased; paused kinds left out.' % lane,
+            'short',
+            [p.target('max(outbox_lane_ready_messages{%s,lane="%s"})' % [s, lane], 'ready')],
+            w=8,
+          ),
+          p.timeseries(
+            'Sent per second (%s)' % lane,
+            'Messages of the %s lane the SMTP server accepted, all replicas together.' % lane,
+            'ops',
+            [p.target('sum(rate(outbox_lane_sent_total{%s,lane="%s"}[$__rate_interval]))' % [s, lane], 'sent')],
+            w=8,
+          ),
+        ])
+        for lane in ['transactional', 'bulk']
+      ] + [
         p.row('Throughput and failures', [
           p.timeseries(
             'Sent per second by kind',
@@ -238,14 +273,25 @@ local s = p.selector;
               p.target('sum(rate(outbox_messages_sent_total{%s}[$__rate_interval]))' % s, 'sent'),
               p.target('sum(rate(outbox_throttled_total{%s}[$__rate_interval]))' % s, 'throttled'),
             ],
-            w=12,
+            w=10,
+          ),
+          p.table(
+            'Paused kinds',
+            'How long each kind has been paused (outboxd pause); 0: not paused. A paused kind\'s messages wait, out of the lanes\' gauges; a pause over 4 hours warns.',
+            's',
+            [p.target(
+              'max by (kind) (outbox_kind_pause_age_seconds{%s})' % s,
+              '{{kind}}',
+              { format: 'table', instant: true },
+            )],
+            w=6,
           ),
           p.timeseries(
             'Expired per second',
             'Messages not sent because their expiry passed first (expires_at or OUTBOXD_EXPIRE_AFTER); not dead letters.',
             'ops',
             [p.target('sum by (kind) (rate(outbox_messages_expired_total{%s}[$__rate_interval]))' % s, '{{kind}}')],
-            w=12,
+            w=8,
           ),
         ]),
         p.row('Deliverability', [

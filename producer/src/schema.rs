@@ -19,6 +19,7 @@ pub const OBJECTS: &[&str] = &[
     "outbox_schema_migrations",
     "outbox_webhook_receipts",
     "outbox_admin_audit",
+    "outbox_kind_pauses",
     "outbox_on_the_calendar",
     "outbox_messages_set_next_attempt",
     "outbox_messages_notify",

@@ -86,7 +86,7 @@ mod tests {
     #[tokio::test]
     async fn a_task_that_panics_is_started_again_until_it_ends() {
         let runs = Arc::new(AtomicU32::new(0));
-        let metrics = Arc::new(Metrics::new([], false));
+        let metrics = Arc::new(Metrics::new([], Default::default(), false));
         let counted = Arc::clone(&runs);
         supervise(
             BackgroundTask::Retention,

@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 
 use super::health::Health;
 use crate::store;
-use crate::telemetry::metrics::{DatabaseOperation, Metrics, record_sample};
+use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 /// How long past the sample interval the sampler waits for the server to cancel a sample
 /// before it stops waiting (a server that does not answer at all).
@@ -34,7 +34,7 @@ pub async fn run(
         };
         match sampled {
             Ok(Ok(sample)) => {
-                record_sample(&sample);
+                metrics.sample(&sample);
                 debug!(?sample, "sampled the outbox");
             }
             Ok(Err(e)) => {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::batch::Claim;
-use super::floor::ClaimFloor;
+use super::floor::{ClaimFloor, Floors};
 use super::pace::{Allowance, Pace};
 use super::recipients::Suppressed;
 use super::{DispatchError, DispatchSettings};
@@ -189,6 +189,7 @@ impl Claimer {
         due_by: Option<DateTime<Utc>>,
     ) -> Result<(ClaimedBatch, ListedAtClaim), DispatchError> {
         let scan = self.floor.start();
+        let bulk_kinds = self.settings.lanes.bulk_kinds();
         let claimed = self
             .database
             .claim(&ClaimRequest {
@@ -198,11 +199,17 @@ impl Claimer {
                 due_by,
                 max_payload_bytes: i64::try_from(self.settings.max_payload_bytes)
                     .unwrap_or(i64::MAX),
-                floor: scan.floor,
+                floor: scan.floor.transactional,
+                bulk_kinds: &bulk_kinds,
+                bulk_floor: scan.floor.bulk,
             })
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?;
-        self.floor.claimed(scan, claimed.batch.lowest_due);
+        let lowest = Floors {
+            transactional: claimed.batch.lowest_due,
+            bulk: claimed.batch.lowest_bulk_due,
+        };
+        self.floor.claimed(scan, lowest);
         Ok((claimed.batch, claimed.suppression))
     }
 }

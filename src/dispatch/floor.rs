@@ -7,6 +7,8 @@
 //! (linear growth, 30 ms after five minutes at 200/s). So a claim scans from a floor: the
 //! lowest `next_attempt_at` of the last batch claimed. No due row below it was left
 //! behind, and rows claimed, retried or released get a `next_attempt_at` of now or later.
+//! Each lane has its own floor (`message::Lanes`): the transactional part of a claim would
+//! otherwise walk again, at every claim, the bulk backlog the bulk part has yet to take.
 //!
 //! A row can still appear below the floor: a producer's transaction that commits late
 //! (its `now()` is when it began), a `not_before` in the past, an operator's retry. The
@@ -36,7 +38,7 @@ pub(super) struct ClaimFloor {
 
 #[derive(Debug)]
 struct State {
-    floor: Option<DateTime<Utc>>,
+    floor: Floors,
     /// A floor is kept only while notifications can lower it.
     listening: bool,
     /// Counts every lowering, so that a claim that started before one does not raise
@@ -45,10 +47,27 @@ struct State {
     next_full_scan: Instant,
 }
 
+/// Where each lane's part of a claim scans from; `None` is the start of the due index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Floors {
+    pub transactional: Option<DateTime<Utc>>,
+    pub bulk: Option<DateTime<Utc>>,
+}
+
+impl Floors {
+    /// Both floors lowered to `due`, where they are above it.
+    fn lowered_to(self, due: DateTime<Utc>) -> Self {
+        Self {
+            transactional: self.transactional.map(|floor| floor.min(due)),
+            bulk: self.bulk.map(|floor| floor.min(due)),
+        }
+    }
+}
+
 /// What a claim started from.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ScanStart {
-    pub floor: Option<DateTime<Utc>>,
+    pub floor: Floors,
     lowerings: u64,
 }
 
@@ -96,7 +115,7 @@ impl ClaimFloor {
     pub fn new() -> Self {
         Self {
             state: Mutex::new(State {
-                floor: None,
+                floor: Floors::default(),
                 listening: false,
                 lowerings: 0,
                 next_full_scan: Instant::now() + FULL_SCAN_EVERY,
@@ -112,21 +131,30 @@ impl ClaimFloor {
         if full_scan {
             state.next_full_scan = Instant::now() + FULL_SCAN_EVERY;
         }
+        let floor = if state.listening && !full_scan {
+            state.floor
+        } else {
+            Floors::default()
+        };
         ScanStart {
-            floor: state.floor.filter(|_| state.listening && !full_scan),
+            floor,
             lowerings: state.lowerings,
         }
     }
 
-    /// A claim that started at `start` took rows from `lowest_due` up: the floor moves
-    /// there, unless a notification lowered it meanwhile.
-    pub fn claimed(&self, start: ScanStart, lowest_due: Option<DateTime<Utc>>) {
+    /// A claim that started at `start` took each lane's rows from its `lowest` due time
+    /// up: the lane's floor moves there, unless a notification lowered it meanwhile. A lane
+    /// that took no row keeps its floor.
+    pub fn claimed(&self, start: ScanStart, lowest: Floors) {
         let mut state = self.lock();
-        if let Some(lowest) = lowest_due
-            && state.listening
-            && state.lowerings == start.lowerings
-        {
-            state.floor = Some(lowest);
+        if !state.listening || state.lowerings != start.lowerings {
+            return;
+        }
+        if lowest.transactional.is_some() {
+            state.floor.transactional = lowest.transactional;
+        }
+        if lowest.bulk.is_some() {
+            state.floor.bulk = lowest.bulk;
         }
     }
 
@@ -134,9 +162,9 @@ impl ClaimFloor {
     pub fn heard(&self, heard: Heard) {
         let mut state = self.lock();
         if heard.unknown {
-            state.floor = None;
+            state.floor = Floors::default();
         } else if let Some(due) = heard.lowest_due {
-            state.floor = state.floor.map(|floor| floor.min(due));
+            state.floor = state.floor.lowered_to(due);
         } else {
             return;
         }
@@ -147,7 +175,7 @@ impl ClaimFloor {
     pub fn listening(&self, listening: bool) {
         let mut state = self.lock();
         state.listening = listening;
-        state.floor = None;
+        state.floor = Floors::default();
         state.lowerings += 1;
     }
 
@@ -164,26 +192,43 @@ mod tests {
         DateTime::from_timestamp_millis(millis).expect("a valid time")
     }
 
+    fn both(millis: i64) -> Floors {
+        Floors {
+            transactional: Some(at(millis)),
+            bulk: Some(at(millis)),
+        }
+    }
+
     fn listening_floor_at(millis: i64) -> ClaimFloor {
         let floor = ClaimFloor::new();
         floor.listening(true);
-        floor.claimed(floor.start(), Some(at(millis)));
+        floor.claimed(floor.start(), both(millis));
         floor
     }
 
     #[test]
     fn there_is_no_floor_without_listen() {
         let floor = ClaimFloor::new();
-        floor.claimed(floor.start(), Some(at(100)));
-        assert_eq!(floor.start().floor, None);
+        floor.claimed(floor.start(), both(100));
+        assert_eq!(floor.start().floor, Floors::default());
     }
 
     #[test]
-    fn a_claim_raises_the_floor_to_its_lowest_row_and_an_empty_one_keeps_it() {
+    fn a_claim_raises_each_lanes_floor_to_its_lowest_row_and_a_lane_without_one_keeps_it() {
         let floor = listening_floor_at(100);
-        assert_eq!(floor.start().floor, Some(at(100)));
-        floor.claimed(floor.start(), None);
-        assert_eq!(floor.start().floor, Some(at(100)));
+        assert_eq!(floor.start().floor, both(100));
+        floor.claimed(floor.start(), Floors::default());
+        assert_eq!(floor.start().floor, both(100));
+        let transactional_only = Floors {
+            transactional: Some(at(300)),
+            bulk: None,
+        };
+        floor.claimed(floor.start(), transactional_only);
+        let moved = floor.start().floor;
+        assert_eq!(
+            (moved.transactional, moved.bulk),
+            (Some(at(300)), Some(at(100)))
+        );
     }
 
     #[test]
@@ -193,11 +238,11 @@ mod tests {
         heard.payload("150");
         heard.payload("40");
         floor.heard(heard);
-        assert_eq!(floor.start().floor, Some(at(40)));
+        assert_eq!(floor.start().floor, both(40));
         let mut heard = Heard::default();
         heard.payload("");
         floor.heard(heard);
-        assert_eq!(floor.start().floor, None);
+        assert_eq!(floor.start().floor, Floors::default());
     }
 
     #[test]
@@ -207,8 +252,8 @@ mod tests {
         let mut heard = Heard::default();
         heard.payload("40");
         floor.heard(heard);
-        floor.claimed(start, Some(at(120)));
-        assert_eq!(floor.start().floor, Some(at(40)));
+        floor.claimed(start, both(120));
+        assert_eq!(floor.start().floor, both(40));
     }
 
     #[test]
@@ -216,6 +261,6 @@ mod tests {
         let floor = listening_floor_at(100);
         floor.listening(false);
         floor.listening(true);
-        assert_eq!(floor.start().floor, None);
+        assert_eq!(floor.start().floor, Floors::default());
     }
 }

@@ -37,7 +37,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::mailer::Mailer;
-use crate::message::RetryPolicy;
+use crate::message::{Lanes, RetryPolicy};
 use crate::render::Renderer;
 use crate::store::KeptConnection;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
@@ -79,6 +79,8 @@ pub struct DispatchSettings {
     pub expire_after: ExpireAfter,
     /// Add a recipient to the suppression list when its server says it does not exist.
     pub suppress_hard_bounces: bool,
+    /// Which kinds are bulk work, claimed after the transactional kinds' due rows.
+    pub lanes: Lanes,
 }
 
 /// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on

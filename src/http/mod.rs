@@ -5,6 +5,7 @@ pub mod api;
 mod api_error;
 pub mod auth;
 pub mod page;
+pub mod pauses;
 pub mod server;
 pub mod suppressions;
 pub mod webhooks;
@@ -82,6 +83,7 @@ pub fn admin_router(
     };
     let api = api::routes()
         .merge(suppressions::routes())
+        .merge(pauses::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&auth),
             auth::require_bearer,

@@ -24,6 +24,7 @@ use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
 use crate::store::stats;
 use crate::text::cut_with_ellipsis;
 
+mod pauses;
 mod suppressions;
 
 /// Errors longer than this are folded behind "more".
@@ -36,6 +37,8 @@ pub fn routes() -> Router<AdminState> {
         .route("/admin/dead-letters/{id}/{action}", post(one))
         .route("/admin/suppressions", post(suppressions::add))
         .route("/admin/suppressions/remove", post(suppressions::remove))
+        .route("/admin/kinds/pause", post(pauses::pause))
+        .route("/admin/kinds/resume", post(pauses::resume))
 }
 
 fn environment() -> &'static Environment<'static> {
@@ -198,21 +201,16 @@ async fn render(
     let now = Utc::now();
     let (suppressions, suppressed_next) =
         suppressions::rows(&state.pool, shown.suppressed, shown.suppressed_after, now).await?;
+    let pauses = pauses::rows(&state.pool, now).await?;
     let query_value =
         |text: &str| url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
     let stats = stats::stats(&state.pool).await?;
     let groups = admin::groups(&state.pool).await?;
     let page =
         admin::list_dead_letters(&state.pool, list.kind.as_deref(), list.after, list.limit).await?;
-    let audit = admin::audit_log(&state.pool, 20).await?;
+    let audit = audit_rows(&state.pool, now).await?;
     let next_after = list.next_after(&page);
-    let mut kinds: Vec<String> = state.kinds.clone();
-    for kind in stats.kinds.keys().chain(list.kind.iter()) {
-        if !kinds.contains(kind) {
-            kinds.push(kind.clone());
-        }
-    }
-    kinds.sort();
+    let kinds = kinds_shown(&state.kinds, stats.kinds.keys().chain(list.kind.iter()));
     let rows: Vec<Row> = page.into_iter().map(|d| Row::new(d, now)).collect();
     let groups: Vec<_> = groups
         .into_iter()
@@ -220,10 +218,6 @@ async fn render(
             let short_error = short(g.newest.last_error.as_deref().unwrap_or(""));
             context! { kind => g.kind, error_class => g.error_class, count => g.count, newest => context! { id => g.newest.id }, short_error }
         })
-        .collect();
-    let audit: Vec<_> = audit
-        .into_iter()
-        .map(|a| context! { at => a.at.to_rfc3339(), ago => ago(a.at, now), actor => a.actor, action => a.action, target => a.target, rows => a.rows })
         .collect();
     let notice_error = notice.is_some_and(|n| n.starts_with("Could not"));
     let kind = list.kind.clone().unwrap_or_default();
@@ -248,10 +242,35 @@ async fn render(
         suppressed_query => query_value(shown.suppressed.unwrap_or_default()),
         suppressed_next => suppressed_next.as_deref().map(query_value),
         reasons => suppressions::reasons(),
+        pauses,
         csrf => state.auth.csrf_token(actor),
         nonce => nonce,
     })?;
     Ok(html)
+}
+
+/// The page's recent admin actions.
+async fn audit_rows(
+    pool: &sqlx::PgPool,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Vec<minijinja::Value>> {
+    let audit = admin::audit_log(pool, 20).await?;
+    Ok(audit
+        .into_iter()
+        .map(|a| context! { at => a.at.to_rfc3339(), ago => ago(a.at, now), actor => a.actor, action => a.action, target => a.target, rows => a.rows, detail => a.detail })
+        .collect())
+}
+
+/// The kinds the page offers: those with templates and any the table or the filter names.
+fn kinds_shown<'a>(templates: &[String], seen: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut kinds = templates.to_vec();
+    for kind in seen {
+        if !kinds.contains(kind) {
+            kinds.push(kind.clone());
+        }
+    }
+    kinds.sort();
+    kinds
 }
 
 #[derive(Debug, Deserialize)]

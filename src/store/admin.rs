@@ -220,6 +220,8 @@ pub struct AuditEntry {
     pub action: String,
     pub target: String,
     pub rows: i32,
+    /// What the action was for, where it says (a pause's reason).
+    pub detail: Option<String>,
 }
 
 /// Dead letters, newest first; `after` is the last id of the previous page.
@@ -358,6 +360,7 @@ pub async fn apply(
         action.as_str(),
         &selection.to_string(),
         changed.len(),
+        None,
     )
     .await?;
     if action == Action::Retry && !changed.is_empty() {
@@ -393,14 +396,19 @@ pub(super) async fn audit(
     action: &str,
     target: &str,
     rows: usize,
+    detail: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    query("INSERT INTO outbox_admin_audit (actor, action, target, rows) VALUES ($1, $2, $3, $4)")
-        .bind(actor)
-        .bind(action)
-        .bind(target)
-        .bind(i32::try_from(rows).unwrap_or(i32::MAX))
-        .execute(&mut **tx)
-        .await?;
+    query(
+        "INSERT INTO outbox_admin_audit (actor, action, target, rows, detail) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(actor)
+    .bind(action)
+    .bind(target)
+    .bind(i32::try_from(rows).unwrap_or(i32::MAX))
+    .bind(detail)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -408,7 +416,7 @@ pub(super) async fn audit(
 pub async fn audit_log(pool: &PgPool, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
     fetch_all_alone(
 query_as(
-        "SELECT id, at, actor, action, target, rows FROM outbox_admin_audit ORDER BY id DESC LIMIT $1",
+        "SELECT id, at, actor, action, target, rows, detail FROM outbox_admin_audit ORDER BY id DESC LIMIT $1",
     )
     .bind(limit)
     ,

@@ -27,13 +27,22 @@ pub struct ClaimRequest<'a> {
     /// the due index may hold only the entries of rows already sent, which PostgreSQL
     /// cannot remove while a transaction elsewhere is older than them.
     pub floor: Option<DateTime<Utc>>,
+    /// The kinds of the bulk lane (`message::Lanes`): claimed after every other kind's due
+    /// rows, in due order whatever their priority, from a floor of their own.
+    pub bulk_kinds: &'a [String],
+    pub bulk_floor: Option<DateTime<Utc>>,
 }
 
-/// The claim, in two tiers. `urgent` takes due rows with a priority from their own small
+/// The claim, in three tiers, none taking a kind in `outbox_kind_pauses` (read once per
+/// claim). `urgent` takes transactional due rows with a priority from their own small
 /// index, in order of due time less a minute per priority point, but only those that
-/// would go before the oldest due row without one: a point is a minute of waiting, so
-/// priority-0 rows are never starved. `regular` fills the rest of the batch from the due
-/// index, from the floor up (see `dispatch::floor`). Both are index scans whatever the mix.
+/// would go before the oldest due transactional row without one: a point is a minute of
+/// waiting, so priority-0 rows are never starved. `regular` fills the batch with the
+/// transactional lane's other due rows from the due index, from the floor up (see
+/// `dispatch::floor`). `bulk` fills what is left with the bulk lane's rows, from the due
+/// index and the bulk floor, and runs only when there are bulk kinds. All are index scans
+/// whatever the mix. A tier skips the rows of the other lane and of paused kinds that lie
+/// above its floor; each tier's floor passes them once it claims a row due after them.
 ///
 /// The claim also reads each row's envelope addresses (`to`, `cc`, `bcc`: the strings among
 /// them, of a payload within the size limit) and which of them are on the suppression list,
@@ -55,39 +64,60 @@ pub struct ClaimRequest<'a> {
 /// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
 /// claimed row leaves the due range, and comes back by itself if its claimer dies.
 const CLAIM: &str = concat!(
-    "    WITH regular_head AS ( \
+    "    WITH paused AS ( \
+        SELECT coalesce(array_agg(kind), '{}') AS kinds FROM outbox_kind_pauses \
+    ), regular_head AS ( \
         SELECT next_attempt_at FROM outbox_messages \
         WHERE ",
     pending!(),
     " \
           AND next_attempt_at <= coalesce($4, now()) \
           AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+          AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
         ORDER BY next_attempt_at, id LIMIT 1 \
     ), urgent AS ( \
-        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
+               'urgent' AS tier \
         FROM outbox_messages \
         WHERE ",
     pending!(),
     " AND priority > 0 \
           AND next_attempt_at <= coalesce($4, now()) \
+          AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
           AND next_attempt_at - make_interval(mins => priority) \
               <= coalesce((SELECT next_attempt_at FROM regular_head), 'infinity') \
         ORDER BY next_attempt_at - make_interval(mins => priority), id \
         LIMIT $1 \
         FOR UPDATE SKIP LOCKED \
     ), regular AS ( \
-        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
+               'regular' AS tier \
         FROM outbox_messages \
         WHERE ",
     pending!(),
     " \
           AND next_attempt_at <= coalesce($4, now()) \
           AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+          AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
         ORDER BY next_attempt_at, id \
         LIMIT $1 - (SELECT count(*) FROM urgent) \
         FOR UPDATE SKIP LOCKED \
+    ), bulk AS ( \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
+               'bulk' AS tier \
+        FROM outbox_messages \
+        WHERE ",
+    pending!(),
+    " \
+          AND cardinality($8) > 0 \
+          AND next_attempt_at <= coalesce($4, now()) \
+          AND next_attempt_at >= coalesce($9, '-infinity') \
+          AND kind = ANY($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
+        ORDER BY next_attempt_at, id \
+        LIMIT $1 - (SELECT count(*) FROM urgent) - (SELECT count(*) FROM regular) \
+        FOR UPDATE SKIP LOCKED \
     ), due AS ( \
-        SELECT * FROM urgent UNION ALL SELECT * FROM regular \
+        SELECT * FROM urgent UNION ALL SELECT * FROM regular UNION ALL SELECT * FROM bulk \
     ), claimed AS ( \
         UPDATE outbox_messages AS m \
         SET locked_until = now() + make_interval(secs => $2), \
@@ -103,7 +133,7 @@ const CLAIM: &str = concat!(
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
                   octet_length(due.payload_text) AS payload_bytes, \
                   due.previous_lease IS NOT NULL AS reclaimed, \
-                  greatest(m.created_at, m.not_before) AS due_at, \
+                  greatest(m.created_at, m.not_before) AS due_at, due.tier, \
                   now() AS claimed_at, outbox_on_the_calendar(due.next_attempt_at) AS was_due_at, \
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN \
                       jsonb_path_query_array(m.payload, '$.to[*] ? (@.type() == \"string\")') \
@@ -113,7 +143,7 @@ const CLAIM: &str = concat!(
     ) \
     SELECT c.id, c.kind, c.attempts, c.traceparent, c.created_at, c.expires_at, c.priority, \
            c.throttled_releases, c.payload, c.payload_bytes, c.reclaimed, c.due_at, c.claimed_at, \
-           c.was_due_at, k.looked_up, s.listed, s.reasons \
+           c.was_due_at, c.tier, k.looked_up, s.listed, s.reasons \
     FROM claimed AS c \
     CROSS JOIN LATERAL ( \
         SELECT coalesce(array_agg(translate(btrim(CASE WHEN strpos(a, '<') > 0 \
@@ -148,19 +178,24 @@ pub async fn claim<'e>(
         .bind(token)
         .bind(request.max_payload_bytes)
         .bind(request.floor)
+        .bind(request.bulk_kinds)
+        .bind(request.bulk_floor)
         .fetch_all(executor)
         .await?;
 
     let claimed_at = rows
         .first()
         .map_or_else(|| request.due_by.unwrap_or_else(Utc::now), |r| r.claimed_at);
-    // Only the priority-0 tier scans from the floor; a row of the priority tier may be due
-    // after priority-0 rows left behind, so it must not raise the floor over them.
-    let lowest_due = rows
-        .iter()
-        .filter(|r| r.message.priority == 0)
-        .map(|r| r.was_due_at)
-        .min();
+    // Only the regular and bulk tiers scan from a floor, each its own; a row of the
+    // priority tier may be due after priority-0 rows left behind, so it must not raise the
+    // floor over them.
+    let lowest_of = |tier: &str| {
+        rows.iter()
+            .filter(|r| r.tier == tier)
+            .map(|r| r.was_due_at)
+            .min()
+    };
+    let (lowest_due, lowest_bulk_due) = (lowest_of("regular"), lowest_of("bulk"));
     let mut suppression = ListedAtClaim::default();
     let mut messages = Vec::with_capacity(rows.len());
     for row in rows {
@@ -181,6 +216,7 @@ pub async fn claim<'e>(
             token,
             claimed_at,
             lowest_due,
+            lowest_bulk_due,
             messages: messages.into(),
         },
         suppression,
@@ -203,6 +239,8 @@ struct ClaimedRow {
     claimed_at: DateTime<Utc>,
     /// `next_attempt_at` before the claim moved it to the lease's end.
     was_due_at: DateTime<Utc>,
+    /// Which part of the claim took it: `urgent`, `regular` or `bulk`.
+    tier: String,
     /// The envelope addresses the claim read from the payload, ASCII letters lower-cased.
     looked_up: Vec<String>,
     /// Those of them on the suppression list now, and the reason of each.

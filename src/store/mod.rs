@@ -26,7 +26,9 @@ mod kept;
 mod listen;
 mod migrations;
 mod outcomes;
+pub mod pauses;
 pub mod prune;
+mod sample;
 pub mod send_rate;
 pub mod stats;
 pub mod suppressions;
@@ -42,6 +44,7 @@ pub use outcomes::{
 };
 pub use prune::Prunable;
 pub use rights::{RUN_RIGHTS, Right};
+pub use sample::{KindSample, PausedKind, Sample, sample};
 pub use schema::{InvalidSchema, Schema, use_schema};
 pub use statements::keep_no_statement_prepared;
 
@@ -310,70 +313,4 @@ impl SchemaState {
         }
         Ok(())
     }
-}
-
-/// The gauges' values, sampled from the table.
-#[derive(Debug, Clone, Copy, PartialEq, FromRow)]
-pub struct Sample {
-    pub pending: i64,
-    pub dead_letters: i64,
-    pub oldest_pending_age: f64,
-    pub oldest_ready_age: f64,
-    /// The oldest transaction or snapshot open in this database, by any session but the
-    /// sample's own: what keeps vacuum from removing what was sent. Sessions of other roles
-    /// count only where the role may see them (`pg_read_all_stats`).
-    pub oldest_transaction_age: f64,
-    /// The outbox table's dead tuples, as the statistics collector last counted them.
-    pub dead_tuples: i64,
-}
-
-/// Reads the gauges' values. Each subquery walks a partial index on pending or
-/// dead-lettered rows, never the dispatched history. A time of `-infinity` (a row from
-/// before migration 12) counts as year 1: the age is absurd and its alert fires, where the
-/// query used to fail.
-///
-/// The server cancels the sample after `within`: under a transaction left open elsewhere
-/// the walk grows by the minute, and a sample given up on would go on running, and keep its
-/// connection busy, until it ended. The timeout is the transaction's own (`SET LOCAL`, sent
-/// with `BEGIN` in one round trip), so that it never reaches another session, as it would
-/// through a pooler in transaction mode.
-pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Error> {
-    let millis = within.as_millis().clamp(1, i32::MAX as u128);
-    let mut transaction = pool
-        .begin_with(sqlx::AssertSqlSafe(format!(
-            "BEGIN; SET LOCAL statement_timeout = {millis}"
-        )))
-        .await?;
-    let sample = query_as(concat!(
-        "SELECT \
-           (SELECT count(*) FROM outbox_messages \
-             WHERE ",
-        pending!(),
-        ") AS pending, \
-           (SELECT count(*) FROM outbox_messages \
-             WHERE ",
-        dead_letter!(),
-        ") AS dead_letters, \
-           (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(greatest(created_at, not_before)))), 0)::float8 \
-              FROM outbox_messages \
-             WHERE ",
-        pending!(),
-        " AND greatest(created_at, not_before) IS NOT NULL \
-               AND greatest(created_at, not_before) <= now()) AS oldest_pending_age, \
-           (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(next_attempt_at))), 0)::float8 \
-              FROM outbox_messages \
-             WHERE ",
-        pending!(),
-        " AND next_attempt_at <= now()) AS oldest_ready_age, \
-           (SELECT coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8 \
-              FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid() \
-               AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)) AS oldest_transaction_age, \
-           coalesce((SELECT n_dead_tup FROM pg_stat_user_tables \
-                      WHERE relid = to_regclass('outbox_messages')), 0) AS dead_tuples",
-    ))
-    .fetch_one(&mut *transaction)
-    .await?;
-    transaction.commit().await?;
-    Ok(sample)
 }

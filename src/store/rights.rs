@@ -20,8 +20,9 @@ const fn table(object: &'static str, privilege: &'static str) -> Right {
 }
 
 /// Every right the dispatcher, retention and readiness use, in the order readiness names
-/// the first one missing. The admin surface also inserts into `outbox_admin_audit` and
-/// deletes from `outbox_suppressions`; the webhooks write `outbox_webhook_receipts`.
+/// the first one missing. The admin surface also inserts into `outbox_admin_audit`,
+/// deletes from `outbox_suppressions` and writes `outbox_kind_pauses`; the webhooks write
+/// `outbox_webhook_receipts`.
 pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_messages", "SELECT"),
     table("outbox_messages", "UPDATE"),
@@ -32,6 +33,7 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_send_rate", "SELECT"),
     table("outbox_send_rate", "INSERT"),
     table("outbox_send_rate", "UPDATE"),
+    table("outbox_kind_pauses", "SELECT"),
     Right {
         object: "outbox_on_the_calendar(timestamptz)",
         privilege: "EXECUTE",

@@ -112,7 +112,7 @@ pub async fn get(pool: &PgPool, address: &str) -> Result<Option<Suppression>, sq
 pub async fn add(pool: &PgPool, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     upsert(&mut *tx, entry, Some(actor)).await?;
-    audit(&mut tx, actor, "suppress", &entry.address, 1).await?;
+    audit(&mut tx, actor, "suppress", &entry.address, 1, None).await?;
     tx.commit().await
 }
 
@@ -130,6 +130,7 @@ pub async fn remove(pool: &PgPool, address: &str, actor: &str) -> Result<bool, s
         "unsuppress",
         address,
         usize::try_from(removed).unwrap_or(0),
+        None,
     )
     .await?;
     tx.commit().await?;

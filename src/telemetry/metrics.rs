@@ -2,8 +2,8 @@
 //! `dashboards/` and `alerts/`, and checked by the tests. These names are a public contract.
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use metrics::{
@@ -11,9 +11,11 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::message::{Delivery, FailureType, Outcome, ReleaseReason};
-use crate::store::{Prunable, Sample};
+use crate::message::{Delivery, FailureType, Lane, Lanes, Outcome, ReleaseReason};
+use crate::store::Prunable;
 use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
+
+mod sample;
 
 pub use super::labels::{BackgroundTask, DatabaseOperation, OTHER_KIND, WebhookResult};
 
@@ -128,6 +130,18 @@ metrics! {
         "Spam complaints received from a provider, by source; each suppresses its address.";
     WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
         "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
+    LANE_OLDEST_READY_AGE = "outbox_lane_oldest_ready_age_seconds", Gauge, SECONDS,
+        "Per lane (bulk: the kinds in OUTBOXD_BULK_KINDS; transactional: every other kind), how long its oldest message that is due now, and neither backing off nor leased, has waited to be claimed. Paused kinds are left out.";
+    LANE_OLDEST_PENDING_AGE = "outbox_lane_oldest_pending_age_seconds", Gauge, SECONDS,
+        "Per lane, how long its oldest pending message has been due (as outbox_oldest_pending_age_seconds). Paused kinds are left out.";
+    LANE_READY = "outbox_lane_ready_messages", Gauge, None,
+        "Per lane, messages due now, neither backing off nor leased. Paused kinds are left out.";
+    LANE_SENT = "outbox_lane_sent_total", Counter, None,
+        "Messages sent (as outbox_messages_sent_total), per lane: a bulk lane with ready messages and no sends has stopped.";
+    KIND_PAUSED = "outbox_kind_paused", Gauge, None,
+        "1 while an operator's pause holds a kind's messages unclaimed (outboxd pause), 0 once it is resumed; kinds without templates are folded into kind=\"other\".";
+    KIND_PAUSE_AGE = "outbox_kind_pause_age_seconds", Gauge, SECONDS,
+        "How long a kind has been paused; 0 when it is not.";
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -195,15 +209,24 @@ fn register_feedback_counters() {
 #[derive(Debug)]
 pub struct Metrics {
     kinds: BTreeSet<String>,
+    lanes: Lanes,
+    /// The `kind` labels that have had a pause, so that a resume sets them back to 0.
+    paused_labels: Mutex<BTreeSet<String>>,
     last_cycle_unix_ms: AtomicU64,
 }
 
 impl Metrics {
     /// Pre-registers every counter at 0 for the known kinds, so that rates exist from the
     /// first scrape and a dashboard never shows "no data" for a kind that has not failed yet.
-    pub fn new<'a>(kinds: impl IntoIterator<Item = &'a str>, smtp_enabled: bool) -> Self {
+    pub fn new<'a>(
+        kinds: impl IntoIterator<Item = &'a str>,
+        lanes: Lanes,
+        smtp_enabled: bool,
+    ) -> Self {
         let metrics = Self {
             kinds: kinds.into_iter().map(str::to_owned).collect(),
+            lanes,
+            paused_labels: Mutex::new(BTreeSet::new()),
             last_cycle_unix_ms: AtomicU64::new(unix_ms(SystemTime::now())),
         };
         let delivery = if smtp_enabled {
@@ -227,6 +250,9 @@ impl Metrics {
                 counter!(DEAD_LETTERED, "kind" => kind.to_owned(), "class" => failure_type.as_str())
                     .increment(0);
             }
+        }
+        for lane in Lane::ALL {
+            counter!(LANE_SENT, "lane" => lane.as_str()).increment(0);
         }
         for reason in ReleaseReason::ALL {
             counter!(RELEASED, "reason" => reason.as_str()).increment(0);
@@ -268,9 +294,11 @@ impl Metrics {
 
     /// Counts one recorded outcome; `latency` is due-to-accepted for a sent message.
     pub fn outcome(&self, kind: &str, outcome: &Outcome, latency: Option<Duration>) {
+        let lane = self.lanes.of(kind);
         let kind = self.kind_label(kind);
         match outcome {
             Outcome::Sent { via } => {
+                counter!(LANE_SENT, "lane" => lane.as_str()).increment(1);
                 if let Some(latency) = latency {
                     histogram!(DELIVERY_LATENCY, "kind" => kind.clone())
                         .record(latency.as_secs_f64());
@@ -377,22 +405,12 @@ impl Metrics {
 }
 
 /// Sets the database gauges from a sample.
-pub fn record_sample(sample: &Sample) {
-    gauge!(PENDING).set(sample.pending as f64);
-    gauge!(DEAD_LETTERS).set(sample.dead_letters as f64);
-    gauge!(OLDEST_PENDING_AGE).set(sample.oldest_pending_age);
-    gauge!(OLDEST_READY_AGE).set(sample.oldest_ready_age);
-    gauge!(OLDEST_TRANSACTION_AGE).set(sample.oldest_transaction_age);
-    gauge!(TABLE_DEAD_TUPLES).set(sample.dead_tuples as f64);
-    gauge!(LAST_SAMPLE).set(unix_seconds(SystemTime::now()));
-}
-
 fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn unix_seconds(time: SystemTime) -> f64 {
+pub(super) fn unix_seconds(time: SystemTime) -> f64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -406,6 +406,7 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
         outboxd::store::sample(&db.pool, Duration::from_secs(10))
             .await
             .unwrap()
+            .totals
             .dead_letters,
         1
     );

@@ -392,6 +392,8 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
         due_by: None,
         max_payload_bytes: 1 << 20,
         floor: None,
+        bulk_kinds: &[],
+        bulk_floor: None,
     };
     let stale = store::claim(&db.pool, &request("stale"))
         .await

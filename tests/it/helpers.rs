@@ -207,6 +207,34 @@ impl TestDb {
 
     /// Sets a default for the database's new sessions (`value` as SQL: `on`, `'300ms'`);
     /// `None` resets it.
+    /// `n` messages of `kind` in one statement, due now, with a payload every built-in
+    /// template reads; their ids.
+    pub async fn insert_many(&self, kind: &str, n: i32) -> Vec<i64> {
+        sqlx::query_scalar(
+            "INSERT INTO outbox_messages (kind, payload) \
+             SELECT $1, jsonb_build_object('to', 'user' || i || '@example.com', 'name', 'Ada', \
+                    'verify_url', 'https://app.example/v', 'inviter_name', 'Ada', \
+                    'workspace_name', 'W', 'accept_url', 'https://app.example/i') \
+             FROM generate_series(1, $2) AS i RETURNING id",
+        )
+        .bind(kind)
+        .bind(n)
+        .fetch_all(&self.pool)
+        .await
+        .expect("insert")
+    }
+
+    /// How many messages of `kind` were sent.
+    pub async fn sent_of(&self, kind: &str) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM outbox_messages WHERE kind = $1 AND dispatched_at IS NOT NULL",
+        )
+        .bind(kind)
+        .fetch_one(&self.pool)
+        .await
+        .expect("count")
+    }
+
     pub async fn set_default(&self, setting: &str, value: Option<&str>) {
         let change = match value {
             Some(value) => format!("SET {setting} = {value}"),
@@ -614,6 +642,13 @@ pub fn outboxd() -> Command {
     }
     command.env("OUTBOXD_LISTEN", "127.0.0.1:0");
     command
+}
+
+/// The value of one series (`name{labels}` exactly as exposed) in a `/metrics` body.
+pub fn metric_value(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// Polls `check` until it holds, or panics after `within`.

@@ -348,7 +348,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     let sample = outboxd::store::sample(&db.pool, Duration::from_secs(10))
         .await
         .expect("the gauges are read");
-    assert!(sample.oldest_pending_age > 6e10, "{sample:?}");
+    assert!(sample.totals.oldest_pending_age > 6e10, "{sample:?}");
     outboxd::store::stats::stats(&db.pool)
         .await
         .expect("the stats are read");

@@ -8,15 +8,9 @@ use serde_json::{Value, json};
 use outboxd::telemetry::metrics::{self, MetricType};
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, poll_until, verification,
+    Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, metric_value, poll_until,
+    verification,
 };
-
-/// The value of one series (`name{labels}` exactly as exposed) in a `/metrics` body.
-fn metric_value(body: &str, series: &str) -> Option<f64> {
-    body.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-}
 
 fn manifest(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

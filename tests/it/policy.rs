@@ -367,8 +367,8 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     let sample = outboxd::store::sample(&db.pool, Duration::from_secs(10))
         .await
         .unwrap();
-    assert_eq!(sample.dead_letters, 0);
-    assert_eq!(sample.pending, 0);
+    assert_eq!(sample.totals.dead_letters, 0);
+    assert_eq!(sample.totals.pending, 0);
     let stats = outboxd::store::stats::stats(&db.pool).await.unwrap();
     assert_eq!(stats.expired_last_hour, 2);
     let cli = outboxd()

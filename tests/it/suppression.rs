@@ -64,7 +64,7 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     let sample = outboxd::store::sample(&db.pool, std::time::Duration::from_secs(10))
         .await
         .unwrap();
-    assert_eq!((sample.dead_letters, sample.pending), (0, 0));
+    assert_eq!((sample.totals.dead_letters, sample.totals.pending), (0, 0));
     let detail = outboxd::store::admin::message(&db.pool, only)
         .await
         .unwrap()

@@ -1,0 +1,86 @@
+//! `outboxd pause`, `outboxd resume` and `outboxd pauses`: paused kinds, directly in the
+//! database, each change audited like the API's.
+
+use clap::Args;
+
+use crate::config::DatabaseArgs;
+use crate::message::{NewPause, validate_kind};
+use crate::store::pauses;
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// The kind to hold: its messages stay pending, unclaimed by every replica, until resumed.
+    #[arg(long)]
+    pub kind: String,
+    /// Why, for whoever resumes it (kept with the pause and in the audit log).
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// The kind to send again.
+    #[arg(long)]
+    pub kind: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PausesArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// JSON for scripts instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Checks a pause before anything connects: a bad kind or reason is refused in one line.
+pub fn checked_pause(args: &PauseArgs) -> anyhow::Result<NewPause> {
+    NewPause::new(&args.kind, &args.reason).map_err(anyhow::Error::msg)
+}
+
+pub async fn pause(pool: &sqlx::PgPool, new: &NewPause, actor: &str) -> anyhow::Result<()> {
+    let pause = pauses::pause(pool, &new.kind, &new.reason, actor).await?;
+    outln!(
+        "paused {} (since {}): {}",
+        pause.kind,
+        pause.paused_at.to_rfc3339(),
+        pause.reason
+    )?;
+    Ok(())
+}
+
+pub fn checked_resume(args: &ResumeArgs) -> anyhow::Result<()> {
+    validate_kind(&args.kind).map_err(anyhow::Error::from)
+}
+
+pub async fn resume(pool: &sqlx::PgPool, kind: &str, actor: &str) -> anyhow::Result<()> {
+    if !pauses::resume(pool, kind, actor).await? {
+        anyhow::bail!("{kind} is not paused");
+    }
+    outln!("resumed {kind}")?;
+    Ok(())
+}
+
+pub async fn list(pool: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
+    let pauses = pauses::list(pool).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&pauses)?)?;
+    } else if pauses.is_empty() {
+        outln!("no kind is paused")?;
+    } else {
+        for pause in pauses {
+            outln!(
+                "{}\tsince {}\tby {}\t{}",
+                pause.kind,
+                pause.paused_at.to_rfc3339(),
+                pause.paused_by,
+                pause.reason
+            )?;
+        }
+    }
+    Ok(())
+}

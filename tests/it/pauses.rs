@@ -1,0 +1,222 @@
+//! Pausing a kind: held on every replica and across restarts, sent on resume, out of the
+//! lanes' gauges that page; and every request that cannot be meant refused, changing nothing.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::admin::{TOKEN, api, basic, csrf_in};
+use crate::helpers::{
+    Outboxd, SmtpServer, TestDb, eventually, http_full, http_get, metric_value, outboxd, refusal,
+};
+
+const PAUSED: &str = "account_verification";
+const FLOWING: &str = "workspace_invite";
+
+async fn metric(replica: &Outboxd, series: &str) -> Option<f64> {
+    metric_value(&http_get(&replica.http, "/metrics").await.1, series)
+}
+
+fn replica(db: &TestDb, smtp: &SmtpServer) -> impl Future<Output = Outboxd> {
+    let (url, smtp_url) = (db.url.clone(), smtp.url());
+    async move {
+        let flags = [
+            "--smtp-url",
+            &smtp_url,
+            "--from",
+            "outboxd@example.com",
+            "--admin-token",
+            TOKEN,
+            "--sample-interval",
+            "200ms",
+            "--poll-interval",
+            "200ms",
+        ];
+        Outboxd::start(&url, &flags, &[]).await
+    }
+}
+
+#[tokio::test]
+async fn a_paused_kind_is_held_on_every_replica_and_across_restarts_and_sent_on_resume() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let pause = outboxd()
+        .args(["pause", "--database-url", &db.url, "--kind", PAUSED])
+        .args(["--reason", "the template ships a broken link"])
+        .output()
+        .expect("outboxd pause");
+    assert!(pause.status.success(), "{pause:?}");
+    let (one, mut two) = (replica(&db, &smtp).await, replica(&db, &smtp).await);
+
+    db.insert_many(PAUSED, 30).await;
+    db.insert_many(FLOWING, 30).await;
+    eventually(Duration::from_secs(30), "the other kind sent", || async {
+        db.sent_of(FLOWING).await == 30
+    })
+    .await;
+    assert_eq!(db.sent_of(PAUSED).await, 0, "a paused kind went out first");
+
+    for replica in [&one, &two] {
+        eventually(Duration::from_secs(10), "the pause exported", || async {
+            let paused = format!("outbox_kind_paused{{kind=\"{PAUSED}\"}}");
+            let ready = "outbox_lane_ready_messages{lane=\"transactional\"}";
+            metric(replica, &paused).await == Some(1.0)
+                && metric(replica, ready).await == Some(0.0)
+                && metric(replica, "outbox_pending_messages").await == Some(30.0)
+        })
+        .await;
+    }
+
+    drop(two);
+    two = replica(&db, &smtp).await;
+    db.insert_many(FLOWING, 10).await;
+    eventually(
+        Duration::from_secs(30),
+        "sent after the restart",
+        || async { db.sent_of(FLOWING).await == 40 },
+    )
+    .await;
+    assert_eq!(db.sent_of(PAUSED).await, 0, "the restarted replica sent it");
+
+    let resumed = api(
+        &two.http,
+        "POST",
+        &format!("/api/v1/kinds/{PAUSED}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    eventually(Duration::from_secs(30), "the paused kind sent", || async {
+        db.sent_of(PAUSED).await == 30
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the resume exported", || async {
+        metric(&one, &format!("outbox_kind_paused{{kind=\"{PAUSED}\"}}")).await == Some(0.0)
+    })
+    .await;
+    let audit: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT action, target, detail FROM outbox_admin_audit ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let reason = Some("the template ships a broken link".to_owned());
+    assert_eq!(
+        audit,
+        [
+            ("pause".to_owned(), PAUSED.to_owned(), reason),
+            ("resume".to_owned(), PAUSED.to_owned(), None)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn pauses_are_listed_and_requests_that_cannot_be_meant_are_refused() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let outboxd_ = replica(&db, &smtp).await;
+    let addr = &outboxd_.http;
+    let pause = |kind: &str, body: Value| {
+        let path = format!("/api/v1/kinds/{kind}/pause");
+        async move { api(addr, "POST", &path, Some(body)).await }
+    };
+    for (kind, body) in [
+        ("News", json!({"reason": "why"})),
+        ("..", json!({"reason": "why"})),
+        (PAUSED, json!({})),
+        (PAUSED, json!({"reason": "  "})),
+        (PAUSED, json!({"reason": "why", "until": "never"})),
+        (PAUSED, json!({"reason": "x".repeat(501)})),
+    ] {
+        let refused = pause(kind, body.clone()).await;
+        assert_eq!(refused.status, 400, "{kind} {body}: {}", refused.body);
+    }
+    let not_paused = api(
+        addr,
+        "POST",
+        &format!("/api/v1/kinds/{PAUSED}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(not_paused.status, 404, "{}", not_paused.body);
+    let listed = api(addr, "GET", "/api/v1/pauses", None).await;
+    assert_eq!(listed.json(), json!({"pauses": []}));
+
+    let paused = pause(PAUSED, json!({"reason": "campaign gone wrong"})).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    let listed = api(addr, "GET", "/api/v1/pauses", None).await.json();
+    assert_eq!(listed["pauses"][0]["kind"], PAUSED);
+    assert_eq!(listed["pauses"][0]["reason"], "campaign gone wrong");
+    assert_eq!(listed["pauses"][0]["paused_by"], "api:alice");
+
+    for args in [
+        &["pause", "--kind", "Bad Kind", "--reason", "why"][..],
+        &["pause", "--kind", FLOWING, "--reason", " "],
+        &["resume", "--kind", "../x"],
+    ] {
+        let output = outboxd()
+            .args(args)
+            .args(["--database-url", &db.url])
+            .output()
+            .expect("outboxd");
+        refusal(&output);
+    }
+    let output = outboxd()
+        .args(["resume", "--kind", FLOWING, "--database-url", &db.url])
+        .output()
+        .expect("outboxd resume");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is not paused"),
+        "{output:?}"
+    );
+    let pauses: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_kind_pauses")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(pauses, 1, "a refused request changed the pauses");
+}
+
+#[tokio::test]
+async fn the_admin_page_pauses_and_resumes_a_kind() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let outboxd_ = replica(&db, &smtp).await;
+    let addr = &outboxd_.http;
+    let auth = basic("ops", TOKEN);
+    let page = || async {
+        http_full(addr, "GET", "/admin", &[("Authorization", &auth)], "")
+            .await
+            .unwrap()
+            .body
+    };
+    let post = |path: &'static str, form: String| {
+        let auth = auth.clone();
+        async move {
+            let origin = format!("http://{addr}");
+            let headers = [
+                ("Authorization", auth.as_str()),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+                ("Origin", origin.as_str()),
+            ];
+            http_full(addr, "POST", path, &headers, &form)
+                .await
+                .unwrap()
+        }
+    };
+    let before = page().await;
+    assert!(before.contains("No kind is paused"), "{before}");
+    let csrf = csrf_in(&before);
+    let paused = post(
+        "/admin/kinds/pause",
+        format!("csrf={csrf}&kind={PAUSED}&reason=broken+link"),
+    )
+    .await;
+    assert_eq!(paused.status, 303, "{}", paused.body);
+    let shown = page().await;
+    assert!(
+        shown.contains("id=\"pauses\"") && shown.contains("broken link"),
+        "{shown}"
+    );
+    let resumed = post("/admin/kinds/resume", format!("csrf={csrf}&kind={PAUSED}")).await;
+    assert_eq!(resumed.status, 303, "{}", resumed.body);
+    assert!(page().await.contains("No kind is paused"));
+}
