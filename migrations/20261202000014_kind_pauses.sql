@@ -10,12 +10,14 @@
 SET LOCAL lock_timeout = '2s';
 
 -- One row per paused kind, read by every claim (a replica obeys a pause at its next
--- claim) and by the sampler (outbox_kind_paused{kind}).
+-- claim) and by the sampler (outbox_kind_paused{kind}). `automatic`: outboxd paused it on
+-- a bounce or complaint breach (OUTBOXD_AUTO_PAUSE_KINDS), until an operator resumes it.
 CREATE TABLE outbox_kind_pauses (
     kind      text        PRIMARY KEY,
     reason    text        NOT NULL CHECK (length(reason) BETWEEN 1 AND 500),
     paused_by text        NOT NULL,
-    paused_at timestamptz NOT NULL DEFAULT now()
+    paused_at timestamptz NOT NULL DEFAULT now(),
+    automatic boolean     NOT NULL DEFAULT false
 );
 
 -- What an admin action was for, where it says (a pause's reason).

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::background::health::Health;
 use crate::background::retention::{self, Retention};
-use crate::background::{recorder_upkeep, sampler, supervise};
+use crate::background::{auto_pause, recorder_upkeep, sampler, supervise};
 use crate::config::RunConfig;
 use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
@@ -217,6 +217,7 @@ impl App {
                 )
             },
         )));
+        tasks.extend(self.spawn_auto_pause(stop));
         let (prometheus, upkeep_stop) = (self.prometheus.clone(), stop.clone());
         tasks.push(tokio::spawn(supervise(
             BackgroundTask::RecorderUpkeep,
@@ -225,6 +226,31 @@ impl App {
             move || recorder_upkeep(prometheus.clone(), upkeep_stop.clone()),
         )));
         tasks
+    }
+
+    /// The automatic pause's check, when a kind has it, started again if it fails.
+    fn spawn_auto_pause(&self, stop: &CancellationToken) -> Option<tokio::task::JoinHandle<()>> {
+        let rule = self.config.auto_pause.clone()?;
+        let (pool, metrics, interval, stop) = (
+            self.pools.surface.clone(),
+            Arc::clone(&self.metrics),
+            self.config.sample_interval,
+            stop.clone(),
+        );
+        Some(tokio::spawn(supervise(
+            BackgroundTask::AutoPause,
+            Arc::clone(&self.metrics),
+            stop.clone(),
+            move || {
+                auto_pause::run(
+                    pool.clone(),
+                    rule.clone(),
+                    Arc::clone(&metrics),
+                    interval,
+                    stop.clone(),
+                )
+            },
+        )))
     }
 
     /// Delivers until SIGTERM or Ctrl-C, then drains within the shutdown bound.

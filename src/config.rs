@@ -17,7 +17,7 @@ use crate::background::retention::Retention;
 use crate::dispatch::{DispatchSettings, ExpireAfter, RateLimit};
 use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
-use crate::message::{Lanes, RetryPolicy};
+use crate::message::{AutoPause, Lanes, RetryPolicy};
 use crate::render::{DkimKey, RenderLimits};
 use crate::text::{debug_showing_only, redact_url};
 
@@ -219,6 +219,8 @@ pub struct RunConfig {
     pub dkim: Vec<DkimKey>,
     /// The bounce and complaint webhooks turned on.
     pub feedback: Arc<FeedbackSettings>,
+    /// Kinds paused by outboxd itself on a bounce or complaint breach; `None`: off.
+    pub auto_pause: Option<AutoPause>,
 }
 
 impl RunConfig {
@@ -284,6 +286,7 @@ impl RunArgs {
             shutdown_timeout: self.shutdown_timeout,
             dkim: self.deliverability.dkim()?,
             feedback: Arc::new(self.deliverability.feedback()?),
+            auto_pause: self.deliverability.auto_pause(),
         })
     }
 

@@ -7,7 +7,7 @@ mod lane;
 mod outcome;
 mod pause;
 
-pub use lane::{Lane, Lanes};
+pub use lane::{Lane, Lanes, parse_kinds};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
 pub use outboxd_producer::{
@@ -16,7 +16,10 @@ pub use outboxd_producer::{
 };
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
-pub use pause::{MAX_PAUSE_REASON_CHARS, NewPause, PauseRequest};
+pub use pause::{
+    AUTOMATIC_ACTOR, AutoPause, MAX_PAUSE_REASON_CHARS, NewPause, PauseRequest, RecentSends,
+    parse_share,
+};
 
 /// How much of an error is kept on the row, as the original design did.
 pub const MAX_ERROR_CHARS: usize = 500;

@@ -275,6 +275,21 @@
           },
           {
             comment:: |||
+              outboxd paused a kind by itself (OUTBOXD_AUTO_PAUSE_KINDS): its recipients
+              bounced or complained past a threshold, as SES would suspend the account. It
+              stays paused until an operator resumes it, so it pages at once.
+            |||,
+            alert: 'OutboxKindAutoPaused',
+            expr: 'max by (%(groupLabels)s, kind) (outbox_kind_auto_paused{%(outboxdSelector)s}) == 1' % config,
+            'for': '0m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'outboxd paused a kind on its bounces or complaints.',
+              description: 'Kind {{ $labels.kind }} of {{ $labels.job }} was paused because its latest sends bounced or drew complaints past the threshold; its messages wait until it is resumed.',
+            },
+          },
+          {
+            comment:: |||
               A paused kind (outboxd pause) pages nobody: its backlog is out of the lanes'
               gauges. A pause forgotten for longer than kindPausedWarningSeconds warns, with
               the kind in its labels.

@@ -2,6 +2,7 @@
 //! their own schedule, retention, the Prometheus recorder's upkeep, and the health state
 //! that the probes read.
 
+pub mod auto_pause;
 pub mod health;
 pub mod retention;
 pub mod sampler;

@@ -1,6 +1,7 @@
 //! Options for deliverability: the suppression list, DKIM, attachments, and the bounce
 //! and complaint webhooks; validated into the settings of `render` and `feedback`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
@@ -14,6 +15,7 @@ use crate::render::DkimKey;
 use crate::text::debug_showing_only;
 
 use super::parse_bytes;
+use crate::message::{AutoPause, parse_kinds, parse_share};
 
 #[derive(Clone, Args)]
 pub struct DeliverabilityArgs {
@@ -74,6 +76,25 @@ pub struct DeliverabilityArgs {
     /// Turns on /webhooks/standard: the Standard Webhooks secret (whsec_...).
     #[arg(long, env = "OUTBOXD_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
+
+    /// Kinds outboxd pauses by itself when their latest sends bounce hard or draw
+    /// complaints past the thresholds below (newsletter,digest); an operator resumes them.
+    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_KINDS", value_parser = parse_kinds, default_value = "")]
+    pub auto_pause_kinds: BTreeSet<String>,
+
+    /// Hard bounces per send that pause such a kind (10%: where SES pauses an account).
+    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_HARD_BOUNCE_RATE", default_value = "10%", value_parser = parse_share)]
+    pub auto_pause_hard_bounce_rate: f64,
+
+    /// Spam complaints per send that pause such a kind (0.5%: where SES pauses an account).
+    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_COMPLAINT_RATE", default_value = "0.5%", value_parser = parse_share)]
+    pub auto_pause_complaint_rate: f64,
+
+    /// How many of a kind's latest sends (of the last day) are judged; a kind with fewer
+    /// is not judged.
+    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_WINDOW", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    pub auto_pause_window: u32,
 }
 
 debug_showing_only!(DeliverabilityArgs as args {
@@ -81,6 +102,18 @@ debug_showing_only!(DeliverabilityArgs as args {
     dkim_domain,
     sns_topic_arns,
 });
+
+impl DeliverabilityArgs {
+    /// The automatic pause, or `None` when no kind has it.
+    pub fn auto_pause(&self) -> Option<AutoPause> {
+        (!self.auto_pause_kinds.is_empty()).then(|| AutoPause {
+            kinds: self.auto_pause_kinds.clone(),
+            hard_bounce_share: self.auto_pause_hard_bounce_rate,
+            complaint_share: self.auto_pause_complaint_rate,
+            window: self.auto_pause_window,
+        })
+    }
+}
 
 /// The attachment bound when none is set (and OUTBOXD_MAX_MESSAGE_BYTES allows it).
 const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 2 * 1024 * 1024;

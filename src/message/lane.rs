@@ -33,16 +33,11 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    /// Reads `newsletter,digest`: kinds separated by commas, each a valid kind, none twice.
+    /// Reads `newsletter,digest` (see [`parse_kinds`]).
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut bulk = BTreeSet::new();
-        for kind in text.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-            validate_kind(kind).map_err(|e| e.to_string())?;
-            if !bulk.insert(kind.to_owned()) {
-                return Err(format!("{kind:?} is given twice"));
-            }
-        }
-        Ok(Self { bulk })
+        Ok(Self {
+            bulk: parse_kinds(text)?,
+        })
     }
 
     pub fn of(&self, kind: &str) -> Lane {
@@ -57,6 +52,18 @@ impl Lanes {
     pub fn bulk_kinds(&self) -> Vec<String> {
         self.bulk.iter().cloned().collect()
     }
+}
+
+/// Reads `newsletter,digest`: kinds separated by commas, each a valid kind, none twice.
+pub fn parse_kinds(text: &str) -> Result<BTreeSet<String>, String> {
+    let mut kinds = BTreeSet::new();
+    for kind in text.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        validate_kind(kind).map_err(|e| e.to_string())?;
+        if !kinds.insert(kind.to_owned()) {
+            return Err(format!("{kind:?} is given twice"));
+        }
+    }
+    Ok(kinds)
 }
 
 #[cfg(test)]

@@ -1,9 +1,14 @@
 //! An operator's pause of one kind: which kind, and why. A paused kind's messages stay
 //! pending and unclaimed on every replica until it is resumed; nothing is lost.
 
+use std::collections::BTreeSet;
+
 use serde::Deserialize;
 
 use super::validate_kind;
+
+/// Who pauses a kind automatically, in the pause and the audit log.
+pub const AUTOMATIC_ACTOR: &str = "outboxd";
 
 /// The longest reason kept with a pause.
 pub const MAX_PAUSE_REASON_CHARS: usize = 500;
@@ -46,6 +51,76 @@ impl NewPause {
     }
 }
 
+/// Pausing a kind by itself when its recipients bounce or complain too much
+/// (`OUTBOXD_AUTO_PAUSE_KINDS`), as SES pauses an account: off for every kind not listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoPause {
+    pub kinds: BTreeSet<String>,
+    /// Hard bounces per send at which a kind is paused.
+    pub hard_bounce_share: f64,
+    /// Spam complaints per send at which a kind is paused.
+    pub complaint_share: f64,
+    /// How many of the kind's latest sends are judged; fewer are not judged at all.
+    pub window: u32,
+}
+
+/// A kind's latest sends, and how many of them bounced hard or drew a complaint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct RecentSends {
+    pub sends: i64,
+    pub hard_bounces: i64,
+    pub complaints: i64,
+}
+
+impl AutoPause {
+    /// Why `recent` pauses its kind, or `None`: below both thresholds, or too few sends
+    /// to judge.
+    pub fn breach(&self, recent: &RecentSends) -> Option<String> {
+        if recent.sends < i64::from(self.window.max(1)) {
+            return None;
+        }
+        let share = |n: i64| n as f64 / recent.sends as f64;
+        let (what, seen, threshold) = if share(recent.complaints) >= self.complaint_share {
+            (
+                "spam complaints",
+                share(recent.complaints),
+                self.complaint_share,
+            )
+        } else if share(recent.hard_bounces) >= self.hard_bounce_share {
+            (
+                "hard bounces",
+                share(recent.hard_bounces),
+                self.hard_bounce_share,
+            )
+        } else {
+            return None;
+        };
+        Some(format!(
+            "paused automatically: {what} were {:.2}% of the last {} sends (threshold {:.2}%)",
+            seen * 100.0,
+            recent.sends,
+            threshold * 100.0
+        ))
+    }
+}
+
+/// Reads a share: `5%`, or `0.05`; more than 0, at most 1.
+pub fn parse_share(text: &str) -> Result<f64, String> {
+    let text = text.trim();
+    let share = match text.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
+        None => text.parse::<f64>(),
+    }
+    .map_err(|_| format!("{text:?}: expected a share, like 5% or 0.05"))?;
+    if share > 0.0 && share <= 1.0 {
+        Ok(share)
+    } else {
+        Err(format!(
+            "{text:?}: a share must be more than 0 and at most 100%"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +137,46 @@ mod tests {
             ("newsletter", &"x".repeat(MAX_PAUSE_REASON_CHARS + 1)),
         ] {
             assert!(NewPause::new(kind, reason).is_err(), "{kind:?} {reason:?}");
+        }
+    }
+
+    fn auto_pause() -> AutoPause {
+        AutoPause {
+            kinds: BTreeSet::from(["newsletter".to_owned()]),
+            hard_bounce_share: 0.10,
+            complaint_share: 0.005,
+            window: 100,
+        }
+    }
+
+    #[test]
+    fn a_kind_pauses_at_either_threshold_once_enough_was_sent_to_judge() {
+        let recent = |sends, hard_bounces, complaints| RecentSends {
+            sends,
+            hard_bounces,
+            complaints,
+        };
+        let rule = auto_pause();
+        assert_eq!(rule.breach(&recent(99, 99, 99)), None, "too few to judge");
+        assert_eq!(rule.breach(&recent(100, 9, 0)), None);
+        let bounced = rule.breach(&recent(100, 10, 0)).expect("bounces");
+        assert!(
+            bounced.contains("hard bounces were 10.00% of the last 100"),
+            "{bounced}"
+        );
+        let complained = rule.breach(&recent(200, 0, 1)).expect("complaints");
+        assert!(
+            complained.contains("spam complaints were 0.50%"),
+            "{complained}"
+        );
+    }
+
+    #[test]
+    fn shares_read_as_percentages_or_fractions_and_nothing_else() {
+        assert_eq!(parse_share("5%"), Ok(0.05));
+        assert_eq!(parse_share("0.005"), Ok(0.005));
+        for bad in ["0", "0%", "150%", "1.5", "-1%", "five", ""] {
+            assert!(parse_share(bad).is_err(), "{bad:?}");
         }
     }
 }

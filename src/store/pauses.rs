@@ -8,7 +8,8 @@ use sqlx::{FromRow, PgPool};
 
 use super::NOTIFY_CHANNEL;
 use super::admin::audit;
-use super::statements::{fetch_all_alone, query, query_as};
+use super::statements::{fetch_all_alone, fetch_one_alone, query, query_as};
+use crate::message::{AUTOMATIC_ACTOR, RecentSends};
 
 /// A paused kind.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -17,10 +18,13 @@ pub struct Pause {
     pub reason: String,
     pub paused_by: String,
     pub paused_at: DateTime<Utc>,
+    /// Paused by outboxd on a bounce or complaint breach, not by an operator.
+    pub automatic: bool,
 }
 
 /// Pauses `kind` for an operator, or replaces the reason of a pause already on (keeping
-/// when it began), with the audit entry, in one transaction. Returns the pause as stored.
+/// when it began; an automatic pause becomes the operator's), with the audit entry, in one
+/// transaction. Returns the pause as stored.
 pub async fn pause(
     pool: &PgPool,
     kind: &str,
@@ -30,8 +34,9 @@ pub async fn pause(
     let mut tx = pool.begin().await?;
     let pause: Pause = query_as(
         "INSERT INTO outbox_kind_pauses (kind, reason, paused_by) VALUES ($1, $2, $3) \
-         ON CONFLICT (kind) DO UPDATE SET reason = EXCLUDED.reason, paused_by = EXCLUDED.paused_by \
-         RETURNING kind, reason, paused_by, paused_at",
+         ON CONFLICT (kind) DO UPDATE \
+             SET reason = EXCLUDED.reason, paused_by = EXCLUDED.paused_by, automatic = false \
+         RETURNING kind, reason, paused_by, paused_at, automatic",
     )
     .bind(kind)
     .bind(reason)
@@ -67,7 +72,81 @@ pub async fn resume(pool: &PgPool, kind: &str, actor: &str) -> Result<bool, sqlx
 /// Every paused kind, by kind.
 pub async fn list(pool: &PgPool) -> Result<Vec<Pause>, sqlx::Error> {
     fetch_all_alone(
-        query_as("SELECT kind, reason, paused_by, paused_at FROM outbox_kind_pauses ORDER BY kind"),
+        query_as("SELECT kind, reason, paused_by, paused_at, automatic FROM outbox_kind_pauses ORDER BY kind"),
+        pool,
+    )
+    .await
+}
+
+/// Pauses `kind` on a bounce or complaint breach, unless it is paused already (by an
+/// operator, or by another replica a moment before), with the audit entry. True when this
+/// call paused it.
+pub async fn pause_automatically(
+    pool: &PgPool,
+    kind: &str,
+    reason: &str,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let paused = query(
+        "INSERT INTO outbox_kind_pauses (kind, reason, paused_by, automatic) \
+         VALUES ($1, left($2, 500), $3, true) ON CONFLICT (kind) DO NOTHING",
+    )
+    .bind(kind)
+    .bind(reason)
+    .bind(AUTOMATIC_ACTOR)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        > 0;
+    if paused {
+        audit(
+            &mut tx,
+            AUTOMATIC_ACTOR,
+            "auto_pause",
+            kind,
+            1,
+            Some(reason),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(paused)
+}
+
+/// `kind`'s latest `window` sends of the last day since it was last resumed (a resume
+/// re-arms the check: what was sent before it is not judged again), and how many of them
+/// bounced hard (reported by a provider, or answered at once by the relay) or drew a
+/// complaint. Reads the sent rows' index from now back, and the dead letters.
+pub async fn recent_sends(
+    pool: &PgPool,
+    kind: &str,
+    window: u32,
+) -> Result<RecentSends, sqlx::Error> {
+    fetch_one_alone(
+        query_as(concat!(
+            "WITH armed AS ( \
+                 SELECT greatest(now() - interval '1 day', coalesce(max(at), '-infinity')) AS since \
+                 FROM outbox_admin_audit WHERE action = 'resume' AND target = $1 \
+             ), latest AS ( \
+                 (SELECT feedback, dispatched_at AS at FROM outbox_messages \
+                  WHERE dispatched_at IS NOT NULL AND dispatched_at > (SELECT since FROM armed) \
+                    AND kind = $1 \
+                  ORDER BY dispatched_at DESC LIMIT $2) \
+                 UNION ALL \
+                 (SELECT feedback, dead_lettered_at FROM outbox_messages \
+                  WHERE ",
+            dead_letter!(),
+            " AND feedback = 'hard_bounce' AND kind = $1 \
+                    AND dead_lettered_at > (SELECT since FROM armed)) \
+                 ORDER BY at DESC LIMIT $2 \
+             ) \
+             SELECT count(*) AS sends, \
+                    count(*) FILTER (WHERE feedback = 'hard_bounce') AS hard_bounces, \
+                    count(*) FILTER (WHERE feedback = 'complaint') AS complaints \
+             FROM latest"
+        ))
+        .bind(kind)
+        .bind(i64::from(window)),
         pool,
     )
     .await

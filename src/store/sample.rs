@@ -80,7 +80,7 @@ pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Err
     .await?;
     let kinds = query_as(KINDS).fetch_all(&mut *transaction).await?;
     let paused = query_as(
-        "SELECT kind, extract(epoch FROM now() - paused_at)::float8 AS paused_for \
+        "SELECT kind, extract(epoch FROM now() - paused_at)::float8 AS paused_for, automatic \
          FROM outbox_kind_pauses ORDER BY kind",
     )
     .fetch_all(&mut *transaction)
@@ -124,4 +124,6 @@ pub struct KindSample {
 pub struct PausedKind {
     pub kind: String,
     pub paused_for: f64,
+    /// Paused by outboxd on a bounce or complaint breach.
+    pub automatic: bool,
 }

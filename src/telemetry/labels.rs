@@ -48,16 +48,18 @@ pub enum DatabaseOperation {
     Sample,
     Readiness,
     Prune,
+    AutoPause,
 }
 
 impl DatabaseOperation {
-    pub const ALL: [DatabaseOperation; 6] = [
+    pub const ALL: [DatabaseOperation; 7] = [
         DatabaseOperation::Claim,
         DatabaseOperation::Record,
         DatabaseOperation::Listen,
         DatabaseOperation::Sample,
         DatabaseOperation::Readiness,
         DatabaseOperation::Prune,
+        DatabaseOperation::AutoPause,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -68,6 +70,7 @@ impl DatabaseOperation {
             DatabaseOperation::Sample => "sample",
             DatabaseOperation::Readiness => "readiness",
             DatabaseOperation::Prune => "prune",
+            DatabaseOperation::AutoPause => "auto_pause",
         }
     }
 }
@@ -78,13 +81,15 @@ pub enum BackgroundTask {
     Sampler,
     Retention,
     RecorderUpkeep,
+    AutoPause,
 }
 
 impl BackgroundTask {
-    pub const ALL: [BackgroundTask; 3] = [
+    pub const ALL: [BackgroundTask; 4] = [
         BackgroundTask::Sampler,
         BackgroundTask::Retention,
         BackgroundTask::RecorderUpkeep,
+        BackgroundTask::AutoPause,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -92,6 +97,7 @@ impl BackgroundTask {
             BackgroundTask::Sampler => "sampler",
             BackgroundTask::Retention => "retention",
             BackgroundTask::RecorderUpkeep => "recorder_upkeep",
+            BackgroundTask::AutoPause => "auto_pause",
         }
     }
 }

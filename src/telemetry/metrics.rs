@@ -140,6 +140,8 @@ metrics! {
         "Messages sent (as outbox_messages_sent_total), per lane: a bulk lane with ready messages and no sends has stopped.";
     KIND_PAUSED = "outbox_kind_paused", Gauge, None,
         "1 while an operator's pause holds a kind's messages unclaimed (outboxd pause), 0 once it is resumed; kinds without templates are folded into kind=\"other\".";
+    KIND_AUTO_PAUSED = "outbox_kind_auto_paused", Gauge, None,
+        "1 while outboxd itself holds a kind paused on a bounce or complaint breach (OUTBOXD_AUTO_PAUSE_KINDS), until an operator resumes it.";
     KIND_PAUSE_AGE = "outbox_kind_pause_age_seconds", Gauge, SECONDS,
         "How long a kind has been paused; 0 when it is not.";
 }

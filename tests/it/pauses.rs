@@ -220,3 +220,98 @@ async fn the_admin_page_pauses_and_resumes_a_kind() {
     assert_eq!(resumed.status, 303, "{}", resumed.body);
     assert!(page().await.contains("No kind is paused"));
 }
+
+#[tokio::test]
+async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_check_rearms() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (url, smtp_url) = (db.url.clone(), smtp.url());
+    let flags = [
+        "--smtp-url",
+        &smtp_url,
+        "--from",
+        "outboxd@example.com",
+        "--sample-interval",
+        "200ms",
+        "--auto-pause-kinds",
+        FLOWING,
+        "--auto-pause-window",
+        "20",
+    ];
+    let replica = Outboxd::start(&url, &flags, &[]).await;
+    // Five of twenty invitations to mailboxes that do not exist: 25% hard bounces.
+    db.insert_many(FLOWING, 15).await;
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload) \
+         SELECT $1, jsonb_build_object('to', 'unknown' || i || '@example.com', \
+                'inviter_name', 'Ada', 'workspace_name', 'W', 'accept_url', 'u') \
+         FROM generate_series(1, 5) AS i",
+    )
+    .bind(FLOWING)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let auto_paused = format!("outbox_kind_auto_paused{{kind=\"{FLOWING}\"}}");
+    eventually(
+        Duration::from_secs(30),
+        "the kind paused itself",
+        || async { metric(&replica, &auto_paused).await == Some(1.0) },
+    )
+    .await;
+    let (reason, by): (String, String) =
+        sqlx::query_as("SELECT reason, paused_by FROM outbox_kind_pauses WHERE kind = $1")
+            .bind(FLOWING)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        reason.contains("hard bounces were 25.00% of the last 20 sends"),
+        "{reason}"
+    );
+    assert_eq!(by, "outboxd");
+
+    db.insert_many(FLOWING, 10).await;
+    db.insert_many(PAUSED, 3).await;
+    eventually(Duration::from_secs(30), "the other kind sent", || async {
+        db.sent_of(PAUSED).await == 3
+    })
+    .await;
+    assert_eq!(db.sent_of(FLOWING).await, 15, "a paused kind was sent");
+
+    let resume = outboxd()
+        .args(["resume", "--kind", FLOWING, "--database-url", &db.url])
+        .output()
+        .expect("outboxd resume");
+    assert!(resume.status.success(), "{resume:?}");
+    eventually(Duration::from_secs(30), "sent on resume", || async {
+        db.sent_of(FLOWING).await == 25
+    })
+    .await;
+    let judged = outboxd::store::pauses::recent_sends(&db.pool, FLOWING, 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        (judged.sends, judged.hard_bounces),
+        (10, 0),
+        "the check judges only what was sent after the resume"
+    );
+}
+
+#[test]
+fn automatic_pause_settings_that_cannot_be_meant_are_refused() {
+    for bad in [
+        &["--auto-pause-kinds", "Bad Kind"][..],
+        &["--auto-pause-hard-bounce-rate", "0%"],
+        &["--auto-pause-complaint-rate", "150%"],
+        &["--auto-pause-window", "5"],
+    ] {
+        let output = outboxd()
+            .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
+            .args(bad)
+            .output()
+            .expect("outboxd run");
+        assert!(!output.status.success(), "{bad:?} accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(bad[0]), "{bad:?}: {stderr}");
+    }
+}

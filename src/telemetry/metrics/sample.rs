@@ -7,9 +7,9 @@ use std::time::SystemTime;
 use metrics::gauge;
 
 use super::{
-    DEAD_LETTERS, KIND_PAUSE_AGE, KIND_PAUSED, LANE_OLDEST_PENDING_AGE, LANE_OLDEST_READY_AGE,
-    LANE_READY, LAST_SAMPLE, Metrics, OLDEST_PENDING_AGE, OLDEST_READY_AGE, OLDEST_TRANSACTION_AGE,
-    PENDING, TABLE_DEAD_TUPLES, unix_seconds,
+    DEAD_LETTERS, KIND_AUTO_PAUSED, KIND_PAUSE_AGE, KIND_PAUSED, LANE_OLDEST_PENDING_AGE,
+    LANE_OLDEST_READY_AGE, LANE_READY, LAST_SAMPLE, Metrics, OLDEST_PENDING_AGE, OLDEST_READY_AGE,
+    OLDEST_TRANSACTION_AGE, PENDING, TABLE_DEAD_TUPLES, unix_seconds,
 };
 use crate::lock::lock;
 use crate::message::Lane;
@@ -62,21 +62,28 @@ impl Metrics {
     /// `outbox_kind_paused` and its age for every kind label that is or was paused, and
     /// at 0 for the kinds with templates.
     fn record_pauses(&self, sample: &Sample) {
-        let mut paused_for: BTreeMap<String, f64> =
-            self.kinds.iter().map(|k| (k.clone(), -1.0)).collect();
+        // Per label: the pause's age (-1: not paused), and whether outboxd paused it.
+        let mut paused: BTreeMap<String, (f64, bool)> = self
+            .kinds
+            .iter()
+            .map(|k| (k.clone(), (-1.0, false)))
+            .collect();
         for label in lock(&self.paused_labels).iter() {
-            paused_for.insert(label.clone(), -1.0);
+            paused.insert(label.clone(), (-1.0, false));
         }
         for pause in &sample.paused {
-            let age = paused_for
+            let (age, automatic) = paused
                 .entry(self.kind_label(&pause.kind))
-                .or_insert(-1.0);
+                .or_insert((-1.0, false));
             *age = age.max(pause.paused_for.max(0.0));
+            *automatic |= pause.automatic;
         }
+        let flag = |on: bool| if on { 1.0 } else { 0.0 };
         let mut labels = lock(&self.paused_labels);
-        for (label, age) in paused_for {
+        for (label, (age, automatic)) in paused {
             let is_paused = age >= 0.0;
-            gauge!(KIND_PAUSED, "kind" => label.clone()).set(if is_paused { 1.0 } else { 0.0 });
+            gauge!(KIND_PAUSED, "kind" => label.clone()).set(flag(is_paused));
+            gauge!(KIND_AUTO_PAUSED, "kind" => label.clone()).set(flag(automatic));
             gauge!(KIND_PAUSE_AGE, "kind" => label.clone()).set(age.max(0.0));
             if is_paused {
                 labels.insert(label);
