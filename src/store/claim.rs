@@ -1,5 +1,5 @@
-//! The claim: due rows taken under a lease, in two tiers (priorities, then the due index
-//! from the claim floor).
+//! The claim: due rows taken under a lease, in three tiers (transactional priorities, then
+//! the transactional and the bulk lane from the due index, each from its own floor).
 
 use super::statements::query_as;
 use std::time::Duration;
