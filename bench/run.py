@@ -686,14 +686,15 @@ def claim_sql():
 
 def rust_sql_const(file, name):
     """A `const NAME: &str` of src/store/<file>, with the `concat!` and the fragment macros of
-    src/store/sql.rs it is composed of expanded as rustc expands them."""
+    src/store/sql.rs and of the file itself it is composed of expanded as rustc expands them."""
     store = os.path.join(ROOT, "src", "store")
-    macros = {}
-    for m in re.finditer(r"macro_rules!\s+(\w+)\s*\{(.*?)\n\}", open(os.path.join(store, "sql.rs")).read(), re.S):
-        arms = re.findall(r"\(([^)]*)\)\s*=>\s*\{\s*(.*?)\s*\};", m.group(2), re.S)
-        macros[m.group(1)] = [([a.split(":")[0].strip() for a in params.split(",") if a.strip()], body)
-                              for params, body in arms]
     source = open(os.path.join(store, file)).read()
+    macros = {}
+    for text in (open(os.path.join(store, "sql.rs")).read(), source):
+        for m in re.finditer(r"macro_rules!\s+(\w+)\s*\{(.*?)\n\}", text, re.S):
+            arms = re.findall(r"\(([^)]*)\)\s*=>\s*\{\s*(.*?)\s*\};", m.group(2), re.S)
+            macros[m.group(1)] = [([a.split(":")[0].strip() for a in params.split(",") if a.strip()], body)
+                                  for params, body in arms]
     expression = re.search(r"const " + name + r": &str = (.*?);\n", source, re.S).group(1)
     return RustExpression(expression, macros).value()
 

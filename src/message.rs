@@ -110,13 +110,25 @@ impl ClaimedMessage {
 pub struct ClaimedBatch {
     pub token: uuid::Uuid,
     pub claimed_at: DateTime<Utc>,
-    /// The lowest `next_attempt_at` among the rows claimed, before the claim: no row due
-    /// below it was left behind, so the next claim can scan from there.
-    pub lowest_due: Option<DateTime<Utc>>,
-    /// The same for the bulk lane's rows, which a claim scans from a floor of their own.
-    pub lowest_bulk_due: Option<DateTime<Utc>>,
+    /// What the transactional lane's part of the claim found, for where the lane's next
+    /// claim can scan from.
+    pub transactional: LaneScan,
+    /// The same for the bulk lane, which a claim scans from a floor of its own.
+    pub bulk: LaneScan,
     /// Shared with the tasks that send them, without copying payloads.
     pub messages: std::sync::Arc<[ClaimedMessage]>,
+}
+
+/// What one lane's part of a claim found below the bound of its due range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneScan {
+    /// The lowest `next_attempt_at` among the lane's rows claimed, before the claim: no
+    /// row of the lane due below it was left behind.
+    pub lowest_due: Option<DateTime<Utc>>,
+    /// When the lane's part took fewer rows than it could, the bound of the due range it
+    /// scanned (the database's clock, or a drain's `due_by`): no row of the lane that was
+    /// due by then, unlocked and of a kind not paused, was left behind.
+    pub emptied_to: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

@@ -205,11 +205,8 @@ impl Claimer {
             })
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?;
-        let lowest = Floors {
-            transactional: claimed.batch.lowest_due,
-            bulk: claimed.batch.lowest_bulk_due,
-        };
-        self.floor.claimed(scan, lowest);
+        let after = Floors::after(claimed.batch.transactional, claimed.batch.bulk);
+        self.floor.claimed(scan, after);
         Ok((claimed.batch, claimed.suppression))
     }
 }

@@ -9,6 +9,10 @@
 //! behind, and rows claimed, retried or released get a `next_attempt_at` of now or later.
 //! Each lane has its own floor (`message::Lanes`): the transactional part of a claim would
 //! otherwise walk again, at every claim, the bulk backlog the bulk part has yet to take.
+//! A lane whose part of a claim came back short has no due row left below the bound of
+//! its scan, so its floor rises to [`SETTLE`] before that bound even when it took no row:
+//! a bulk run enqueued after the last transactional message leaves no transactional floor
+//! below it.
 //!
 //! A row can still appear below the floor: a producer's transaction that commits late
 //! (its `now()` is when it began), a `not_before` in the past, an operator's retry. The
@@ -21,14 +25,20 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use tokio::time::Instant;
 
 use crate::lock::lock;
+use crate::message::LaneScan;
 use crate::store;
 
 /// How often a claim ignores the floor and scans the due index from its start.
 pub(super) const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
+
+/// How far below the bound of a scan that came back short a lane's floor stays: a release
+/// or a retry committed just after the claim's snapshot has a `next_attempt_at` from its
+/// own start, a little before it. Outcome transactions take milliseconds.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// The floor, shared by the claim (which raises it) and the wake-ups (which lower it).
 #[derive(Debug)]
@@ -55,6 +65,15 @@ pub(super) struct Floors {
 }
 
 impl Floors {
+    /// Where each lane's next scan can start after a claim found `transactional` and
+    /// `bulk`; `None` for a lane that learnt nothing, which keeps its floor.
+    pub fn after(transactional: LaneScan, bulk: LaneScan) -> Self {
+        Self {
+            transactional: floor_after(transactional),
+            bulk: floor_after(bulk),
+        }
+    }
+
     /// Both floors lowered to `due`, where they are above it.
     fn lowered_to(self, due: DateTime<Utc>) -> Self {
         Self {
@@ -62,6 +81,16 @@ impl Floors {
             bulk: self.bulk.map(|floor| floor.min(due)),
         }
     }
+}
+
+/// The higher of the two places a lane's scan may start from: its lowest row claimed, and
+/// a little before the bound of a scan that came back short.
+fn floor_after(scan: LaneScan) -> Option<DateTime<Utc>> {
+    let settle = TimeDelta::from_std(SETTLE).unwrap_or(TimeDelta::zero());
+    let emptied = scan
+        .emptied_to
+        .and_then(|bound| bound.checked_sub_signed(settle));
+    scan.lowest_due.max(emptied)
 }
 
 /// What a claim started from.
@@ -142,19 +171,19 @@ impl ClaimFloor {
         }
     }
 
-    /// A claim that started at `start` took each lane's rows from its `lowest` due time
-    /// up: the lane's floor moves there, unless a notification lowered it meanwhile. A lane
-    /// that took no row keeps its floor.
-    pub fn claimed(&self, start: ScanStart, lowest: Floors) {
+    /// A claim that started at `start` left no due row of a lane below `after`
+    /// ([`Floors::after`]): the lane's floor moves there, unless a notification lowered it
+    /// meanwhile. A lane the claim learnt nothing of keeps its floor.
+    pub fn claimed(&self, start: ScanStart, after: Floors) {
         let mut state = self.lock();
         if !state.listening || state.lowerings != start.lowerings {
             return;
         }
-        if lowest.transactional.is_some() {
-            state.floor.transactional = lowest.transactional;
+        if after.transactional.is_some() {
+            state.floor.transactional = after.transactional;
         }
-        if lowest.bulk.is_some() {
-            state.floor.bulk = lowest.bulk;
+        if after.bulk.is_some() {
+            state.floor.bulk = after.bulk;
         }
     }
 
@@ -229,6 +258,31 @@ mod tests {
             (moved.transactional, moved.bulk),
             (Some(at(300)), Some(at(100)))
         );
+    }
+
+    #[test]
+    fn a_lane_that_came_back_short_rises_to_just_before_the_bound_of_its_scan() {
+        let bound = at(60_000);
+        let settled = bound.checked_sub_signed(TimeDelta::from_std(SETTLE).expect("short"));
+        let emptied = LaneScan {
+            lowest_due: None,
+            emptied_to: Some(bound),
+        };
+        let full = LaneScan {
+            lowest_due: Some(at(100)),
+            emptied_to: None,
+        };
+        let after = Floors::after(emptied, full);
+        assert_eq!((after.transactional, after.bulk), (settled, Some(at(100))));
+        let both_known = LaneScan {
+            lowest_due: Some(at(59_000)),
+            emptied_to: Some(bound),
+        };
+        assert_eq!(
+            Floors::after(both_known, full).transactional,
+            Some(at(59_000))
+        );
+        assert_eq!(Floors::after(LaneScan::default(), full).transactional, None);
     }
 
     #[test]

@@ -8,8 +8,29 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
-use crate::message::{ClaimedBatch, ClaimedMessage};
+use crate::message::{ClaimedBatch, ClaimedMessage, LaneScan};
 use crate::suppression::ListedAtClaim;
+
+/// The claim's tiers, as its rows name them (`tier` in [`CLAIM`]): one definition for the
+/// statement and for the code that reads its rows.
+macro_rules! tier_urgent {
+    () => {
+        "urgent"
+    };
+}
+macro_rules! tier_regular {
+    () => {
+        "regular"
+    };
+}
+macro_rules! tier_bulk {
+    () => {
+        "bulk"
+    };
+}
+const URGENT: &str = tier_urgent!();
+const REGULAR: &str = tier_regular!();
+const BULK: &str = tier_bulk!();
 
 /// A request for a batch of due rows.
 #[derive(Debug, Clone)]
@@ -77,7 +98,9 @@ const CLAIM: &str = concat!(
         ORDER BY next_attempt_at, id LIMIT 1 \
     ), urgent AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
-               'urgent' AS tier \
+               '",
+    tier_urgent!(),
+    "' AS tier \
         FROM outbox_messages \
         WHERE ",
     pending!(),
@@ -91,7 +114,9 @@ const CLAIM: &str = concat!(
         FOR UPDATE SKIP LOCKED \
     ), regular AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
-               'regular' AS tier \
+               '",
+    tier_regular!(),
+    "' AS tier \
         FROM outbox_messages \
         WHERE ",
     pending!(),
@@ -104,7 +129,9 @@ const CLAIM: &str = concat!(
         FOR UPDATE SKIP LOCKED \
     ), bulk AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
-               'bulk' AS tier \
+               '",
+    tier_bulk!(),
+    "' AS tier \
         FROM outbox_messages \
         WHERE ",
     pending!(),
@@ -186,16 +213,7 @@ pub async fn claim<'e>(
     let claimed_at = rows
         .first()
         .map_or_else(|| request.due_by.unwrap_or_else(Utc::now), |r| r.claimed_at);
-    // Only the regular and bulk tiers scan from a floor, each its own; a row of the
-    // priority tier may be due after priority-0 rows left behind, so it must not raise the
-    // floor over them.
-    let lowest_of = |tier: &str| {
-        rows.iter()
-            .filter(|r| r.tier == tier)
-            .map(|r| r.was_due_at)
-            .min()
-    };
-    let (lowest_due, lowest_bulk_due) = (lowest_of("regular"), lowest_of("bulk"));
+    let (transactional, bulk) = lane_scans(request, &rows);
     let mut suppression = ListedAtClaim::default();
     let mut messages = Vec::with_capacity(rows.len());
     for row in rows {
@@ -215,12 +233,34 @@ pub async fn claim<'e>(
         batch: ClaimedBatch {
             token,
             claimed_at,
-            lowest_due,
-            lowest_bulk_due,
+            transactional,
+            bulk,
             messages: messages.into(),
         },
         suppression,
     })
+}
+
+/// What the transactional (`regular`) and the bulk tier found, each against what it could
+/// take: the limit less what the tiers before it took. Only these two scan from a floor; a
+/// row of the `urgent` tier may be due after priority-0 rows left behind, so it says
+/// nothing of where the next scan can start. The bound of the due range is known only from
+/// the database (a row's `claimed_at`) or from the request, never from this host's clock.
+fn lane_scans(request: &ClaimRequest<'_>, rows: &[ClaimedRow]) -> (LaneScan, LaneScan) {
+    let bound = request.due_by.or(rows.first().map(|r| r.claimed_at));
+    let taken = |tier: &str| rows.iter().filter(|r| r.tier == tier).count();
+    let room = usize::try_from(request.limit).unwrap_or(0);
+    let room_regular = room.saturating_sub(taken(URGENT));
+    let room_bulk = room_regular.saturating_sub(taken(REGULAR));
+    let scan = |tier: &str, room: usize| LaneScan {
+        lowest_due: rows
+            .iter()
+            .filter(|r| r.tier == tier)
+            .map(|r| r.was_due_at)
+            .min(),
+        emptied_to: bound.filter(|_| taken(tier) < room),
+    };
+    (scan(REGULAR, room_regular), scan(BULK, room_bulk))
 }
 
 /// What a claim took, and, apart, what it found of the suppression list.
