@@ -92,6 +92,7 @@ impl App {
         );
         let health = Arc::new(Health::new(
             pools.health.clone(),
+            config.rights(),
             Arc::clone(&metrics),
             shutdown.stop.clone(),
             config.liveness_bound(),

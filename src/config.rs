@@ -229,6 +229,13 @@ impl RunConfig {
     pub fn liveness_bound(&self) -> Duration {
         self.dispatch.poll_interval * 3 + self.dispatch.lease + self.dispatch.send_timeout
     }
+
+    /// The rights on outboxd's objects this configuration uses, which readiness checks.
+    pub fn rights(&self) -> crate::store::Rights {
+        crate::store::Rights {
+            auto_pause: self.auto_pause.is_some(),
+        }
+    }
 }
 
 impl RunArgs {

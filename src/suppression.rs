@@ -146,14 +146,38 @@ pub struct NewSuppression {
     pub until: Option<DateTime<Utc>>,
 }
 
+/// The marks a row's `feedback` holds, as [`Feedback::mark`] gives them and the store's
+/// statements write and read them: macros, so that the SQL's text is composed from the same
+/// words.
+pub(crate) mod marks {
+    macro_rules! mark_hard_bounce {
+        () => {
+            "hard_bounce"
+        };
+    }
+    macro_rules! mark_soft_bounce {
+        () => {
+            "soft_bounce"
+        };
+    }
+    macro_rules! mark_complaint {
+        () => {
+            "complaint"
+        };
+    }
+
+    pub(crate) use mark_complaint;
+    pub(crate) use mark_hard_bounce;
+    pub(crate) use mark_soft_bounce;
+}
+
 /// What a provider reported of one message's recipient.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feedback {
     /// The recipient reported, in the list's normal form: the row is marked only if it
     /// was one of the row's recipients.
     pub address: String,
-    /// `hard_bounce`, `soft_bounce` or `complaint`: the message row's `feedback`; `None`
-    /// for an unsubscribe.
+    /// One of [`marks`]: the message row's `feedback`; `None` for an unsubscribe.
     pub mark: Option<&'static str>,
     /// The outbox row it names, if it names one.
     pub message_id: Option<i64>,

@@ -24,7 +24,7 @@ pub async fn run(
 ) {
     loop {
         for kind in &rule.kinds {
-            match check(&pool, &rule, kind).await {
+            match check(&pool, &rule, kind, interval).await {
                 Ok(Some(reason)) => {
                     error!(kind = %kind, reason = %reason, "paused a kind: resume it with outboxd resume once the cause is fixed");
                 }
@@ -43,9 +43,14 @@ pub async fn run(
 }
 
 /// Pauses `kind` when its latest sends breach a threshold; the reason when this check
-/// paused it.
-async fn check(pool: &PgPool, rule: &AutoPause, kind: &str) -> Result<Option<String>, sqlx::Error> {
-    let recent = pauses::recent_sends(pool, kind, rule.window).await?;
+/// paused it. The read of the sends gets `within`, the time to the next check, at most.
+async fn check(
+    pool: &PgPool,
+    rule: &AutoPause,
+    kind: &str,
+    within: Duration,
+) -> Result<Option<String>, sqlx::Error> {
+    let recent = pauses::recent_sends(pool, kind, rule.window, within).await?;
     let Some(reason) = rule.breach(&recent) else {
         return Ok(None);
     };

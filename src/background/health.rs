@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{self, SchemaError};
+use crate::store::{self, Rights, SchemaError};
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 /// How long a readiness check may take before it counts as failed.
@@ -25,6 +25,8 @@ pub struct Check {
 /// What the probes read: the dispatch loop's heartbeat, the database, the shutdown flag.
 pub struct Health {
     pool: PgPool,
+    /// What readiness checks the role may do.
+    rights: Rights,
     metrics: Arc<Metrics>,
     stopping: CancellationToken,
     liveness_bound: Duration,
@@ -35,12 +37,14 @@ pub struct Health {
 impl Health {
     pub fn new(
         pool: PgPool,
+        rights: Rights,
         metrics: Arc<Metrics>,
         stopping: CancellationToken,
         liveness_bound: Duration,
     ) -> Self {
         Self {
             pool,
+            rights,
             metrics,
             stopping,
             liveness_bound,
@@ -96,7 +100,9 @@ impl Health {
     async fn ask_database(&self) -> Vec<Check> {
         let unchecked = || Err("not checked: database unreachable".to_owned());
         let (database, schema, writable) =
-            match tokio::time::timeout(CHECK_TIMEOUT, store::check_ready(&self.pool)).await {
+            match tokio::time::timeout(CHECK_TIMEOUT, store::check_ready(&self.pool, self.rights))
+                .await
+            {
                 Ok(Ok(())) => (Ok(()), Ok(()), Ok(())),
                 Ok(Err(SchemaError::Database(e))) => (
                     Err(format!("database unreachable: {e}")),

@@ -11,7 +11,7 @@ use crate::store::{self, SchemaError, inspect};
 
 pub(super) async fn checks(pool: &PgPool, config: &RunConfig, long: Duration) -> Vec<Finding> {
     let mut found = vec![version(pool).await];
-    found.push(match store::check_ready(pool).await {
+    found.push(match store::check_ready(pool, config.rights()).await {
         Ok(()) => finding(
             Verdict::Ok,
             "schema",

@@ -16,6 +16,7 @@ pub mod standard;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::suppression::marks::{mark_complaint, mark_hard_bounce, mark_soft_bounce};
 use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, SuppressionReason};
 
 pub use fetch::HttpsClient;
@@ -170,13 +171,14 @@ impl Event {
     /// unsubscribes suppress; soft and undetermined bounces only mark the row.
     pub fn feedback(&self, source: FeedbackSource) -> Feedback {
         let (mark, reason) = match self.kind {
-            EventKind::Bounce(BounceType::Hard) => {
-                (Some("hard_bounce"), Some(SuppressionReason::HardBounce))
-            }
+            EventKind::Bounce(BounceType::Hard) => (
+                Some(mark_hard_bounce!()),
+                Some(SuppressionReason::HardBounce),
+            ),
             EventKind::Bounce(BounceType::Soft | BounceType::Undetermined) => {
-                (Some("soft_bounce"), None)
+                (Some(mark_soft_bounce!()), None)
             }
-            EventKind::Complaint => (Some("complaint"), Some(SuppressionReason::Complaint)),
+            EventKind::Complaint => (Some(mark_complaint!()), Some(SuppressionReason::Complaint)),
             EventKind::Unsubscribe => (None, Some(SuppressionReason::Unsubscribe)),
         };
         Feedback {

@@ -125,7 +125,7 @@ impl ReleaseReason {
             ReleaseReason::NotStarted => "not_started",
             ReleaseReason::Abandoned => "abandoned",
             ReleaseReason::SmtpUnavailable => "smtp_unavailable",
-            ReleaseReason::Throttled => "throttled",
+            ReleaseReason::Throttled => actions::class_throttled!(),
         }
     }
 }
@@ -182,7 +182,7 @@ impl Outcome {
             Outcome::Release {
                 reason: ReleaseReason::Throttled,
                 ..
-            } => Some("throttled"),
+            } => Some(actions::class_throttled!()),
             Outcome::Suppressed { .. } => Some("suppressed"),
             _ => None,
         }
@@ -297,10 +297,19 @@ pub(crate) mod actions {
         };
     }
 
+    /// The `error_class` of a release for a throttling reply, which the outcome statement
+    /// counts in `throttled_releases`; also the release's `reason` label.
+    macro_rules! class_throttled {
+        () => {
+            "throttled"
+        };
+    }
+
     pub(crate) use action_dead;
     pub(crate) use action_expired;
     pub(crate) use action_release;
     pub(crate) use action_retry;
     pub(crate) use action_sent;
     pub(crate) use action_suppressed;
+    pub(crate) use class_throttled;
 }

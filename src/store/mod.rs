@@ -43,7 +43,7 @@ pub use outcomes::{
     OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,
 };
 pub use prune::Prunable;
-pub use rights::{RUN_RIGHTS, Right};
+pub use rights::{AUTO_PAUSE_RIGHTS, RUN_RIGHTS, Right, Rights};
 pub use sample::{KindSample, PausedKind, Sample, sample};
 pub use schema::{InvalidSchema, Schema, use_schema};
 pub use statements::keep_no_statement_prepared;
@@ -229,15 +229,17 @@ pub fn connect_error(error: sqlx::Error, options: &PgConnectOptions) -> anyhow::
 /// and the CLI check this; readiness also checks that outboxd can write
 /// ([`check_ready`]).
 pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaError> {
-    schema_state(pool).await?.schema(Newer::Refused)
+    schema_state(pool, Rights::default())
+        .await?
+        .schema(Newer::Refused)
 }
 
 /// [`check_schema`], and that outboxd can write the table: not a read-only database or
-/// standby, and a role that may update it. One query: readiness runs it often. A schema
+/// standby, and a role with each of `rights`. One query: readiness runs it often. A schema
 /// newer than this build is ready here: migrations are additive, so a replica keeps
 /// working while a rolling upgrade has migrated ahead of it (it refuses only to start).
-pub async fn check_ready(pool: &PgPool) -> Result<(), SchemaError> {
-    let state = schema_state(pool).await?;
+pub async fn check_ready(pool: &PgPool, rights: Rights) -> Result<(), SchemaError> {
+    let state = schema_state(pool, rights).await?;
     state.schema(Newer::Accepted)?;
     match state.not_writable {
         Some(reason) => Err(SchemaError::NotWritable(reason)),
@@ -254,8 +256,8 @@ struct SchemaState {
     not_writable: Option<String>,
 }
 
-async fn schema_state(pool: &PgPool) -> Result<SchemaState, SchemaError> {
-    let (objects, privileges, functions) = rights::as_columns();
+async fn schema_state(pool: &PgPool, rights: Rights) -> Result<SchemaState, SchemaError> {
+    let (objects, privileges, functions) = rights::as_columns(rights);
     let state = fetch_one_alone(
         query_as(concat!(
             "SELECT ARRAY(SELECT version FROM outbox_schema_migrations WHERE success ORDER BY version) AS applied, \

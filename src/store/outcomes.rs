@@ -8,8 +8,10 @@ use uuid::Uuid;
 use super::NOTIFY_CHANNEL;
 use crate::message::actions::{
     action_dead, action_expired, action_release, action_retry, action_sent, action_suppressed,
+    class_throttled,
 };
 use crate::message::{Outcome, truncate_error};
+use crate::suppression::marks::mark_hard_bounce;
 
 /// The statement that writes outcomes where the claim token still holds, returning
 /// `(id, written)` rows; given `WITH` clauses before the update (ending in a comma), what
@@ -40,7 +42,7 @@ macro_rules! record_outcomes_sql {
          SET attempts = m.attempts + CASE WHEN o.action IN ('", action_retry!(), "', '", action_dead!(), "') \
                                           AND m.attempts < 2147483647 THEN 1 ELSE 0 END, \
              throttled_releases = greatest(m.throttled_releases, 0) \
-                 + CASE WHEN o.action = '", action_release!(), "' AND o.error_class = 'throttled' THEN 1 ELSE 0 END, \
+                 + CASE WHEN o.action = '", action_release!(), "' AND o.error_class = '", class_throttled!(), "' THEN 1 ELSE 0 END, \
              last_error = coalesce(o.error, m.last_error), \
              error_class = coalesce(o.error_class, m.error_class), \
              dispatched_at = CASE WHEN o.action = '", action_sent!(), "' THEN now() END, \
@@ -51,7 +53,7 @@ macro_rules! record_outcomes_sql {
                                  ELSE m.discarded_by END, \
              end_reason = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN o.action \
                                ELSE m.end_reason END, \
-             feedback = CASE WHEN o.bounced IS NOT NULL THEN 'hard_bounce' ELSE m.feedback END, \
+             feedback = CASE WHEN o.bounced IS NOT NULL THEN '", mark_hard_bounce!(), "' ELSE m.feedback END, \
              feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END, \
              next_attempt_at = CASE WHEN o.action IN ('", action_retry!(), "', '", action_release!(), "') \
                                     THEN now() + make_interval(secs => o.delay_secs) \

@@ -2,14 +2,26 @@
 //! table itself (`claim::CLAIM`), so every replica obeys a pause at its next claim and a
 //! pause outlives any restart.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{FromRow, PgPool};
 
 use super::NOTIFY_CHANNEL;
 use super::admin::audit;
-use super::statements::{fetch_all_alone, fetch_one_alone, query, query_as};
-use crate::message::{AUTOMATIC_ACTOR, RecentSends};
+use super::statements::{begin_bounded, fetch_all_alone, query, query_as};
+use crate::message::{AUTOMATIC_ACTOR, MAX_PAUSE_REASON_CHARS, RecentSends};
+use crate::suppression::marks::{mark_complaint, mark_hard_bounce};
+use crate::text::cut;
+
+/// The audit log's `action` for a resume, which the automatic pause also reads: only sends
+/// after a kind's last resume are judged.
+macro_rules! audit_resume {
+    () => {
+        "resume"
+    };
+}
 
 /// A paused kind.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -59,7 +71,7 @@ pub async fn resume(pool: &PgPool, kind: &str, actor: &str) -> Result<bool, sqlx
         .await?
         .rows_affected();
     if removed > 0 {
-        audit(&mut tx, actor, "resume", kind, 1, None).await?;
+        audit(&mut tx, actor, audit_resume!(), kind, 1, None).await?;
         query("SELECT pg_notify($1, '')")
             .bind(NOTIFY_CHANNEL)
             .execute(&mut *tx)
@@ -86,10 +98,11 @@ pub async fn pause_automatically(
     kind: &str,
     reason: &str,
 ) -> Result<bool, sqlx::Error> {
+    let reason = cut(reason, MAX_PAUSE_REASON_CHARS);
     let mut tx = pool.begin().await?;
     let paused = query(
         "INSERT INTO outbox_kind_pauses (kind, reason, paused_by, automatic) \
-         VALUES ($1, left($2, 500), $3, true) ON CONFLICT (kind) DO NOTHING",
+         VALUES ($1, $2, $3, true) ON CONFLICT (kind) DO NOTHING",
     )
     .bind(kind)
     .bind(reason)
@@ -115,39 +128,49 @@ pub async fn pause_automatically(
 
 /// `kind`'s latest `window` sends of the last day since it was last resumed (a resume
 /// re-arms the check: what was sent before it is not judged again), and how many of them
-/// bounced hard (reported by a provider, or answered at once by the relay) or drew a
-/// complaint. Reads the sent rows' index from now back, and the dead letters.
+/// bounced hard (reported by a provider, or answered at once by the relay, discarded since
+/// or not) or drew a complaint. Reads the sent rows' index from now back, and the dead
+/// letters'; the server cancels it after `within`, since for a kind that is a small share
+/// of a busy table the walk can reach back over most of a day's sends.
 pub async fn recent_sends(
     pool: &PgPool,
     kind: &str,
     window: u32,
+    within: Duration,
 ) -> Result<RecentSends, sqlx::Error> {
-    fetch_one_alone(
-        query_as(concat!(
-            "WITH armed AS ( \
-                 SELECT greatest(now() - interval '1 day', coalesce(max(at), '-infinity')) AS since \
-                 FROM outbox_admin_audit WHERE action = 'resume' AND target = $1 \
-             ), latest AS ( \
-                 (SELECT feedback, dispatched_at AS at FROM outbox_messages \
-                  WHERE dispatched_at IS NOT NULL AND dispatched_at > (SELECT since FROM armed) \
-                    AND kind = $1 \
-                  ORDER BY dispatched_at DESC LIMIT $2) \
-                 UNION ALL \
-                 (SELECT feedback, dead_lettered_at FROM outbox_messages \
-                  WHERE ",
-            dead_letter!(),
-            " AND feedback = 'hard_bounce' AND kind = $1 \
-                    AND dead_lettered_at > (SELECT since FROM armed)) \
-                 ORDER BY at DESC LIMIT $2 \
-             ) \
-             SELECT count(*) AS sends, \
-                    count(*) FILTER (WHERE feedback = 'hard_bounce') AS hard_bounces, \
-                    count(*) FILTER (WHERE feedback = 'complaint') AS complaints \
-             FROM latest"
-        ))
-        .bind(kind)
-        .bind(i64::from(window)),
-        pool,
-    )
-    .await
+    let mut transaction = begin_bounded(pool, within).await?;
+    let recent = query_as(concat!(
+        "WITH armed AS ( \
+             SELECT greatest(now() - interval '1 day', coalesce(max(at), '-infinity')) AS since \
+             FROM outbox_admin_audit WHERE action = '",
+        audit_resume!(),
+        "' AND target = $1 \
+         ), latest AS ( \
+             (SELECT feedback, dispatched_at AS at FROM outbox_messages \
+              WHERE dispatched_at IS NOT NULL AND dispatched_at > (SELECT since FROM armed) \
+                AND kind = $1 \
+              ORDER BY dispatched_at DESC LIMIT $2) \
+             UNION ALL \
+             (SELECT feedback, dead_lettered_at FROM outbox_messages \
+              WHERE dead_lettered_at IS NOT NULL AND dead_lettered_at > (SELECT since FROM armed) \
+                AND feedback = '",
+        mark_hard_bounce!(),
+        "' AND kind = $1) \
+             ORDER BY at DESC LIMIT $2 \
+         ) \
+         SELECT count(*) AS sends, \
+                count(*) FILTER (WHERE feedback = '",
+        mark_hard_bounce!(),
+        "') AS hard_bounces, \
+                count(*) FILTER (WHERE feedback = '",
+        mark_complaint!(),
+        "') AS complaints \
+         FROM latest"
+    ))
+    .bind(kind)
+    .bind(i64::from(window))
+    .fetch_one(&mut *transaction)
+    .await?;
+    transaction.commit().await?;
+    Ok(recent)
 }

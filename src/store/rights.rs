@@ -22,7 +22,7 @@ const fn table(object: &'static str, privilege: &'static str) -> Right {
 /// Every right the dispatcher, retention and readiness use, in the order readiness names
 /// the first one missing. The admin surface also inserts into `outbox_admin_audit`,
 /// deletes from `outbox_suppressions` and writes `outbox_kind_pauses`; the webhooks write
-/// `outbox_webhook_receipts`.
+/// `outbox_webhook_receipts`; the automatic pause needs [`AUTO_PAUSE_RIGHTS`].
 pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_messages", "SELECT"),
     table("outbox_messages", "UPDATE"),
@@ -41,7 +41,34 @@ pub const RUN_RIGHTS: &[Right] = &[
     },
 ];
 
-/// The first right of [`RUN_RIGHTS`] the current role lacks, said as readiness says it;
+/// The rights the automatic pause adds (`OUTBOXD_AUTO_PAUSE_KINDS`): it reads a kind's last
+/// resume from the audit log, and writes its pause with an audit entry.
+pub const AUTO_PAUSE_RIGHTS: &[Right] = &[
+    table("outbox_admin_audit", "SELECT"),
+    table("outbox_kind_pauses", "INSERT"),
+    table("outbox_admin_audit", "INSERT"),
+];
+
+/// The rights readiness checks: [`RUN_RIGHTS`], and those of the features the
+/// configuration turns on, so that a role short of one is told before the feature fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rights {
+    pub auto_pause: bool,
+}
+
+impl Rights {
+    /// Each right, in the order readiness names the first one missing.
+    pub fn iter(self) -> impl Iterator<Item = &'static Right> {
+        let auto_pause = if self.auto_pause {
+            AUTO_PAUSE_RIGHTS
+        } else {
+            &[]
+        };
+        RUN_RIGHTS.iter().chain(auto_pause)
+    }
+}
+
+/// The first right of [`Rights`] the current role lacks, said as readiness says it;
 /// `$1`, `$2`, `$3` are the rights' objects, privileges and whether each is a function.
 /// An object that does not exist yet is skipped: the schema check tells of that.
 macro_rules! missing_right {
@@ -59,13 +86,13 @@ macro_rules! missing_right {
 }
 
 /// The rights as the statement's three arrays.
-pub(super) fn as_columns() -> (Vec<String>, Vec<&'static str>, Vec<bool>) {
+pub(super) fn as_columns(rights: Rights) -> (Vec<String>, Vec<&'static str>, Vec<bool>) {
     (
-        RUN_RIGHTS
+        rights
             .iter()
             .map(|r| super::schema::qualified(r.object))
             .collect(),
-        RUN_RIGHTS.iter().map(|r| r.privilege).collect(),
-        RUN_RIGHTS.iter().map(|r| r.is_function).collect(),
+        rights.iter().map(|r| r.privilege).collect(),
+        rights.iter().map(|r| r.is_function).collect(),
     )
 }

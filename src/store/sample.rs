@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::{FromRow, PgPool};
 
-use super::statements::query_as;
+use super::statements::{begin_bounded, query_as};
 
 /// The gauges' values, sampled from the table.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,18 +36,11 @@ pub struct Totals {
 /// before migration 12) counts as year 1: the age is absurd and its alert fires, where the
 /// query used to fail.
 ///
-/// The server cancels the sample after `within`: under a transaction left open elsewhere
-/// the walk grows by the minute, and a sample given up on would go on running, and keep its
-/// connection busy, until it ended. The timeout is the transaction's own (`SET LOCAL`, sent
-/// with `BEGIN` in one round trip), so that it never reaches another session, as it would
-/// through a pooler in transaction mode.
+/// The server cancels the sample after `within` ([`begin_bounded`]): under a transaction
+/// left open elsewhere the walk grows by the minute, and a sample given up on would go on
+/// running, and keep its connection busy, until it ended.
 pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Error> {
-    let millis = within.as_millis().clamp(1, i32::MAX as u128);
-    let mut transaction = pool
-        .begin_with(sqlx::AssertSqlSafe(format!(
-            "BEGIN; SET LOCAL statement_timeout = {millis}"
-        )))
-        .await?;
+    let mut transaction = begin_bounded(pool, within).await?;
     let totals = query_as(concat!(
         "SELECT \
            (SELECT count(*) FROM outbox_messages \

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sqlx::postgres::{PgArguments, PgQueryResult, PgRow};
 use sqlx::query::{Query, QueryAs, QueryScalar};
-use sqlx::{Connection as _, PgConnection, PgPool};
+use std::time::Duration;
+
+use sqlx::{Connection as _, PgConnection, PgPool, Transaction};
 use sqlx::{FromRow, Postgres, SqlSafeStr};
 
 use super::schema::in_schema;
@@ -44,6 +46,22 @@ pub async fn on_its_own<T, E: From<sqlx::Error>>(
     let result = statement(&mut transaction).await?;
     transaction.commit().await?;
     Ok(result)
+}
+
+/// A transaction on a connection from `pool` whose statements the server cancels after
+/// `within`: a read whose walk grows (under a transaction left open elsewhere, or over a
+/// day of sends) must neither outlive the caller's wait nor keep its connection busy. The
+/// timeout is the transaction's own (`SET LOCAL`, sent with `BEGIN` in one round trip), so
+/// that it never reaches another session, as it would through a pooler in transaction mode.
+pub async fn begin_bounded(
+    pool: &PgPool,
+    within: Duration,
+) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let millis = within.as_millis().clamp(1, i32::MAX as u128);
+    pool.begin_with(sqlx::AssertSqlSafe(format!(
+        "BEGIN; SET LOCAL statement_timeout = {millis}"
+    )))
+    .await
 }
 
 /// Executes `statement` on a connection from `pool`, on its own (see [`on_its_own`]).

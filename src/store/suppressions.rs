@@ -8,6 +8,7 @@ use serde::Serialize;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
 use super::admin::audit;
+use crate::suppression::marks::{mark_complaint, mark_hard_bounce, mark_soft_bounce};
 use crate::suppression::{
     Feedback, FeedbackSource, NewSuppression, SuppressionReason, normalize_address,
 };
@@ -269,8 +270,13 @@ async fn mark_row(
         "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
              next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
         times_on_the_calendar!(),
-        " WHERE id = $1 AND (feedback IS NULL OR feedback = 'soft_bounce' \
-                            OR (feedback = 'hard_bounce' AND $2 = 'complaint'))"
+        " WHERE id = $1 AND (feedback IS NULL OR feedback = '",
+        mark_soft_bounce!(),
+        "' OR (feedback = '",
+        mark_hard_bounce!(),
+        "' AND $2 = '",
+        mark_complaint!(),
+        "'))"
     ))
     .bind(id)
     .bind(mark)

@@ -1,7 +1,7 @@
 //! Exposure: the unauthenticated HTTP port on the open internet, what reaches the logs, and
 //! readiness that tells whether outboxd can do its work.
 
-use outboxd::store::RUN_RIGHTS;
+use outboxd::store::{AUTO_PAUSE_RIGHTS, RUN_RIGHTS, Rights};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -181,6 +181,40 @@ async fn no_recipient_address_reaches_the_logs() {
     }
 }
 
+/// `/readyz?verbose` of `outboxd run` on `url` with `flags`; when `deliver`, also checks
+/// that a message is dispatched (to the log: no SMTP is set) with the role's rights.
+async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], deliver: bool) -> (u16, String) {
+    let http = format!("127.0.0.1:{}", crate::helpers::free_port());
+    let mut child = outboxd()
+        .args(["run", "--database-url", url, "--listen", &http])
+        .args(flags)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (status, body) = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
+        let (status, body) = http_get(&http, "/readyz?verbose").await;
+        (status == 200 || status == 503).then_some((status, body))
+    })
+    .await;
+    if deliver && status == 200 {
+        let id = db
+            .enqueue(
+                "account_verification",
+                serde_json::json!({"to": "a@example.com", "name": "A", "verify_url": "https://app.example/v"}),
+            )
+            .await;
+        poll_until(
+            Duration::from_secs(30),
+            "the message dispatched",
+            || async { db.row(id).await.dispatched.then_some(()) },
+        )
+        .await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (status, body)
+}
+
 #[tokio::test]
 async fn readiness_names_each_right_the_role_lacks() {
     let db = TestDb::new().await;
@@ -207,63 +241,41 @@ async fn readiness_names_each_right_the_role_lacks() {
             right.privilege, right.object
         )
     };
-    let all: Vec<String> = RUN_RIGHTS.iter().map(|r| grant(r, "GRANT")).collect();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(all.join("; ")))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    // With every right, ready; without any one of them, not, and that one is named.
-    for right in [None].into_iter().chain(RUN_RIGHTS.iter().map(Some)) {
-        if let Some(right) = right {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "REVOKE")))
-                .execute(&db.pool)
-                .await
-                .unwrap();
-        }
-        let http = format!("127.0.0.1:{}", crate::helpers::free_port());
-        let mut child = outboxd()
-            .args(["run", "--database-url", &url, "--listen", &http])
-            .stderr(std::process::Stdio::null())
-            .spawn()
+    // Without the automatic pause, `run` needs RUN_RIGHTS; with it, AUTO_PAUSE_RIGHTS too.
+    let auto_pause: &[&str] = &["--auto-pause-kinds", "account_verification"];
+    for (flags, rights, each) in [
+        (&[][..], Rights::default(), RUN_RIGHTS),
+        (auto_pause, Rights { auto_pause: true }, AUTO_PAUSE_RIGHTS),
+    ] {
+        let all: Vec<String> = rights.iter().map(|r| grant(r, "GRANT")).collect();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(all.join("; ")))
+            .execute(&db.pool)
+            .await
             .unwrap();
-        let (status, body) = poll_until(Duration::from_secs(30), "/readyz to answer", || async {
-            let (status, body) = http_get(&http, "/readyz?verbose").await;
-            (status == 200 || status == 503).then_some((status, body))
-        })
-        .await;
-        if right.is_none() {
-            // Exactly these rights are enough to deliver (to the log: no SMTP is set).
-            assert_eq!(status, 200, "{body}");
-            let id = db
-                .enqueue(
-                    "account_verification",
-                    serde_json::json!({"to": "a@example.com", "name": "A", "verify_url": "https://app.example/v"}),
-                )
-                .await;
-            poll_until(
-                Duration::from_secs(30),
-                "the message dispatched",
-                || async { db.row(id).await.dispatched.then_some(()) },
-            )
-            .await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        match right {
-            None => {}
-            Some(right) => {
-                assert_eq!(status, 503, "{body}");
-                let says = format!(
-                    "[-]writable failed: the role {role} may not {} {}",
-                    right.privilege, right.object
-                );
-                assert!(body.contains(&says), "{says}:\n{body}");
-                assert!(body.contains("[+]schema ok"), "{body}");
-                sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "GRANT")))
+        // With every right, ready; without any one of them, not, and that one is named.
+        for right in [None].into_iter().chain(each.iter().map(Some)) {
+            if let Some(right) = right {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "REVOKE")))
                     .execute(&db.pool)
                     .await
                     .unwrap();
             }
+            let (status, body) = readiness_of(&db, &url, flags, right.is_none()).await;
+            let Some(right) = right else {
+                assert_eq!(status, 200, "{body}");
+                continue;
+            };
+            assert_eq!(status, 503, "{body}");
+            let says = format!(
+                "[-]writable failed: the role {role} may not {} {}",
+                right.privilege, right.object
+            );
+            assert!(body.contains(&says), "{says}:\n{body}");
+            assert!(body.contains("[+]schema ok"), "{body}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "GRANT")))
+                .execute(&db.pool)
+                .await
+                .unwrap();
         }
     }
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(

@@ -221,6 +221,13 @@ async fn the_admin_page_pauses_and_resumes_a_kind() {
     assert!(page().await.contains("No kind is paused"));
 }
 
+/// What the automatic pause judges of `kind`: its latest 20 sends.
+async fn recent_sends(db: &TestDb, kind: &str) -> outboxd::message::RecentSends {
+    outboxd::store::pauses::recent_sends(&db.pool, kind, 20, Duration::from_secs(5))
+        .await
+        .expect("the latest sends")
+}
+
 #[tokio::test]
 async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_check_rearms() {
     let db = TestDb::new().await;
@@ -269,6 +276,21 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         "{reason}"
     );
     assert_eq!(by, "outboxd");
+    // An operator discarding the dead letters does not hide the bounces from the check.
+    let discard = outboxd()
+        .args([
+            "dead-letters",
+            "--database-url",
+            &db.url,
+            "discard",
+            "--kind",
+            FLOWING,
+        ])
+        .output()
+        .expect("outboxd dead-letters discard");
+    assert!(discard.status.success(), "{discard:?}");
+    let judged = recent_sends(&db, FLOWING).await;
+    assert_eq!((judged.sends, judged.hard_bounces), (20, 5));
 
     db.insert_many(FLOWING, 10).await;
     db.insert_many(PAUSED, 3).await;
@@ -287,9 +309,7 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         db.sent_of(FLOWING).await == 25
     })
     .await;
-    let judged = outboxd::store::pauses::recent_sends(&db.pool, FLOWING, 20)
-        .await
-        .unwrap();
+    let judged = recent_sends(&db, FLOWING).await;
     assert_eq!(
         (judged.sends, judged.hard_bounces),
         (10, 0),
