@@ -6,9 +6,12 @@
 //! [`HORIZON_SECONDS`] ahead, claims no more rows than it booked, and each send waits for
 //! its slot: any number of replicas together stay under the limit, and one replica still
 //! keeps all its connections busy when the relay is slow to answer. A throttling reply
-//! releases its message without an attempt; the next claim cuts the shared pace by the
-//! share of sends refused since the one before (at most once a second), and the pace then
-//! grows back additively, by [`RECOVERY_PER_SECOND`] of the limit each second.
+//! releases its message without an attempt; the replies are judged a second at a time
+//! ([`replies`]), and a cut takes off the share refused above what the relay refuses
+//! whatever the pace (at most one cut a second for all replicas); the pace then grows back
+//! additively, by [`RECOVERY_PER_SECOND`] of the limit each second, that growth itself
+//! ramping up over [`RAMP_SECONDS`] after a cut: the pace stays near the rate the relay
+//! refused at, where it is likeliest to refuse again.
 //!
 //! Without a limit nothing is booked until the relay first throttles. From then on the
 //! replicas book from a schedule of their own ([`DISCOVERED`]) that starts at the rate
@@ -17,16 +20,19 @@
 //! Before, a replica without a limit only paused a second after each refusal, and a relay
 //! taking 40 a second answered four refusals for every message it took.
 
+mod replies;
+
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::time::Instant;
+use tracing::debug;
 
 use crate::lock::lock;
 use crate::store::send_rate::{self, Booking, SlotRequest};
 use crate::telemetry::metrics::Metrics;
+use replies::{Cut, Replies};
 
 /// The schedule `OUTBOXD_RATE_LIMIT` books from.
 const BUCKET: &str = "global";
@@ -34,6 +40,9 @@ const BUCKET: &str = "global";
 pub const HORIZON_SECONDS: f64 = 1.0;
 /// After throttling, the pace grows back by this share of the limit per second.
 pub const RECOVERY_PER_SECOND: f64 = 0.02;
+/// How long after a cut the growth takes to reach its full rate: the pace stays near what
+/// the relay took, where another refusal is likely, and grows faster as it holds.
+pub const RAMP_SECONDS: f64 = 10.0;
 /// Throttling never cuts the pace below this share of the limit.
 const MIN_PACE_SHARE: f64 = 1.0 / 64.0;
 /// The schedule of the pace found without a configured limit.
@@ -47,8 +56,6 @@ const MIN_INCREASE: f64 = 1.0;
 const MIN_DISCOVERED: f64 = 0.1;
 /// The fastest a found pace goes: the highest limit `OUTBOXD_RATE_LIMIT` takes.
 const DISCOVERY_CEILING: f64 = 1_000_000.0;
-/// One cut takes at most this share off the pace: a burst of refusals is one signal.
-const MAX_CUT: f64 = 0.75;
 
 /// A send rate: messages per second, minute or hour (`14/s`, `600/m`, `50000/h`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -119,15 +126,15 @@ impl Slots {
 #[derive(Debug)]
 pub(super) struct Pace {
     limit: Option<RateLimit>,
-    accepted: AtomicU64,
-    refused: AtomicU64,
-    /// When the replies counted began: the last claim's allowance.
-    counted_since: Mutex<Instant>,
+    replies: Replies,
     /// Without a limit, once the relay has throttled: how fast the found pace grows, and
     /// how far (twice the pace of its last cut, so that a quiet hour does not grow it
     /// back to anything at all).
     discovered: Mutex<Option<(f64, f64)>>,
     resume_at: Mutex<Option<Instant>>,
+    /// The pace of the last booking: what the sends since were paced at; `None` before
+    /// any (without a limit, until the relay throttles).
+    booked_pace: Mutex<Option<f64>>,
 }
 
 /// What one claim's booking asks of a schedule.
@@ -142,26 +149,26 @@ impl Pace {
     pub fn new(limit: Option<RateLimit>) -> Self {
         Self {
             limit,
-            accepted: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            counted_since: Mutex::new(Instant::now()),
+            // Slots booked before a cut are sent at the pace before it, up to the horizon.
+            replies: Replies::new(seconds(HORIZON_SECONDS)),
             discovered: Mutex::new(None),
             resume_at: Mutex::new(None),
+            booked_pace: Mutex::new(None),
         }
     }
 
     /// A send met a throttling reply; the next claim slows down.
     pub fn throttled(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.replies.refused();
     }
 
     /// The relay accepted a send.
     pub fn accepted(&self) {
-        self.accepted.fetch_add(1, Ordering::Relaxed);
+        self.replies.accepted();
     }
 
-    /// The schedule this claim books from, or none (no limit, and no throttling yet).
-    fn schedule(&self, refused: u64) -> Option<Schedule> {
+    /// The schedule this claim books from, or none (no limit, and no cut yet).
+    fn schedule(&self, cut: Option<Cut>) -> Option<Schedule> {
         if let Some(limit) = self.limit {
             return Some(Schedule {
                 bucket: BUCKET,
@@ -171,7 +178,7 @@ impl Pace {
             });
         }
         let mut discovered = lock(&self.discovered);
-        if discovered.is_none() && refused == 0 {
+        if discovered.is_none() && cut.is_none() {
             return None;
         }
         let (increase, ceiling) = *discovered.get_or_insert((MIN_INCREASE, DISCOVERY_CEILING));
@@ -190,27 +197,26 @@ impl Pace {
         wanted: u32,
         metrics: &Metrics,
     ) -> Result<Allowance, sqlx::Error> {
-        let accepted = self.accepted.swap(0, Ordering::Relaxed);
-        let refused = self.refused.swap(0, Ordering::Relaxed);
-        let counted_for = std::mem::replace(&mut *lock(&self.counted_since), Instant::now())
-            .elapsed()
-            .as_secs_f64();
-        let Some(schedule) = self.schedule(refused) else {
+        let cut = self.replies.judge(*lock(&self.booked_pace));
+        let Some(schedule) = self.schedule(cut) else {
             return Ok(Allowance::Take {
                 rows: wanted,
                 slots: None,
             });
         };
-        if refused > 0 {
-            // What the relay took since the last claim, over a second at least (a relay
-            // takes a burst before it refuses): where a found pace starts.
-            let seen = accepted as f64 / counted_for.max(1.0);
+        if let Some(cut) = cut {
+            debug!(
+                factor = cut.factor,
+                refused_share = cut.refused_share,
+                tolerated_share = cut.tolerated,
+                "the relay is throttling: cutting the pace"
+            );
             send_rate::slow_down(
                 pool,
                 schedule.bucket,
-                cut(accepted, refused),
+                cut.factor,
                 schedule.min_pace,
-                seen.clamp(schedule.min_pace, schedule.ceiling),
+                cut.accepted_rate.clamp(schedule.min_pace, schedule.ceiling),
             )
             .await?;
         }
@@ -222,15 +228,17 @@ impl Pace {
                 wanted: i64::from(wanted),
                 horizon_seconds: HORIZON_SECONDS,
                 increase_per_second: schedule.increase,
+                ramp_seconds: RAMP_SECONDS,
             },
         )
         .await?;
-        if refused > 0 && self.limit.is_none() {
+        if cut.is_some() && self.limit.is_none() {
             let increase = (DISCOVERY_INCREASE * booking.pace).max(MIN_INCREASE);
             let ceiling = (2.0 * booking.pace).clamp(MIN_INCREASE, DISCOVERY_CEILING);
             *lock(&self.discovered) = Some((increase, ceiling));
         }
         metrics.send_rate_limit(booking.pace);
+        *lock(&self.booked_pace) = Some(booking.pace);
         let spacing = 1.0 / booking.pace;
         Ok(match u32::try_from(booking.granted) {
             Ok(rows) if rows > 0 => Allowance::Take {
@@ -286,14 +294,6 @@ impl Pace {
     }
 }
 
-/// The factor a cut multiplies the pace by: the share of sends the relay accepted, but no
-/// cut takes more than [`MAX_CUT`] at once. In proportion to the share refused, not a
-/// halving: a quarter refused cuts a quarter.
-fn cut(accepted: u64, refused: u64) -> f64 {
-    let sent = (accepted + refused).max(1) as f64;
-    (accepted as f64 / sent).max(1.0 - MAX_CUT)
-}
-
 /// A duration from seconds that may be negative or not finite (then zero), at most an hour.
 fn seconds(value: f64) -> Duration {
     Duration::try_from_secs_f64(value.clamp(0.0, 3600.0)).unwrap_or_default()
@@ -301,22 +301,7 @@ fn seconds(value: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_CUT, RateLimit, cut};
-
-    #[test]
-    fn a_cut_takes_off_the_share_refused_and_never_more_than_its_most() {
-        assert!(
-            (cut(3, 1) - 0.75).abs() < 1e-9,
-            "a quarter refused cuts a quarter"
-        );
-        assert!((cut(99, 1) - 0.99).abs() < 1e-9);
-        for (accepted, refused) in [(0, 10), (1, 99), (0, 0)] {
-            assert!(
-                cut(accepted, refused) >= 1.0 - MAX_CUT - 1e-9,
-                "{accepted} {refused}"
-            );
-        }
-    }
+    use super::RateLimit;
 
     #[test]
     fn rates_are_read_per_second_minute_or_hour() {

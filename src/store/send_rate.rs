@@ -20,6 +20,9 @@ pub struct SlotRequest<'a> {
     /// How many messages a second the pace grows by each second after throttling, up to
     /// `limit`: additive increase.
     pub increase_per_second: f64,
+    /// How long after a cut the growth takes to reach `increase_per_second`, from nothing:
+    /// right after a cut the pace is near what the relay takes, and grows slowly there.
+    pub ramp_seconds: f64,
 }
 
 /// What a booking got: `granted` slots, the first `starts_in` seconds from now, then one
@@ -45,7 +48,9 @@ query_as(
                  SELECT name, clock_timestamp() AS now, \
                         greatest(next_slot, clock_timestamp()) AS start, \
                         least($2, pace + $5 * \
-                              greatest(0, extract(epoch FROM clock_timestamp() - updated_at))) AS pace \
+                              greatest(0, extract(epoch FROM clock_timestamp() - updated_at)) * \
+                              least(1, coalesce(extract(epoch FROM clock_timestamp() - throttled_at) / $6, 1))) \
+                            AS pace \
                  FROM outbox_send_rate WHERE name = $1 FOR UPDATE \
              ), granted AS ( \
                  SELECT name, now, start, pace, \
@@ -64,6 +69,7 @@ query_as(
         .bind(request.wanted)
         .bind(request.horizon_seconds)
         .bind(request.increase_per_second)
+        .bind(request.ramp_seconds)
         ,
  pool)
         .await?;

@@ -112,12 +112,13 @@ async fn two_and_four_replicas_together_stay_under_a_global_rate_limit() {
 #[tokio::test]
 pub(crate) async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
     let db = TestDb::new().await;
-    // A quarter of the messages get `454 4.7.0 Throttling failure` for the first 8 s.
+    // Every fourth message gets `454 4.7.0 Throttling failure` for the first 20 s, whatever
+    // the rate: a share refused that no pace would lower.
     let smtp = SmtpServer::start_with(
         crate::helpers::free_port(),
-        &["--throttle-every", "4", "--throttle-for", "8"],
+        &["--throttle-every", "4", "--throttle-for", "20"],
     );
-    enqueue_many(&db, "t", 300).await;
+    enqueue_many(&db, "t", 600).await;
     let flags = [
         "--smtp-url",
         &smtp.url(),
@@ -134,18 +135,33 @@ pub(crate) async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
             .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second "))
             .and_then(|v| v.trim().parse::<f64>().ok())
     };
-    // The pace drops below the limit while the relay pushes back.
-    eventually(
-        Duration::from_secs(30),
-        "the pace cut below 40/s",
-        || async {
-            let (_, body) = http_get(&outboxd.http, "/metrics").await;
-            pace(&body).is_some_and(|p| p > 0.0 && p < 30.0)
-        },
-    )
-    .await;
-    smtp.wait_for(300, Duration::from_secs(120)).await;
-    assert!(smtp.throttled() > 0);
+    // The pace is cut once, then grows back while the relay goes on refusing a quarter:
+    // cutting a quarter again every second took a 50/s pace down to 2.2/s.
+    let (mut lowest, mut cut, mut grew_back_at) = (f64::INFINITY, false, None);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while smtp.messages().len() < 600 {
+        assert!(std::time::Instant::now() < deadline, "600 not delivered");
+        let (_, body) = http_get(&outboxd.http, "/metrics").await;
+        let now = pace(&body).unwrap_or(0.0);
+        cut |= now > 0.0 && now < 40.0;
+        if cut {
+            lowest = lowest.min(now);
+            if now >= 33.0 && grew_back_at.is_none() {
+                grew_back_at = Some(smtp.throttled());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cut, "the pace was never cut below 40/s");
+    assert!(
+        lowest >= 20.0,
+        "a quarter refused took the pace to {lowest:.1}/s"
+    );
+    let refused_then = grew_back_at.expect("the pace grew back to 33/s");
+    assert!(
+        smtp.throttled() > refused_then,
+        "the pace grew back only once the relay stopped refusing"
+    );
     let (_, body) = http_get(&outboxd.http, "/metrics").await;
     let throttled: f64 = body
         .lines()
