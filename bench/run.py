@@ -7,7 +7,8 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
-Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, relay, baseline. Needs:
+Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, relay, lanes, baseline.
+Needs:
 cargo, psql, PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's
 `postfix`), pgbouncer (Debian's, for `pooled`), and
 psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
@@ -975,6 +976,61 @@ def scenario_relay(args):
            "replies per accepted", "attempts charged", "dead letters", "still pending"], rows)
 
 
+def scenario_lanes(args):
+    """A bulk run draining under a 40/s limit two replicas share, and transactional messages
+    committed one at a time during it, two a second: how long each waits from its commit
+    to its send, with the bulk kind in OUTBOXD_BULK_KINDS and with one lane."""
+    import psycopg
+    bulk, limit = args.lanes_bulk, 40
+    rows = []
+    for label, flags in [("two lanes (OUTBOXD_BULK_KINDS=workspace_invite)", ["--bulk-kinds", "workspace_invite"]),
+                         ("one lane", [])]:
+        with database("outboxd_bench_lanes") as url, smtp_sink() as port:
+            psql(url, f"""
+                INSERT INTO outbox_messages (kind, payload)
+                SELECT 'workspace_invite', jsonb_build_object('to', 'reader' || g || '@example.com',
+                       'inviter_name', 'Ada', 'workspace_name', 'Engines', 'accept_url', 'https://app.example/i/' || g)
+                FROM generate_series(1, {bulk}) g;
+                ANALYZE outbox_messages;""")
+            procs = [Outboxd(url, port, "--rate-limit", f"{limit}/s", *flags, "--worker-id", f"bench-{i}")
+                     for i in range(2)]
+            committed = {}
+            with psycopg.connect(url, autocommit=True) as conn:
+                # Commits start once the bulk run is under way: a drain already running.
+                while conn.execute("SELECT count(*) FROM outbox_messages "
+                                   "WHERE dispatched_at IS NOT NULL").fetchone()[0] < min(limit, bulk // 4):
+                    time.sleep(0.05)
+                start = time.time()
+                while time.time() - start < args.lanes_seconds:
+                    time.sleep(max(0.0, start + len(committed) / 2.0 - time.time()))
+                    row = conn.execute(
+                        "INSERT INTO outbox_messages (kind, payload) VALUES ('account_verification', "
+                        "jsonb_build_object('to', 'u' || %s || '@example.com', 'name', 'U', 'verify_url', "
+                        "'https://x/v')) RETURNING id", (len(committed),)).fetchone()
+                    committed[row[0]] = time.time()
+                ended = time.time()
+                while conn.execute("SELECT count(*) FROM outbox_messages WHERE kind = 'account_verification' "
+                                   "AND dispatched_at IS NOT NULL").fetchone()[0] < len(committed):
+                    time.sleep(0.05)
+                bulk_sent = conn.execute(
+                    "SELECT count(*) FROM outbox_messages WHERE kind = 'workspace_invite' "
+                    "AND dispatched_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)", (start, ended)).fetchone()[0]
+                left = conn.execute("SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL").fetchone()[0]
+            for p in procs:
+                p.stop()
+            sent = dict(tuple(line.split("|")) for line in psql(
+                url, "SELECT id, extract(epoch FROM dispatched_at) FROM outbox_messages "
+                     "WHERE kind = 'account_verification'").splitlines())
+        waits = sorted(float(sent[str(i)]) - t for i, t in committed.items())
+        q = statistics.quantiles(waits, n=100, method="inclusive") if len(waits) > 1 else waits * 99
+        rows.append([label, len(waits), sum(w <= 3.0 for w in waits), f"{q[49]:.2f}", f"{q[98]:.2f}",
+                     f"{waits[-1]:.2f}", f"{bulk_sent / (ended - start):.1f}", left])
+    table(f"Lanes: {bulk} bulk messages draining at a {limit}/s limit two replicas share; transactional "
+          f"messages committed two a second for {args.lanes_seconds} s once it is under way, smtp-sink",
+          ["set-up", "transactional", "sent within 3 s", "commit to send p50 s", "p99 s", "max s",
+           "bulk msg/s meanwhile", "bulk left when the last was sent"], rows)
+
+
 def scenario_baseline(args, drain_result):
     flags = ["--batch-size", "25", "--smtp-concurrency", "1", "--poll-interval", "15s"]
     with database("outboxd_bench_baseline") as url:
@@ -987,12 +1043,14 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "lanes", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
     parser.add_argument("--pooled-messages", type=int, default=50_000)
     parser.add_argument("--relay-messages", type=int, default=2400)
     parser.add_argument("--relay-seconds", type=int, default=60, help="the most each relay row runs")
+    parser.add_argument("--lanes-bulk", type=int, default=2400, help="the lanes scenario's bulk run")
+    parser.add_argument("--lanes-seconds", type=int, default=30, help="how long transactional messages are committed")
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--duration", type=int, default=30)
@@ -1037,6 +1095,8 @@ def main():
             scenario_pooled(args)
         elif name == "relay":
             scenario_relay(args)
+        elif name == "lanes":
+            scenario_lanes(args)
         elif name == "baseline":
             scenario_baseline(args, drain_result)
         else:

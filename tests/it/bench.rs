@@ -21,6 +21,10 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "60",
             "--relay-seconds",
             "10",
+            "--lanes-bulk",
+            "200",
+            "--lanes-seconds",
+            "2",
             "--big-rows",
             "2000",
         ])
@@ -54,6 +58,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
         "### Pooled",
         "### Pooled latency",
         "### Relay that pushes back",
+        "### Lanes",
         "### Baseline",
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
