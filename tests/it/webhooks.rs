@@ -5,6 +5,7 @@
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -27,6 +28,11 @@ struct CertificateHost {
 
 impl CertificateHost {
     fn start(ca: &TestCa) -> Self {
+        Self::start_serving_after(ca, Duration::ZERO)
+    }
+
+    /// A host that serves each file `delay` after its request.
+    fn start_serving_after(ca: &TestCa, delay: Duration) -> Self {
         let root = tempfile::tempdir().unwrap();
         let made = Command::new("openssl")
             .args([
@@ -49,6 +55,8 @@ impl CertificateHost {
                 &ca.path("server.pem"),
                 "--key",
                 &ca.path("server.key"),
+                "--delay",
+                &delay.as_secs_f64().to_string(),
             ])
             .stdout(Stdio::piped())
             .spawn()
@@ -354,7 +362,9 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
 async fn a_garbage_signed_flood_on_a_cold_certificate_cache_refuses_no_real_notification() {
     let db = TestDb::new().await;
     let ca = TestCa::new();
-    let host = CertificateHost::start(&ca);
+    // A slow host: the flood surely meets the first fetch under way, however loaded the
+    // machine is, as it would a real host across the internet.
+    let host = CertificateHost::start_serving_after(&ca, Duration::from_millis(500));
     let (_app, addr) = sns_app(&db, &ca, &host).await;
     let complaint = json!({"notificationType": "Complaint",
         "complaint": {"complainedRecipients": [{"emailAddress": "real@example.com"}]}, "mail": {}});
