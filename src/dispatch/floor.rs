@@ -9,18 +9,25 @@
 //! behind, and rows claimed, retried or released get a `next_attempt_at` of now or later.
 //! Each lane has its own floor (`message::Lanes`): the transactional part of a claim would
 //! otherwise walk again, at every claim, the bulk backlog the bulk part has yet to take.
-//! A lane whose part of a claim came back short has no due row left below the bound of
-//! its scan, so its floor rises to [`SETTLE`] before that bound even when it took no row:
-//! a bulk run enqueued after the last transactional message leaves no transactional floor
-//! below it.
+//! A lane whose part of a claim came back short left no row it could see below the bound
+//! of its scan, but rows another transaction locked and rows of paused kinds, so its floor
+//! rises to [`SETTLE`] before that bound even when it took no row: a bulk run enqueued
+//! after the last transactional message leaves no transactional floor below it. A row
+//! locked then (by another replica's claim or outcome write) is leased or written anew,
+//! due from then on; a paused kind's are found again when it is resumed (the resume
+//! clears the floors).
 //!
 //! A row can still appear below the floor: a producer's transaction that commits late
 //! (its `now()` is when it began), a `not_before` in the past, an operator's retry. The
-//! insert trigger notifies the due time (in milliseconds) of every row it inserts, and the floor drops to
-//! it; a notification without one (an operator's retry, an older trigger) or a lost LISTEN
-//! connection clears the floor. Without LISTEN there is no floor at all. A full scan every
-//! [`FULL_SCAN_EVERY`] covers what nobody announces (a claim rolled back by a replica that
-//! died in the middle of it).
+//! insert trigger notifies the due time (in milliseconds) of every row it inserts, and the
+//! floor drops to it; a notification without one (an operator's retry, an older trigger)
+//! or a lost LISTEN connection clears the floor. Without LISTEN there is no floor at all.
+//! Notifications are read between drains, not between a drain's claims: a row that
+//! commits late during an unpaced drain (a paced one ends at each second's slots) waits
+//! for the drain's end. A full scan every [`FULL_SCAN_EVERY`] covers what nobody announces
+//! (a claim rolled back by a replica that died in the middle of it, a retry written after
+//! a long wait on an application's row lock, whose due time is counted from the wait's
+//! start).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -37,7 +44,8 @@ pub(super) const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
 
 /// How far below the bound of a scan that came back short a lane's floor stays: a release
 /// or a retry committed just after the claim's snapshot has a `next_attempt_at` from its
-/// own start, a little before it. Outcome transactions take milliseconds.
+/// own start, a little before it. Outcome writes mostly take milliseconds; those that wait
+/// on a row lock are left to the full scan.
 const SETTLE: Duration = Duration::from_secs(5);
 
 /// The floor, shared by the claim (which raises it) and the wake-ups (which lower it).

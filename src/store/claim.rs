@@ -63,7 +63,8 @@ pub struct ClaimRequest<'a> {
 /// `dispatch::floor`). `bulk` fills what is left with the bulk lane's rows, from the due
 /// index and the bulk floor, and runs only when there are bulk kinds. All are index scans
 /// whatever the mix. A tier skips the rows of the other lane and of paused kinds that lie
-/// above its floor; each tier's floor passes them once it claims a row due after them.
+/// above its floor; each tier's floor passes them once it claims a row due after them, or
+/// once it comes back short ([`lane_scans`]).
 ///
 /// The claim also reads each row's envelope addresses (`to`, `cc`, `bcc`: the strings among
 /// them, of a payload within the size limit) and which of them are on the suppression list,
@@ -82,8 +83,10 @@ pub struct ClaimRequest<'a> {
 /// cannot read back, and which the CHECKs refuse in any update of the row.
 ///
 /// `SKIP LOCKED` lets any number of replicas claim concurrently without waiting on or
-/// taking each other's rows. The lease also moves `next_attempt_at` to its expiry, so a
-/// claimed row leaves the due range, and comes back by itself if its claimer dies.
+/// taking each other's rows. The lock is `FOR NO KEY UPDATE`, the one the update itself
+/// takes: a row an application's foreign key check holds `FOR KEY SHARE` is not skipped.
+/// The lease also moves `next_attempt_at` to its expiry, so a claimed row leaves the due
+/// range, and comes back by itself if its claimer dies.
 const CLAIM: &str = concat!(
     "    WITH paused AS ( \
         SELECT coalesce(array_agg(kind), '{}') AS kinds FROM outbox_kind_pauses \
@@ -111,7 +114,7 @@ const CLAIM: &str = concat!(
               <= coalesce((SELECT next_attempt_at FROM regular_head), 'infinity') \
         ORDER BY next_attempt_at - make_interval(mins => priority), id \
         LIMIT $1 \
-        FOR UPDATE SKIP LOCKED \
+        FOR NO KEY UPDATE SKIP LOCKED \
     ), regular AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
@@ -126,7 +129,7 @@ const CLAIM: &str = concat!(
           AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
         ORDER BY next_attempt_at, id \
         LIMIT $1 - (SELECT count(*) FROM urgent) \
-        FOR UPDATE SKIP LOCKED \
+        FOR NO KEY UPDATE SKIP LOCKED \
     ), bulk AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
@@ -142,7 +145,7 @@ const CLAIM: &str = concat!(
           AND kind = ANY($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
         ORDER BY next_attempt_at, id \
         LIMIT $1 - (SELECT count(*) FROM urgent) - (SELECT count(*) FROM regular) \
-        FOR UPDATE SKIP LOCKED \
+        FOR NO KEY UPDATE SKIP LOCKED \
     ), due AS ( \
         SELECT * FROM urgent UNION ALL SELECT * FROM regular UNION ALL SELECT * FROM bulk \
     ), claimed AS ( \

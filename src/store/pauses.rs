@@ -10,7 +10,7 @@ use sqlx::{FromRow, PgPool};
 
 use super::NOTIFY_CHANNEL;
 use super::admin::audit;
-use super::statements::{begin_bounded, fetch_all_alone, query, query_as};
+use super::statements::{Bound, begin_bounded, fetch_all_alone, query, query_as};
 use crate::message::{AUTOMATIC_ACTOR, MAX_PAUSE_REASON_CHARS, RecentSends};
 use crate::suppression::marks::{mark_complaint, mark_hard_bounce};
 use crate::text::cut;
@@ -129,16 +129,17 @@ pub async fn pause_automatically(
 /// `kind`'s latest `window` sends of the last day since it was last resumed (a resume
 /// re-arms the check: what was sent before it is not judged again), and how many of them
 /// bounced hard (reported by a provider, or answered at once by the relay, discarded since
-/// or not) or drew a complaint. Reads the sent rows' index from now back, and the dead
-/// letters'; the server cancels it after `within`, since for a kind that is a small share
-/// of a busy table the walk can reach back over most of a day's sends.
+/// or not) or drew a complaint. Reads the sent rows' index from now back, the dead
+/// letters' and the discarded rows' (an operator's discard of the bounced dead letters
+/// must not hide them); the server cancels it after `within`, since for a kind that is a
+/// small share of a busy table the walk can reach back over most of a day's sends.
 pub async fn recent_sends(
     pool: &PgPool,
     kind: &str,
     window: u32,
     within: Duration,
 ) -> Result<RecentSends, sqlx::Error> {
-    let mut transaction = begin_bounded(pool, within).await?;
+    let mut transaction = begin_bounded(pool, Bound::Statement(within)).await?;
     let recent = query_as(concat!(
         "WITH armed AS ( \
              SELECT greatest(now() - interval '1 day', coalesce(max(at), '-infinity')) AS since \
@@ -152,8 +153,16 @@ pub async fn recent_sends(
               ORDER BY dispatched_at DESC LIMIT $2) \
              UNION ALL \
              (SELECT feedback, dead_lettered_at FROM outbox_messages \
-              WHERE dead_lettered_at IS NOT NULL AND dead_lettered_at > (SELECT since FROM armed) \
+              WHERE ",
+        dead_letter!(),
+        " AND dead_lettered_at > (SELECT since FROM armed) \
                 AND feedback = '",
+        mark_hard_bounce!(),
+        "' AND kind = $1) \
+             UNION ALL \
+             (SELECT feedback, dead_lettered_at FROM outbox_messages \
+              WHERE discarded_at IS NOT NULL AND discarded_at > (SELECT since FROM armed) \
+                AND dead_lettered_at > (SELECT since FROM armed) AND feedback = '",
         mark_hard_bounce!(),
         "' AND kind = $1) \
              ORDER BY at DESC LIMIT $2 \

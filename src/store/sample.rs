@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::{FromRow, PgPool};
 
-use super::statements::{begin_bounded, query_as};
+use super::statements::{Bound, begin_bounded, query_as};
 
 /// The gauges' values, sampled from the table.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +40,7 @@ pub struct Totals {
 /// left open elsewhere the walk grows by the minute, and a sample given up on would go on
 /// running, and keep its connection busy, until it ended.
 pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Error> {
-    let mut transaction = begin_bounded(pool, within).await?;
+    let mut transaction = begin_bounded(pool, Bound::Statement(within)).await?;
     let totals = query_as(concat!(
         "SELECT \
            (SELECT count(*) FROM outbox_messages \

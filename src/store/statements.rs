@@ -48,18 +48,33 @@ pub async fn on_its_own<T, E: From<sqlx::Error>>(
     Ok(result)
 }
 
-/// A transaction on a connection from `pool` whose statements the server cancels after
-/// `within`: a read whose walk grows (under a transaction left open elsewhere, or over a
-/// day of sends) must neither outlive the caller's wait nor keep its connection busy. The
-/// timeout is the transaction's own (`SET LOCAL`, sent with `BEGIN` in one round trip), so
-/// that it never reaches another session, as it would through a pooler in transaction mode.
+/// What the server cancels a bounded transaction's statement for.
+#[derive(Debug, Clone, Copy)]
+pub enum Bound {
+    /// Running longer than this: a read whose walk grows (under a transaction left open
+    /// elsewhere, or over a day of sends) must neither outlive the caller's wait nor keep
+    /// its connection busy.
+    Statement(Duration),
+    /// Waiting longer than this for a lock another transaction holds: an application's
+    /// transaction left open must not hold one of outboxd's connections as long.
+    Lock(Duration),
+}
+
+/// A transaction on a connection from `pool` whose statements the server cancels past
+/// `bound`. The timeout is the transaction's own (`SET LOCAL`, sent with `BEGIN` in one
+/// round trip), so that it never reaches another session, as it would through a pooler in
+/// transaction mode.
 pub async fn begin_bounded(
     pool: &PgPool,
-    within: Duration,
+    bound: Bound,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let (setting, within) = match bound {
+        Bound::Statement(within) => ("statement_timeout", within),
+        Bound::Lock(within) => ("lock_timeout", within),
+    };
     let millis = within.as_millis().clamp(1, i32::MAX as u128);
     pool.begin_with(sqlx::AssertSqlSafe(format!(
-        "BEGIN; SET LOCAL statement_timeout = {millis}"
+        "BEGIN; SET LOCAL {setting} = {millis}"
     )))
     .await
 }

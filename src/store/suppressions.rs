@@ -1,7 +1,7 @@
 //! SQL for the suppression list: the dispatcher's lookup, the operators' list, add and
 //! remove (each audited), and the bounces and complaints that providers report.
 
-use super::statements::{fetch_all_alone, fetch_optional_alone};
+use super::statements::{Bound, begin_bounded, fetch_all_alone, fetch_optional_alone};
 use super::statements::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -175,7 +175,7 @@ pub async fn record_feedback(
     // A row or an entry another transaction holds is waited for a moment, then the
     // provider is asked to send the notification again: the surface's two connections are
     // never held for as long as an application's transaction stays open.
-    let mut tx = begin_with_lock_timeout(pool).await?;
+    let mut tx = begin_bounded(pool, Bound::Lock(FEEDBACK_LOCK_WAIT)).await?;
     if let Some(id) = notification_id
         && !first_receipt(&mut tx, source, id).await?
     {
@@ -202,16 +202,8 @@ pub async fn record_feedback(
     Ok(recorded)
 }
 
-/// A transaction whose statements wait at most 2 s for a lock.
-async fn begin_with_lock_timeout(
-    pool: &PgPool,
-) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    query("SET LOCAL lock_timeout = '2s'")
-        .execute(&mut *tx)
-        .await?;
-    Ok(tx)
-}
+/// How long a provider's report waits for a row or an entry another transaction locks.
+const FEEDBACK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Keeps a notification's id; false when it was kept before. Old receipts go in the same
 /// statement, a few at a time, so the table stays about a day long without a task.

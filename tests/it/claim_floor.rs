@@ -66,6 +66,28 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
 }
 
 #[tokio::test]
+async fn a_row_an_application_holds_a_key_share_lock_on_is_still_claimed() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let id = db
+        .enqueue("account_verification", verification("held@example.com"))
+        .await;
+    // What a foreign key check from an application's table takes, in a transaction left
+    // open: it does not stop an update that keeps the key, and must not stop the claim.
+    let mut application = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM outbox_messages WHERE id = $1 FOR KEY SHARE")
+        .bind(id)
+        .execute(&mut *application)
+        .await
+        .unwrap();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    assert!(db.row(id).await.dispatched, "the row was skipped as locked");
+    application.rollback().await.unwrap();
+    app.dispatcher.release_connection();
+}
+
+#[tokio::test]
 async fn the_insert_trigger_notifies_the_due_time_of_what_it_inserts() {
     let db = TestDb::new().await;
     let mut listener = PgListener::connect_with(&db.pool).await.unwrap();

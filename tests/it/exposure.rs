@@ -181,9 +181,18 @@ async fn no_recipient_address_reaches_the_logs() {
     }
 }
 
-/// `/readyz?verbose` of `outboxd run` on `url` with `flags`; when `deliver`, also checks
-/// that a message is dispatched (to the log: no SMTP is set) with the role's rights.
-async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], deliver: bool) -> (u16, String) {
+/// What a ready replica is then seen to do with the role's rights.
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    None,
+    /// Dispatch a message (to the log: no SMTP is set).
+    Deliver,
+    /// Dispatch a message, and pause this kind, whose latest sends bounced.
+    DeliverAndPause(&'a str),
+}
+
+/// `/readyz?verbose` of `outboxd run` on `url` with `flags`; when ready, the `work` done.
+async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], work: Work<'_>) -> (u16, String) {
     let http = format!("127.0.0.1:{}", crate::helpers::free_port());
     let mut child = outboxd()
         .args(["run", "--database-url", url, "--listen", &http])
@@ -196,7 +205,7 @@ async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], deliver: bool) -> 
         (status == 200 || status == 503).then_some((status, body))
     })
     .await;
-    if deliver && status == 200 {
+    if status == 200 && !matches!(work, Work::None) {
         let id = db
             .enqueue(
                 "account_verification",
@@ -208,6 +217,18 @@ async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], deliver: bool) -> 
             "the message dispatched",
             || async { db.row(id).await.dispatched.then_some(()) },
         )
+        .await;
+    }
+    if let (200, Work::DeliverAndPause(kind)) = (status, work) {
+        poll_until(Duration::from_secs(30), "the kind paused", || async {
+            let paused: Option<bool> =
+                sqlx::query_scalar("SELECT automatic FROM outbox_kind_pauses WHERE kind = $1")
+                    .bind(kind)
+                    .fetch_optional(&db.pool)
+                    .await
+                    .unwrap();
+            paused.filter(|automatic| *automatic)
+        })
         .await;
     }
     let _ = child.kill();
@@ -241,11 +262,29 @@ async fn readiness_names_each_right_the_role_lacks() {
             right.privilege, right.object
         )
     };
-    // Without the automatic pause, `run` needs RUN_RIGHTS; with it, AUTO_PAUSE_RIGHTS too.
-    let auto_pause: &[&str] = &["--auto-pause-kinds", "account_verification"];
-    for (flags, rights, each) in [
-        (&[][..], Rights::default(), RUN_RIGHTS),
-        (auto_pause, Rights { auto_pause: true }, AUTO_PAUSE_RIGHTS),
+    // Without the automatic pause, `run` needs RUN_RIGHTS; with it, AUTO_PAUSE_RIGHTS too,
+    // and with them it pauses a kind whose latest ten sends all bounced.
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, next_attempt_at, dispatched_at, feedback) \
+         SELECT 'invoice_notice', '{}', now(), now(), 'hard_bounce' FROM generate_series(1, 10)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let auto_pause: &[&str] = &[
+        "--auto-pause-kinds",
+        "invoice_notice",
+        "--auto-pause-window",
+        "10",
+    ];
+    for (flags, rights, each, work) in [
+        (&[][..], Rights::default(), RUN_RIGHTS, Work::Deliver),
+        (
+            auto_pause,
+            Rights { auto_pause: true },
+            AUTO_PAUSE_RIGHTS,
+            Work::DeliverAndPause("invoice_notice"),
+        ),
     ] {
         let all: Vec<String> = rights.iter().map(|r| grant(r, "GRANT")).collect();
         sqlx::raw_sql(sqlx::AssertSqlSafe(all.join("; ")))
@@ -260,7 +299,8 @@ async fn readiness_names_each_right_the_role_lacks() {
                     .await
                     .unwrap();
             }
-            let (status, body) = readiness_of(&db, &url, flags, right.is_none()).await;
+            let work = if right.is_none() { work } else { Work::None };
+            let (status, body) = readiness_of(&db, &url, flags, work).await;
             let Some(right) = right else {
                 assert_eq!(status, 200, "{body}");
                 continue;
