@@ -109,6 +109,7 @@ impl Claimer {
         let (claimed, at_claim) = self.claim_rows(requested, due_by).await?;
         let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
         self.adapt_claim_size(taken >= requested);
+        self.pace.claimed(wanted, requested, taken);
         let unused = requested.saturating_sub(taken);
         if let Err(e) = self
             .pace

@@ -8,7 +8,7 @@
 //! keeps all its connections busy when the relay is slow to answer. A throttling reply
 //! releases its message without an attempt; the replies are judged a second at a time
 //! ([`replies`]), and a cut takes off the share refused above what the relay refuses
-//! whatever the pace (at most one cut a second for all replicas); the pace then grows back
+//! whatever the pace (at most one cut every 2 s for all replicas); the pace then grows back
 //! additively, by [`RECOVERY_PER_SECOND`] of the limit each second, that growth itself
 //! ramping up over [`RAMP_SECONDS`] after a cut: the pace stays near the rate the relay
 //! refused at, where it is likeliest to refuse again.
@@ -197,7 +197,8 @@ impl Pace {
         wanted: u32,
         metrics: &Metrics,
     ) -> Result<Allowance, sqlx::Error> {
-        let cut = self.replies.judge(*lock(&self.booked_pace));
+        let booked_before = *lock(&self.booked_pace);
+        let cut = self.replies.judge(booked_before);
         let Some(schedule) = self.schedule(cut) else {
             return Ok(Allowance::Take {
                 rows: wanted,
@@ -205,20 +206,7 @@ impl Pace {
             });
         };
         if let Some(cut) = cut {
-            debug!(
-                factor = cut.factor,
-                refused_share = cut.refused_share,
-                tolerated_share = cut.tolerated,
-                "the relay is throttling: cutting the pace"
-            );
-            send_rate::slow_down(
-                pool,
-                schedule.bucket,
-                cut.factor,
-                schedule.min_pace,
-                cut.accepted_rate.clamp(schedule.min_pace, schedule.ceiling),
-            )
-            .await?;
+            Self::cut(pool, &schedule, cut).await?;
         }
         let booking = send_rate::book(
             pool,
@@ -229,16 +217,11 @@ impl Pace {
                 horizon_seconds: HORIZON_SECONDS,
                 increase_per_second: schedule.increase,
                 ramp_seconds: RAMP_SECONDS,
+                tolerated_share: self.replies.learnt(),
             },
         )
         .await?;
-        if cut.is_some() && self.limit.is_none() {
-            let increase = (DISCOVERY_INCREASE * booking.pace).max(MIN_INCREASE);
-            let ceiling = (2.0 * booking.pace).clamp(MIN_INCREASE, DISCOVERY_CEILING);
-            *lock(&self.discovered) = Some((increase, ceiling));
-        }
-        metrics.send_rate_limit(booking.pace);
-        *lock(&self.booked_pace) = Some(booking.pace);
+        self.booked(cut, booked_before, &booking, metrics);
         let spacing = 1.0 / booking.pace;
         Ok(match u32::try_from(booking.granted) {
             Ok(rows) if rows > 0 => Allowance::Take {
@@ -250,8 +233,54 @@ impl Pace {
                 }),
             },
             // The horizon is full: the next slot opens when the first booked one is due.
-            _ => self.wait(seconds(booking.starts_in - HORIZON_SECONDS + spacing)),
+            _ => {
+                self.replies.held_back();
+                self.wait(seconds(booking.starts_in - HORIZON_SECONDS + spacing))
+            }
         })
+    }
+
+    /// Cuts the shared schedule's pace as the replies call for.
+    async fn cut(pool: &PgPool, schedule: &Schedule, cut: Cut) -> Result<(), sqlx::Error> {
+        debug!(
+            factor = cut.factor,
+            refused_share = cut.refused_share,
+            tolerated_share = cut.tolerated,
+            "the relay is throttling: cutting the pace"
+        );
+        send_rate::slow_down(
+            pool,
+            schedule.bucket,
+            cut.factor,
+            schedule.min_pace,
+            cut.accepted_rate.clamp(schedule.min_pace, schedule.ceiling),
+        )
+        .await
+    }
+
+    /// After a booking: a found pace's growth set from its cut, the gauge, and what the
+    /// shared schedule says of the other replicas (a cut of theirs, the share they learnt
+    /// to tolerate).
+    fn booked(&self, cut: Option<Cut>, before: Option<f64>, booking: &Booking, metrics: &Metrics) {
+        if cut.is_some() && self.limit.is_none() {
+            let increase = (DISCOVERY_INCREASE * booking.pace).max(MIN_INCREASE);
+            let ceiling = (2.0 * booking.pace).clamp(MIN_INCREASE, DISCOVERY_CEILING);
+            *lock(&self.discovered) = Some((increase, ceiling));
+        }
+        metrics.send_rate_limit(booking.pace);
+        if cut.is_none() && before.is_some_and(|before| booking.pace < before * 0.99) {
+            self.replies.cut_elsewhere();
+        }
+        *lock(&self.booked_pace) = Some(booking.pace);
+        self.replies.shared(booking.tolerated_share);
+    }
+
+    /// A claim that wanted `wanted` rows, was allowed `allowed` and took `taken`: when it
+    /// took all it was allowed and wanted more, the pace held sends back.
+    pub fn claimed(&self, wanted: u32, allowed: u32, taken: u32) {
+        if allowed < wanted && taken >= allowed {
+            self.replies.held_back();
+        }
     }
 
     /// A claim took fewer rows than it booked slots for: the rest go back.

@@ -23,6 +23,9 @@ pub struct SlotRequest<'a> {
     /// How long after a cut the growth takes to reach `increase_per_second`, from nothing:
     /// right after a cut the pace is near what the relay takes, and grows slowly there.
     pub ramp_seconds: f64,
+    /// The share of sends the relay refuses whatever the pace, as this replica learnt it
+    /// since its last booking: kept for every replica. `None`: keep the schedule's.
+    pub tolerated_share: Option<f64>,
 }
 
 /// What a booking got: `granted` slots, the first `starts_in` seconds from now, then one
@@ -36,6 +39,26 @@ pub struct Booking {
     /// The first free slot after this booking: slots are handed back only while it is
     /// still the last booking.
     pub ends_at: DateTime<Utc>,
+    /// The share of sends the relay refuses whatever the pace, as the replicas learnt it.
+    pub tolerated_share: f64,
+}
+
+/// How far the pace has grown, in seconds of full growth, `$x` seconds after a cut, its
+/// growth ramping up from nothing over `$6` seconds: the integral of `min(1, t / $6)` from
+/// 0 to `$x`. A booking grows the pace by the difference of this between its time and the
+/// last booking's, so that the growth is the same however often replicas book.
+macro_rules! ramp_integral {
+    ($x:literal) => {
+        concat!(
+            "(CASE WHEN greatest(0, ",
+            $x,
+            ") <= $6 THEN greatest(0, ",
+            $x,
+            ") ^ 2 / (2 * $6) ELSE ",
+            $x,
+            " - $6 / 2 END)"
+        )
+    };
 }
 
 /// Books up to `wanted` consecutive slots within the horizon. One statement; the row lock
@@ -44,14 +67,18 @@ pub async fn book(pool: &PgPool, request: &SlotRequest<'_>) -> Result<Booking, s
     loop {
         let booking: Option<Booking> = fetch_optional_alone(
 query_as(
-            "WITH current AS ( \
-                 SELECT name, clock_timestamp() AS now, \
-                        greatest(next_slot, clock_timestamp()) AS start, \
-                        least($2, pace + $5 * \
-                              greatest(0, extract(epoch FROM clock_timestamp() - updated_at)) * \
-                              least(1, coalesce(extract(epoch FROM clock_timestamp() - throttled_at) / $6, 1))) \
-                            AS pace \
-                 FROM outbox_send_rate WHERE name = $1 FOR UPDATE \
+            concat!(
+                "WITH current AS ( \
+                 SELECT r.name, c.now, greatest(r.next_slot, c.now) AS start, \
+                        least($2, r.pace + $5 * CASE WHEN r.throttled_at IS NULL \
+                            THEN greatest(0, extract(epoch FROM c.now - r.updated_at)) \
+                            ELSE greatest(0, ",
+                ramp_integral!("extract(epoch FROM c.now - r.throttled_at)"),
+                " - ",
+                ramp_integral!("extract(epoch FROM r.updated_at - r.throttled_at)"),
+                ") END) AS pace \
+                 FROM outbox_send_rate AS r, (SELECT clock_timestamp() AS now) AS c \
+                 WHERE r.name = $1 FOR UPDATE OF r \
              ), granted AS ( \
                  SELECT name, now, start, pace, \
                         least($3, greatest(0, floor(($4 - extract(epoch FROM start - now)) * pace)))::int8 AS n \
@@ -59,17 +86,19 @@ query_as(
              ) \
              UPDATE outbox_send_rate AS b \
              SET next_slot = g.start + make_interval(secs => g.n / g.pace), pace = g.pace, \
-                 updated_at = g.now \
+                 updated_at = g.now, \
+                 tolerated_share = coalesce($7, b.tolerated_share) \
              FROM granted AS g WHERE b.name = g.name \
              RETURNING g.n AS granted, extract(epoch FROM g.start - g.now)::float8 AS starts_in, \
-                       g.pace::float8 AS pace, b.next_slot AS ends_at",
-        )
+                       g.pace::float8 AS pace, b.next_slot AS ends_at, b.tolerated_share",
+            ))
         .bind(request.bucket)
         .bind(request.limit)
         .bind(request.wanted)
         .bind(request.horizon_seconds)
         .bind(request.increase_per_second)
         .bind(request.ramp_seconds)
+        .bind(request.tolerated_share)
         ,
  pool)
         .await?;
@@ -113,7 +142,8 @@ pub async fn hand_back(
 }
 
 /// The relay said it is throttling: multiply the pace by `factor` (the share of sends it
-/// accepted), at most once a second (one burst of throttled replies is one signal), never
+/// accepted), at most once every 2 s for all replicas (the second after a cut shows what
+/// it did, and the replicas judge it apart: one burst of refusals is one signal), never
 /// below `min_pace`. A schedule that does not exist yet, or was not booked from for a
 /// minute (a restart), starts again at `start`, the pace the relay was seen to accept.
 pub async fn slow_down(
@@ -131,7 +161,7 @@ pub async fn slow_down(
              SET pace = CASE WHEN r.updated_at < clock_timestamp() - interval '1 minute' \
                              THEN greatest($2, $4) ELSE greatest($2, r.pace * $3) END, \
                  throttled_at = clock_timestamp() \
-             WHERE r.throttled_at IS NULL OR r.throttled_at < clock_timestamp() - interval '1 second'",
+             WHERE r.throttled_at IS NULL OR r.throttled_at < clock_timestamp() - interval '2 seconds'",
         )
         .bind(bucket)
         .bind(min_pace)

@@ -1,21 +1,24 @@
 //! What the relay's replies say about the pace, a window of a second or more at a time.
 //!
-//! A relay that limits a rate accepts as many a second after a cut as before it, and refuses
-//! the share of sends above that. A relay that refuses a share of messages whatever the
-//! rate (a limit per recipient domain, a greylist answering 4.7.x, a backend that sheds
-//! load) refuses the same share after the cut, and cutting again for it, second after
-//! second, is how a quarter refused took a 50/s pace down to 2.2/s. So the window after a
-//! cut is held against both: where the two foretell shares chance cannot confuse, and the
-//! share did not change, it is tolerated from then on, and only refusals above it, by more
-//! than chance explains, cut the pace again. In doubt it is the rate: a share that rose
-//! (a relay's burst spent) or one a pace grown back since foretells as well is cut for.
-//! The tolerated share falls back as the refusals stop.
+//! A relay that limits a rate accepts as many a second whatever is sent, and refuses the
+//! share of sends above that. A relay that refuses a share of messages whatever the rate (a
+//! limit per recipient domain, a greylist answering 4.7.x, a backend that sheds load)
+//! refuses the same share however few are sent, and cutting again for it, second after
+//! second, is how a quarter refused took a 50/s pace down to 2.2/s. So each time the shared
+//! pace falls (a cut, this replica's or another's), the share refused after it is held
+//! against both: where the two foretell shares chance cannot confuse and the share stayed
+//! the same, twice in a row, it is tolerated from then on, by every replica (it is kept with
+//! the schedule), and only refusals above it, by more than chance explains, cut the pace
+//! again. In doubt it is the rate: a share that changed, one a pace grown back since
+//! foretells as well, a window in which the pace did not hold sends back (fewer to send than
+//! it allows, so a cut changes nothing sent), or a single fall, which the relay's burst
+//! running out could explain. The tolerated share falls back as the refusals stop.
 //!
-//! Replies to sends booked at the pace before a cut (up to `settle` after it) say nothing
-//! of the new pace and are not judged.
+//! Replies to sends booked at the pace before a cut (up to `settle` after it) say nothing of
+//! the new pace and are not judged.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,18 +27,32 @@ use crate::lock::lock;
 
 /// The shortest window judged: a burst of refusals is one signal.
 const WINDOW: Duration = Duration::from_secs(1);
+/// The fewest replies a window is judged on, unless it reaches [`LONGEST_WINDOW`]: a share
+/// of a handful of replies is mostly chance (two of four refused is not half).
+const FEWEST_REPLIES: u64 = 20;
+/// The longest a window waits for [`FEWEST_REPLIES`].
+const LONGEST_WINDOW: Duration = Duration::from_secs(5);
 /// One cut takes at most this share off the pace.
 pub(super) const MAX_CUT: f64 = 0.75;
-/// How many standard errors above the tolerated share a window's share must be to cut.
+/// How many standard errors apart two shares must be to differ.
 const NOISE_SIGMAS: f64 = 2.0;
 /// How much of the way down to a lower share the tolerated share moves in a window.
 const TOLERANCE_DECAY: f64 = 0.5;
+/// The least fall of the pace that says something of the relay: a tenth.
+const MIN_FALL: f64 = 0.1;
+/// How many falls in a row must leave the share unchanged before it is tolerated: one
+/// could be a relay's burst running out just as the pace fell.
+const FALLS_TO_TOLERATE: u32 = 2;
+/// The highest share ever tolerated.
+const MOST_TOLERATED: f64 = 0.99;
 
 /// The replies counted as sends end, and the judge of each window of them.
 #[derive(Debug)]
 pub(super) struct Replies {
     accepted: AtomicU64,
     refused: AtomicU64,
+    /// The pace held sends back since the last judgement: more were due than it allowed.
+    held_back: AtomicBool,
     judge: Mutex<Judge>,
 }
 
@@ -57,6 +74,7 @@ impl Replies {
         Self {
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            held_back: AtomicBool::new(false),
             judge: Mutex::new(Judge::new(Instant::now(), settle)),
         }
     }
@@ -71,22 +89,50 @@ impl Replies {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The cut the replies since the last call call for, if any, at `pace`, the pace the
-    /// sends were booked at (`None`: nothing paces them yet, and a refusal is judged
-    /// without waiting for the window to fill).
+    /// The pace allowed fewer messages than were due.
+    pub fn held_back(&self) {
+        self.held_back.store(true, Ordering::Relaxed);
+    }
+
+    /// The cut the replies since the last call call for, if any. `pace` is the pace their
+    /// sends were booked at; `None`: nothing paces them yet, and a refusal is judged
+    /// without waiting for the window to fill.
     pub fn judge(&self, pace: Option<f64>) -> Option<Cut> {
         let counts = Counts {
             accepted: self.accepted.swap(0, Ordering::Relaxed),
             refused: self.refused.swap(0, Ordering::Relaxed),
+            held_back: self.held_back.swap(false, Ordering::Relaxed),
         };
         lock(&self.judge).observe(Instant::now(), counts, pace)
     }
+
+    /// Another replica cut the shared pace: what was sent before it is not judged.
+    pub fn cut_elsewhere(&self) {
+        lock(&self.judge).settle_from(Instant::now());
+    }
+
+    /// The tolerated share, when this replica's replies changed it since it last said so:
+    /// for the shared schedule, so that every replica tolerates what one has learnt.
+    pub fn learnt(&self) -> Option<f64> {
+        let mut judge = lock(&self.judge);
+        std::mem::take(&mut judge.learnt).then_some(judge.tolerated)
+    }
+
+    /// The tolerated share the replicas share now.
+    pub fn shared(&self, tolerated: f64) {
+        let mut judge = lock(&self.judge);
+        if !judge.learnt {
+            judge.tolerated = tolerated.clamp(0.0, MOST_TOLERATED);
+        }
+    }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+/// Replies, and whether the pace held sends back meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Counts {
     accepted: u64,
     refused: u64,
+    held_back: bool,
 }
 
 impl Counts {
@@ -97,38 +143,55 @@ impl Counts {
     fn refused_share(self) -> f64 {
         self.refused as f64 / self.sent().max(1) as f64
     }
+
+    fn add(&mut self, more: Counts) {
+        self.accepted += more.accepted;
+        self.refused += more.refused;
+        self.held_back |= more.held_back;
+    }
 }
 
-/// The window that caused the last cut, for judging whether the pace was what the relay
-/// refused.
+/// A window judged in which the pace held sends back: the pace and the share refused.
 #[derive(Debug, Clone, Copy)]
-struct LastCut {
-    share: f64,
-    /// The pace its sends were booked at.
+struct Seen {
     pace: f64,
+    share: f64,
 }
 
 #[derive(Debug)]
 struct Judge {
     since: Instant,
-    counts: Counts,
+    window: Counts,
     settle: Duration,
     settling_until: Option<Instant>,
-    last_cut: Option<LastCut>,
+    /// The last window judged in which the pace held sends back.
+    before: Option<Seen>,
+    /// Falls of the pace in a row that left the share refused unchanged.
+    unchanged: u32,
     /// The share of sends the relay refuses whatever the pace.
     tolerated: f64,
+    /// `tolerated` changed here and is not yet shared.
+    learnt: bool,
 }
 
 impl Judge {
     fn new(now: Instant, settle: Duration) -> Self {
         Self {
             since: now,
-            counts: Counts::default(),
+            window: Counts::default(),
             settle,
             settling_until: None,
-            last_cut: None,
+            before: None,
+            unchanged: 0,
             tolerated: 0.0,
+            learnt: false,
         }
+    }
+
+    fn settle_from(&mut self, now: Instant) {
+        self.settling_until = Some(now + self.settle);
+        self.window = Counts::default();
+        self.since = now;
     }
 
     fn observe(&mut self, now: Instant, counts: Counts, pace: Option<f64>) -> Option<Cut> {
@@ -140,29 +203,34 @@ impl Judge {
             self.since = now;
             return None;
         }
-        self.counts.accepted += counts.accepted;
-        self.counts.refused += counts.refused;
+        self.window.add(counts);
         let elapsed = now.saturating_duration_since(self.since);
-        if elapsed < WINDOW && !(pace.is_none() && self.counts.refused > 0) {
+        let filled = elapsed >= WINDOW && self.window.sent() >= FEWEST_REPLIES;
+        let at_once = pace.is_none() && self.window.refused > 0;
+        if !filled && !at_once && elapsed < LONGEST_WINDOW {
             return None;
         }
-        let window = std::mem::take(&mut self.counts);
+        let window = std::mem::take(&mut self.window);
         self.since = now;
         if window.sent() == 0 {
             return None;
         }
         self.learn(window, pace);
         let share = window.refused_share();
+        tracing::trace!(
+            sent = window.sent(),
+            refused = window.refused,
+            held_back = window.held_back,
+            pace,
+            tolerated = self.tolerated,
+            unchanged = self.unchanged,
+            "the relay's replies judged"
+        );
         if window.refused == 0 || share - self.tolerated <= self.noise(window) {
             return None;
         }
         let factor = ((1.0 - share) / (1.0 - self.tolerated)).clamp(1.0 - MAX_CUT, 1.0);
-        // A window shorter than a second is mostly the relay's burst: what it accepted then
-        // says nothing of its rate.
-        self.last_cut = pace
-            .filter(|_| elapsed >= WINDOW)
-            .map(|pace| LastCut { share, pace });
-        self.settling_until = Some(now + self.settle);
+        self.settle_from(now);
         Some(Cut {
             factor,
             refused_share: share,
@@ -171,24 +239,46 @@ impl Judge {
         })
     }
 
-    /// Updates the tolerated share from a window at `pace`: to the share a cut did not
-    /// change where a limit on the rate would have, and down towards a share clearly
-    /// below it.
+    /// Updates the tolerated share from a window at `pace`: to the share that falls of the
+    /// pace left unchanged where a limit on the rate would have changed it, and down towards
+    /// a share clearly below it.
     fn learn(&mut self, window: Counts, pace: Option<f64>) {
         let share = window.refused_share();
-        if let (Some(cut), Some(pace)) = (self.last_cut.take(), pace) {
-            // A limit on the rate accepts as many a second as before the cut.
-            let accepted = (1.0 - cut.share) * cut.pace;
-            let had_it_been_the_rate = (1.0 - accepted / pace).max(0.0);
+        let now = pace
+            .filter(|_| window.held_back)
+            .map(|pace| Seen { pace, share });
+        if let (Some(before), Some(now)) = (self.before, now)
+            && now.pace < before.pace * (1.0 - MIN_FALL)
+        {
+            // A limit on the rate accepts as many a second as before the fall.
+            let accepted = before.pace * (1.0 - before.share);
+            let had_it_been_the_rate = (1.0 - accepted / now.pace).max(0.0);
             let chance =
-                NOISE_SIGMAS * (cut.share * (1.0 - cut.share) / window.sent() as f64).sqrt();
-            if cut.share - had_it_been_the_rate > chance && (share - cut.share).abs() <= chance {
-                self.tolerated = share.min(cut.share);
-                return;
+                NOISE_SIGMAS * (before.share * (1.0 - before.share) / window.sent() as f64).sqrt();
+            if before.share - had_it_been_the_rate > chance {
+                if (share - before.share).abs() <= chance {
+                    self.unchanged += 1;
+                } else {
+                    self.unchanged = 0;
+                }
+                if self.unchanged >= FALLS_TO_TOLERATE {
+                    let tolerated = share.min(before.share).min(MOST_TOLERATED);
+                    self.tolerated = self.tolerated.max(tolerated);
+                    self.learnt = true;
+                }
             }
         }
-        if window.refused == 0 || share < self.tolerated - self.noise(window) {
+        if now.is_some() {
+            self.before = now;
+        }
+        if self.tolerated > 0.0
+            && (window.refused == 0 || share < self.tolerated - self.noise(window))
+        {
             self.tolerated -= (self.tolerated - share) * TOLERANCE_DECAY;
+            self.learnt = true;
+        }
+        if window.refused == 0 {
+            self.unchanged = 0;
         }
     }
 
@@ -200,122 +290,4 @@ impl Judge {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tokio::time::Instant;
-
-    use super::{Counts, Judge, MAX_CUT};
-
-    const SETTLE: Duration = Duration::from_secs(1);
-
-    /// A judge fed one window a second, each of `sent` sends booked at a pace of `sent` a
-    /// second, `refused` of them refused; returns the factor of each window's cut (1 for
-    /// none).
-    fn run(windows: &[(u64, u64)]) -> (Vec<f64>, Judge) {
-        let start = Instant::now();
-        let mut judge = Judge::new(start, SETTLE);
-        let mut factors = Vec::new();
-        for (second, &(sent, refused)) in (1u32..).zip(windows) {
-            let counts = Counts {
-                accepted: sent - refused,
-                refused,
-            };
-            let now = start + Duration::from_secs(u64::from(second));
-            let cut = judge.observe(now, counts, Some(sent as f64));
-            factors.push(cut.map_or(1.0, |c| c.factor));
-        }
-        (factors, judge)
-    }
-
-    fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
-    }
-
-    #[test]
-    fn a_rate_limit_is_cut_by_the_share_it_refused_and_again_when_it_refuses_again() {
-        // 80 a second against a relay taking 40: half refused. After the cut (and the
-        // second of sends booked before it) 40 a second go through, then the pace grows.
-        let (factors, judge) = run(&[(80, 40), (60, 20), (40, 0), (44, 4)]);
-        assert!(close(factors[0], 0.5), "{factors:?}");
-        assert!(close(factors[1], 1.0), "the settling second is not judged");
-        assert!(close(factors[2], 1.0));
-        assert!(close(factors[3], 40.0 / 44.0), "{factors:?}");
-        assert!(close(judge.tolerated, 0.0));
-    }
-
-    #[test]
-    fn a_share_refused_whatever_the_pace_is_cut_once_then_tolerated() {
-        // Every fourth refused: one cut, the settling second, then the same quarter.
-        let (factors, judge) = run(&[(40, 10), (35, 9), (30, 8), (32, 8), (36, 9), (40, 10)]);
-        assert!(close(factors[0], 0.75), "{factors:?}");
-        assert!(factors[2..].iter().all(|f| close(*f, 1.0)), "{factors:?}");
-        assert!(close(judge.tolerated, 0.25), "{}", judge.tolerated);
-        // Refusals well above the tolerated share cut by what lies above it.
-        let mut judge = judge;
-        let later = Instant::now() + Duration::from_secs(60);
-        let cut = judge.observe(
-            later,
-            Counts {
-                accepted: 30,
-                refused: 30,
-            },
-            Some(60.0),
-        );
-        assert!(close(cut.expect("a cut").factor, 0.5 / 0.75), "{cut:?}");
-    }
-
-    #[test]
-    fn a_share_that_rises_after_a_cut_is_a_burst_spent_not_a_share_to_tolerate() {
-        // 100 a second to a relay taking 40 with 40 in hand: a fifth refused at first, half
-        // once the burst is spent.
-        let (factors, judge) = run(&[(100, 20), (80, 40), (82, 42)]);
-        assert!(close(factors[0], 0.8), "{factors:?}");
-        assert!(close(factors[2], 40.0 / 82.0), "{factors:?}");
-        assert!(close(judge.tolerated, 0.0));
-    }
-
-    #[test]
-    fn a_pace_grown_back_past_the_rate_is_cut_again_not_tolerated() {
-        // Cut from 42 a second to 40, grown to 44 by the next window: a rate limit and a
-        // share whatever the rate foretell the same refusals, and the rate is the usual one.
-        let (factors, judge) = run(&[(42, 2), (41, 1), (44, 4)]);
-        assert!(close(factors[2], 40.0 / 44.0), "{factors:?}");
-        assert!(close(judge.tolerated, 0.0));
-    }
-
-    #[test]
-    fn the_tolerated_share_falls_back_when_the_refusals_stop() {
-        let mut windows = vec![(40, 10), (35, 9), (30, 8)];
-        windows.extend([(40, 0); 8]);
-        let (_, judge) = run(&windows);
-        assert!(judge.tolerated < 0.001, "{}", judge.tolerated);
-        // And a refusal then cuts at once, as the relay's limit would want.
-        windows.push((40, 4));
-        let (factors, _) = run(&windows);
-        let last = *factors.last().unwrap();
-        assert!((last - 0.9).abs() < 0.01, "{factors:?}");
-    }
-
-    #[test]
-    fn a_window_under_a_second_is_judged_only_when_nothing_paces_the_sends_yet() {
-        let start = Instant::now();
-        let counts = Counts {
-            accepted: 20,
-            refused: 5,
-        };
-        let soon = start + Duration::from_millis(100);
-        let paced = Judge::new(start, SETTLE).observe(soon, counts, Some(250.0));
-        assert_eq!(paced, None);
-        let cut = Judge::new(start, SETTLE).observe(soon, counts, None);
-        let cut = cut.expect("judged at once");
-        assert!(close(cut.factor, 0.8));
-        assert!(close(cut.accepted_rate, 20.0), "over a second at least");
-    }
-
-    #[test]
-    fn no_cut_takes_more_than_its_most() {
-        let (factors, _) = run(&[(100, 100)]);
-        assert!(close(factors[0], 1.0 - MAX_CUT), "{factors:?}");
-    }
-}
+mod tests;
