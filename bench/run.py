@@ -7,7 +7,8 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py drain --repeat 5      # the drain five times (median reported; default 3)
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
-Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, relay, lanes, baseline.
+Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, relay, lanes,
+dbcost, baseline.
 Needs:
 cargo, psql, PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's
 `postfix`), pgbouncer (Debian's, for `pooled`), and
@@ -1043,13 +1044,14 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "lanes", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "lanes", "dbcost", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
     parser.add_argument("--pooled-messages", type=int, default=50_000)
     parser.add_argument("--relay-messages", type=int, default=2400)
     parser.add_argument("--relay-seconds", type=int, default=60, help="the most each relay row runs")
     parser.add_argument("--lanes-bulk", type=int, default=2400, help="the lanes scenario's bulk run")
+    parser.add_argument("--dbcost-messages", type=int, default=20_000, help="the dbcost scenario's messages")
     parser.add_argument("--lanes-seconds", type=int, default=30, help="how long transactional messages are committed")
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)
@@ -1097,6 +1099,9 @@ def main():
             scenario_relay(args)
         elif name == "lanes":
             scenario_lanes(args)
+        elif name == "dbcost":
+            import dbcost  # noqa: E402  (bench/dbcost.py, beside this file)
+            dbcost.run(args, sys.modules[__name__])
         elif name == "baseline":
             scenario_baseline(args, drain_result)
         else:

@@ -25,6 +25,8 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "200",
             "--lanes-seconds",
             "2",
+            "--dbcost-messages",
+            "100",
             "--big-rows",
             "2000",
         ])
@@ -59,6 +61,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
         "### Pooled latency",
         "### Relay that pushes back",
         "### Lanes",
+        "### Database cost",
         "### Baseline",
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
