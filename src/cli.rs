@@ -30,6 +30,7 @@ macro_rules! outln {
 }
 
 mod doctor;
+mod messages;
 mod pauses;
 mod preview;
 mod suppressions;
@@ -62,6 +63,8 @@ pub enum Command {
     Stats(StatsArgs),
     /// List, add and remove addresses on the suppression list, directly in the database.
     Suppressions(suppressions::SuppressionsArgs),
+    /// The messages sent to an address, or one message, each with its timeline.
+    Messages(Box<messages::MessagesArgs>),
     /// Hold one kind's messages on every replica, across restarts, until it is resumed.
     Pause(pauses::PauseArgs),
     /// Send a paused kind's messages again.
@@ -249,6 +252,13 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             pauses::checked_resume(&args)?;
             with_database(&args.database, async |pool| {
                 pauses::resume(pool, &args.kind, &cli_actor()).await
+            })
+            .await
+        }
+        Command::Messages(args) => {
+            let lookup = messages::checked(&args)?;
+            with_database(&args.database, async |pool| {
+                messages::run(pool, lookup, &args).await
             })
             .await
         }

@@ -1,6 +1,7 @@
 //! Plain-text tables for the command line.
 
 use crate::store::admin::DeadLetter;
+use crate::store::messages::MessageDetail;
 use crate::store::stats::Stats;
 use crate::store::suppressions::Suppression;
 use crate::text::{cut_with_ellipsis, printable};
@@ -142,6 +143,46 @@ pub fn suppression_table(page: &[Suppression]) -> String {
     table(
         &["ADDRESS", "REASON", "SOURCE", "SINCE", "UNTIL", "DETAIL"],
         &rows,
+    )
+}
+
+/// A message's heading line, then its timeline as a table: when, what, who, the relay's
+/// reply or what else was said, how long the send took.
+pub fn timeline(message: &MessageDetail) -> String {
+    let rows: Vec<Vec<String>> = message
+        .events
+        .iter()
+        .map(|event| {
+            let said = event
+                .smtp_reply
+                .as_deref()
+                .or(event.detail.as_deref())
+                .or(event.error_class.as_deref())
+                .unwrap_or_default();
+            vec![
+                event
+                    .at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                event.event.clone(),
+                event.actor.clone().unwrap_or_default(),
+                event
+                    .duration_ms
+                    .map(|ms| format!("{ms} ms"))
+                    .unwrap_or_default(),
+                clip(said, 160),
+            ]
+        })
+        .collect();
+    format!(
+        "{}\n{}\n",
+        printable(&format!(
+            "message {} ({}) to {}: {}",
+            message.id,
+            message.kind,
+            message.recipients.join(", "),
+            message.state
+        )),
+        table(&["AT", "EVENT", "BY", "TOOK", "REPLY OR DETAIL"], &rows)
     )
 }
 

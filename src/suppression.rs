@@ -181,8 +181,17 @@ pub struct Feedback {
     pub mark: Option<&'static str>,
     /// The outbox row it names, if it names one.
     pub message_id: Option<i64>,
+    /// What the provider said (a diagnostic code, a feedback type), for the row's timeline.
+    pub detail: Option<String>,
     /// Added to the list (hard bounces and complaints), or nothing (soft bounces).
     pub suppression: Option<NewSuppression>,
+}
+
+impl Feedback {
+    /// The event it is in its message's timeline: its mark, or an unsubscribe.
+    pub fn event(&self) -> &'static str {
+        self.mark.unwrap_or(SuppressionReason::Unsubscribe.as_str())
+    }
 }
 
 /// An address as the list keeps it ([`address_key`]): its addr-spec (a `Name <addr>` form
@@ -205,6 +214,26 @@ pub fn normalize_address(text: &str) -> Result<String, String> {
         .parse::<lettre::Address>()
         .map_err(|e| format!("{spec:?} is not an email address: {e}"))?;
     Ok(address_key(&address))
+}
+
+/// The forms an address a recipient lookup is given may be stored in: the list's normal
+/// form ([`address_key`]), and its addr-spec with ASCII letters lower-cased, which is how
+/// the lookup's index reads a payload (`outbox_recipient_keys`; it cannot turn a domain
+/// into its IDNA form), so that `Ann@Bücher.de` finds what was sent to `ann@bücher.de`
+/// and to `ann@xn--bcher-kva.de`. Refused unless it parses as an email address.
+pub fn lookup_forms(text: &str) -> Result<Vec<String>, String> {
+    let key = normalize_address(text)?;
+    let text = text.trim();
+    let spec = match (text.rfind('<'), text.strip_suffix('>')) {
+        (Some(open), Some(_)) => &text[open + 1..text.len() - 1],
+        _ => text,
+    };
+    let folded = spec.trim().to_ascii_lowercase();
+    Ok(if folded == key {
+        vec![key]
+    } else {
+        vec![key, folded]
+    })
 }
 
 /// An address as the list keeps it, the one normal form every path uses (the SMTP

@@ -20,6 +20,8 @@ pub const OBJECTS: &[&str] = &[
     "outbox_webhook_receipts",
     "outbox_admin_audit",
     "outbox_kind_pauses",
+    "outbox_message_events",
+    "outbox_recipient_keys",
     "outbox_on_the_calendar",
     "outbox_messages_set_next_attempt",
     "outbox_messages_notify",

@@ -3,8 +3,8 @@
 //! have taken is ambiguous, and a panic (caught in `message_sender`) is counted as an
 //! attempt so that it cannot loop.
 
-use crate::mailer::SendError;
-use crate::message::{ClaimedMessage, Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy};
+use crate::mailer::{SendError, Sent};
+use crate::message::{ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
 use crate::render::{ReadPayload, envelope_keys};
 use crate::suppression::SuppressionReason;
@@ -12,7 +12,7 @@ use crate::suppression::SuppressionReason;
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
 pub(super) enum AttemptResult {
-    Delivered(Delivery),
+    Delivered(Sent),
     RenderFailed(RenderError),
     SendFailed(SendError),
     /// Not started: shutting down, or too close to the end of the lease. (A send given up
@@ -44,7 +44,10 @@ pub(super) fn outcome_of(
     retry: &RetryPolicy,
 ) -> Outcome {
     match attempt {
-        AttemptResult::Delivered(via) => Outcome::Sent { via },
+        AttemptResult::Delivered(sent) => Outcome::Sent {
+            via: sent.via,
+            reply: sent.reply.map(|accepted| accepted.0),
+        },
         AttemptResult::RenderFailed(e) => Outcome::DeadLetter {
             error: e.to_string(),
             error_class: e.error_class().to_owned(),

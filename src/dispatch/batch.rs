@@ -54,6 +54,8 @@ pub(super) struct Decided {
     pub outcome: Outcome,
     /// From the start of the lease to the end of the send.
     pub after: Duration,
+    /// How long the send took, when one was made.
+    pub took: Option<Duration>,
     /// The recipient the server said does not exist, to suppress (in the list's normal form).
     pub bounced: Option<String>,
 }
@@ -64,6 +66,7 @@ impl Decided {
             index,
             outcome,
             after,
+            took: None,
             bounced: None,
         }
     }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
@@ -96,10 +97,10 @@ impl MessageSender {
     /// One message: its expiry, its send slot, its render and send, and the outcome they
     /// come to.
     async fn decide(&self, batch: &InFlight, index: usize, message: &ClaimedMessage) -> Decided {
-        let attempt = if self.expire_after.expired(message, batch.claimed_at) {
-            AttemptResult::Expired
+        let (attempt, took) = if self.expire_after.expired(message, batch.claimed_at) {
+            (AttemptResult::Expired, None)
         } else if !self.wait_for_slot(batch, index).await {
-            AttemptResult::NotStarted
+            (AttemptResult::NotStarted, None)
         } else {
             self.render_and_send(message, &batch.payloads[index], batch)
                 .await
@@ -138,6 +139,7 @@ impl MessageSender {
             index,
             outcome,
             after: batch.lease_start.elapsed(),
+            took,
             bounced,
         }
     }
@@ -175,15 +177,16 @@ impl MessageSender {
         span
     }
 
-    /// One message: render and send, in a span that links to the request that enqueued it.
+    /// One message: render and send, in a span that links to the request that enqueued it;
+    /// how long the send took, when it was made.
     async fn render_and_send(
         &self,
         message: &ClaimedMessage,
         payload: &ReadPayload,
         batch: &InFlight,
-    ) -> AttemptResult {
+    ) -> (AttemptResult, Option<Duration>) {
         if self.stop.is_cancelled() || Instant::now() >= batch.start_deadline {
-            return AttemptResult::NotStarted;
+            return (AttemptResult::NotStarted, None);
         }
         // Built only when traces are exported: at the default level its fields cost about a
         // sixth of the drain's CPU, for nobody (BENCHMARKS.md).
@@ -192,27 +195,28 @@ impl MessageSender {
         } else {
             tracing::Span::none()
         };
-        let attempt = async {
+        let (attempt, took) = async {
             let email = match self.renderer.render_read(message, payload) {
                 Ok(email) => email,
-                Err(e) => return AttemptResult::RenderFailed(e),
+                Err(e) => return (AttemptResult::RenderFailed(e), None),
             };
             let fewer = match batch.suppressed.filter(&email.envelope) {
                 Filtered::Unchanged => None,
                 Filtered::Fewer(envelope) => Some(envelope),
                 Filtered::AllSuppressed(reason, recipients) => {
-                    return AttemptResult::Suppressed(reason, recipients);
+                    return (AttemptResult::Suppressed(reason, recipients), None);
                 }
             };
             let envelope = fewer.as_ref().unwrap_or(&email.envelope);
             let started = Instant::now();
             let sent = self.mailer.send(envelope, &email.bytes).await;
-            if self.mailer.is_enabled() {
-                self.metrics.smtp_send(started.elapsed());
+            let took = self.mailer.is_enabled().then(|| started.elapsed());
+            if let Some(took) = took {
+                self.metrics.smtp_send(took);
             }
             match sent {
-                Ok(delivery) => AttemptResult::Delivered(delivery),
-                Err(e) => AttemptResult::SendFailed(e),
+                Ok(sent) => (AttemptResult::Delivered(sent), took),
+                Err(e) => (AttemptResult::SendFailed(e), took),
             }
         }
         .instrument(span.clone())
@@ -226,6 +230,6 @@ impl MessageSender {
             span.record("otel.status_code", "ERROR");
             span.record("error.type", error_type);
         }
-        attempt
+        (attempt, took)
     }
 }

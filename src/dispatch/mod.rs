@@ -166,6 +166,7 @@ impl Dispatcher {
                 database,
                 Arc::clone(&metrics),
                 settings.suppress_hard_bounces,
+                settings.worker_id.clone(),
             ),
             settings,
             shutdown,

@@ -26,6 +26,7 @@ pub(super) fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: 
         // of the drain's CPU (BENCHMARKS.md); failures and dead letters are still logged.
         Outcome::Sent {
             via: Delivery::Smtp,
+            ..
         } => debug!(
             outbox.id = id,
             outbox.kind = %kind,
@@ -35,6 +36,7 @@ pub(super) fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: 
         ),
         Outcome::Sent {
             via: Delivery::LoggedOnly,
+            ..
         } => warn!(
             outbox.id = id,
             outbox.kind = %kind,

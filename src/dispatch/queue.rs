@@ -89,12 +89,7 @@ impl OutcomeQueue {
                     Slot::Waiting => Outcome::not_started(),
                     Slot::Started => Outcome::abandoned(),
                 };
-                Some(Decided {
-                    index,
-                    outcome,
-                    after,
-                    bounced: None,
-                })
+                Some(Decided::new(index, outcome, after))
             })
             .collect()
     }
@@ -155,6 +150,7 @@ mod tests {
         let queue = OutcomeQueue::new(3);
         let sent = Outcome::Sent {
             via: Delivery::Smtp,
+            reply: None,
         };
         queue.started(0);
         queue.started(1);
@@ -162,6 +158,7 @@ mod tests {
             index: 1,
             outcome: sent.clone(),
             after: Duration::ZERO,
+            took: None,
             bounced: None,
         }));
         let rest = queue.close(Duration::from_secs(1));
@@ -175,6 +172,7 @@ mod tests {
             index: 2,
             outcome: sent,
             after: Duration::ZERO,
+            took: None,
             bounced: None,
         }));
     }

@@ -23,15 +23,23 @@ pub(super) struct Recorder {
     metrics: Arc<Metrics>,
     /// Add a recipient the server said does not exist to the suppression list.
     suppress_hard_bounces: bool,
+    /// The replica's worker id: which replica sent a message, or met a failure with it.
+    worker_id: String,
     held: Held,
 }
 
 impl Recorder {
-    pub fn new(database: Arc<KeptConnection>, metrics: Arc<Metrics>, suppress: bool) -> Self {
+    pub fn new(
+        database: Arc<KeptConnection>,
+        metrics: Arc<Metrics>,
+        suppress: bool,
+        worker_id: String,
+    ) -> Self {
         Self {
             database,
             metrics,
             suppress_hard_bounces: suppress,
+            worker_id,
             held: Held::default(),
         }
     }
@@ -145,7 +153,7 @@ impl Recorder {
         let rows = self.outcome_rows(&held);
         let written = self
             .database
-            .record_outcomes(held.claimed.token, &rows, held.row_locks())
+            .record_outcomes(held.claimed.token, &self.worker_id, &rows, held.row_locks())
             .await;
         match written {
             Ok(recorded) => Ok(self.report(held, recorded)),
@@ -165,6 +173,7 @@ impl Recorder {
             .map(|d| store::OutcomeRow {
                 id: held.claimed.messages[d.index].id,
                 outcome: &d.outcome,
+                took: d.took,
                 bounced: d.bounced.as_deref(),
                 suppress: self.suppress_hard_bounces,
             })
@@ -178,8 +187,12 @@ impl Recorder {
         held: &HeldOutcomes,
     ) -> tokio::task::JoinHandle<Result<store::Recorded, sqlx::Error>> {
         let rows = self.outcome_rows(held);
-        let write =
-            store::record_outcomes_when_unlocked(self.database.pool(), held.claimed.token, &rows);
+        let write = store::record_outcomes_when_unlocked(
+            self.database.pool(),
+            held.claimed.token,
+            &self.worker_id,
+            &rows,
+        );
         tokio::spawn(write.instrument(held.span.clone()))
     }
 
@@ -227,6 +240,7 @@ impl Recorder {
             outcome,
             after,
             bounced,
+            ..
         } in &decided
         {
             let message = &claimed.messages[*index];
@@ -251,7 +265,8 @@ impl Recorder {
             let sent_latency = matches!(
                 outcome,
                 Outcome::Sent {
-                    via: Delivery::Smtp
+                    via: Delivery::Smtp,
+                    ..
                 }
             )
             .then(|| latency(&claimed, message, *after));

@@ -185,6 +185,7 @@ impl Event {
             address: self.address.clone(),
             mark,
             message_id: self.message_id,
+            detail: self.detail.clone(),
             suppression: reason.map(|reason| NewSuppression {
                 address: self.address.clone(),
                 reason,

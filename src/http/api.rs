@@ -16,7 +16,7 @@ use super::auth::Actor;
 use crate::store::admin::{
     self, Action, ActionError, DeadLetter, MessageDetail, MessageState, Selection,
 };
-use crate::store::{MAX_PAGE, stats};
+use crate::store::{MAX_PAGE, messages, stats};
 
 const DEFAULT_PAGE: i64 = 50;
 /// The most ids one bulk request names.
@@ -27,6 +27,7 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/v1/dead-letters", get(list))
         .route("/api/v1/dead-letters/groups", get(groups))
         .route("/api/v1/dead-letters/{id}", get(show))
+        .route("/api/v1/messages", get(by_recipient))
         .route("/api/v1/messages/{id}", get(show_any))
         .route("/api/v1/stats", get(stats));
     [Action::Retry, Action::Discard]
@@ -150,6 +151,62 @@ async fn message(state: &AdminState, raw_id: &str) -> Result<MessageDetail, ApiE
     admin::message(&state.pool, id)
         .await?
         .ok_or_else(|| ActionError::NotFound(id).into())
+}
+
+/// `recipient`, `limit` and `after`, checked, for the recipient lookup and the page.
+pub struct RecipientQuery {
+    /// The address as given, for the page's search box.
+    pub address: String,
+    /// Its forms to look up (`suppression::lookup_forms`).
+    pub forms: Vec<String>,
+    pub limit: i64,
+    pub after: Option<i64>,
+}
+
+impl ParseQuery for RecipientQuery {
+    fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
+        if let Some(unknown) = query
+            .keys()
+            .find(|k| !matches!(k.as_str(), "recipient" | "limit" | "after"))
+        {
+            return Err(format!(
+                "unknown parameter {unknown:?}: use recipient, limit or after"
+            ));
+        }
+        let address = query
+            .get("recipient")
+            .map(|a| a.trim())
+            .filter(|a| !a.is_empty())
+            .ok_or("recipient is required: the address whose messages to list")?;
+        check_text("recipient", address)?;
+        let forms = crate::suppression::lookup_forms(address)?;
+        let page = ListQuery::parse(
+            &query
+                .iter()
+                .filter(|(k, _)| k.as_str() != "recipient")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )?;
+        Ok(Self {
+            address: address.to_owned(),
+            forms,
+            limit: page.limit,
+            after: page.after,
+        })
+    }
+}
+
+/// `GET /api/v1/messages?recipient=`: the messages to an address, newest first, each with
+/// its timeline.
+async fn by_recipient(
+    State(state): State<AdminState>,
+    CheckedQuery(query): CheckedQuery<RecipientQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let page = messages::by_recipient(&state.pool, &query.forms, query.after, query.limit).await?;
+    let next_after = (page.len() as i64 == query.limit)
+        .then(|| page.last().map(|m| m.id))
+        .flatten();
+    Ok(Json(json!({"messages": page, "next_after": next_after})))
 }
 
 async fn groups(State(state): State<AdminState>) -> Result<Json<Value>, ApiError> {

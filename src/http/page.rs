@@ -24,6 +24,7 @@ use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
 use crate::store::stats;
 use crate::text::cut_with_ellipsis;
 
+mod messages;
 mod pauses;
 mod suppressions;
 
@@ -39,6 +40,8 @@ pub fn routes() -> Router<AdminState> {
         .route("/admin/suppressions/remove", post(suppressions::remove))
         .route("/admin/kinds/pause", post(pauses::pause))
         .route("/admin/kinds/resume", post(pauses::resume))
+        .route("/admin/messages", get(messages::search))
+        .route("/admin/messages/{id}", get(messages::one))
 }
 
 fn environment() -> &'static Environment<'static> {
@@ -46,8 +49,14 @@ fn environment() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-        if let Err(e) = env.add_template("admin.html", include_str!("admin.html")) {
-            tracing::error!(error = %e, "the admin page template does not parse");
+        for (name, text) in [
+            ("style.html", include_str!("style.html")),
+            ("admin.html", include_str!("admin.html")),
+            ("messages.html", include_str!("messages.html")),
+        ] {
+            if let Err(e) = env.add_template(name, text) {
+                tracing::error!(error = %e, template = name, "an admin page template does not parse");
+            }
         }
         env
     })
@@ -154,20 +163,23 @@ async fn page(
         suppressed_after: suppressed_after.as_deref(),
     };
     match render(&state, &actor, &shown, &nonce).await {
-        Ok(html) => {
-            let policy = format!(
-                "default-src 'none'; style-src 'nonce-{nonce}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-            );
-            let mut response = Html(html).into_response();
-            if let Ok(policy) = header::HeaderValue::from_str(&policy) {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_SECURITY_POLICY, policy);
-            }
-            response
-        }
+        Ok(html) => html_page(html, &nonce),
         Err(e) => database_unavailable(&e),
     }
+}
+
+/// A rendered page, with the policy that lets only its own `<style>` block apply.
+fn html_page(html: String, nonce: &str) -> Response {
+    let policy = format!(
+        "default-src 'none'; style-src 'nonce-{nonce}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    );
+    let mut response = Html(html).into_response();
+    if let Ok(policy) = header::HeaderValue::from_str(&policy) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    response
 }
 
 /// A fresh nonce for the page's one `<style>` block: the page runs no script, and no style

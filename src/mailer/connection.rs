@@ -23,9 +23,9 @@ use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
 use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParameter};
 use tokio::net::TcpStream;
 
-use super::SendError;
 use super::corked::Corked;
 use super::target::{PLAINTEXT_AUTH_REFUSED, Security, Target};
+use super::{Accepted, SendError};
 
 /// How far a transaction got when it failed.
 #[derive(Debug)]
@@ -58,13 +58,14 @@ pub(super) struct Connection {
 
 impl Connection {
     /// One message: MAIL, RCPT and DATA (in one write where the server offers PIPELINING),
-    /// then the message. Says how far it got when it fails; after any failure the session
-    /// is left, as lettre does, rather than guess where it stands.
+    /// then the message; the server's reply accepting it. Says how far it got when it
+    /// fails; after any failure the session is left, as lettre does, rather than guess where
+    /// it stands.
     pub(super) async fn send(
         &mut self,
         envelope: &Envelope,
         body: &[u8],
-    ) -> Result<(), TransactionError> {
+    ) -> Result<Accepted, TransactionError> {
         self.message_handed_over = false;
         self.mail_accepted = false;
         // After a failure the connection is dropped, not told QUIT: a server slow to answer
@@ -115,22 +116,26 @@ impl Connection {
         &mut self,
         envelope: &Envelope,
         body: &[u8],
-    ) -> Result<(), TransactionError> {
+    ) -> Result<Accepted, TransactionError> {
         // From here the server may end up with the whole message, whatever happens next.
         self.message_handed_over = true;
         // A refusal of the message's data is about its recipient when it has only one (some
         // servers check recipients only then); never a refusal of MAIL.
-        self.smtp.message(body).await.map(drop).map_err(|e| {
-            if e.status().is_some() {
-                let refused = SendError::from_lettre(&e);
-                TransactionError::Refused(match envelope.to() {
-                    [only] => refused.about(only),
-                    _ => refused,
-                })
-            } else {
-                TransactionError::Ambiguous(e)
-            }
-        })
+        self.smtp
+            .message(body)
+            .await
+            .map(|reply| Accepted::from(&reply))
+            .map_err(|e| {
+                if e.status().is_some() {
+                    let refused = SendError::from_lettre(&e);
+                    TransactionError::Refused(match envelope.to() {
+                        [only] => refused.about(only),
+                        _ => refused,
+                    })
+                } else {
+                    TransactionError::Ambiguous(e)
+                }
+            })
     }
 
     /// SMTPUTF8 and 8BITMIME where the envelope or the body needs them, as lettre's own

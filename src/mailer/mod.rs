@@ -144,6 +144,29 @@ impl SendError {
     }
 }
 
+/// The longest acceptance reply kept.
+const MAX_REPLY_CHARS: usize = 500;
+
+/// The server's reply accepting a message (`250 2.0.0 Ok: queued as 4XyZ`), its lines
+/// joined: the queue id in it is what a provider's support looks the message up by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted(pub String);
+
+impl From<&lettre::transport::smtp::response::Response> for Accepted {
+    fn from(reply: &lettre::transport::smtp::response::Response) -> Self {
+        let lines: Vec<&str> = reply.message().collect();
+        let text = format!("{} {}", reply.code(), lines.join(" "));
+        Self(crate::text::cut(text.trim_end(), MAX_REPLY_CHARS).to_owned())
+    }
+}
+
+/// A message that left: how, and the server's reply when there was one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub via: Delivery,
+    pub reply: Option<Accepted>,
+}
+
 /// SMTP settings, validated before anything starts.
 #[derive(Clone)]
 pub struct SmtpSettings {
@@ -195,14 +218,16 @@ impl Mailer {
     }
 
     /// Sends an email's bytes to the envelope's recipients.
-    pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Delivery, SendError> {
+    pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Sent, SendError> {
         match self {
-            Mailer::Smtp(smtp) => smtp
-                .pool
-                .send(envelope, email)
-                .await
-                .map(|()| Delivery::Smtp),
-            Mailer::Disabled => Ok(Delivery::LoggedOnly),
+            Mailer::Smtp(smtp) => smtp.pool.send(envelope, email).await.map(|reply| Sent {
+                via: Delivery::Smtp,
+                reply: Some(reply),
+            }),
+            Mailer::Disabled => Ok(Sent {
+                via: Delivery::LoggedOnly,
+                reply: None,
+            }),
         }
     }
 

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use lettre::address::Envelope;
 use tokio::sync::Semaphore;
 
-use super::SendError;
 use super::connection::{Connection, TransactionError};
 use super::target::Target;
+use super::{Accepted, SendError};
 use crate::lock::lock;
 
 /// Idle connections older than this are closed rather than reused: servers drop idle
@@ -55,7 +55,7 @@ impl Pool {
     /// replaced once. Connecting and the transaction each get the timeout, and the whole
     /// send, replacing included, ends within [`Pool::longest_send`]: the dispatcher counts
     /// on that to keep every send inside its lease.
-    pub async fn send(&self, envelope: &Envelope, body: &[u8]) -> Result<(), SendError> {
+    pub async fn send(&self, envelope: &Envelope, body: &[u8]) -> Result<Accepted, SendError> {
         let deadline = tokio::time::Instant::now() + self.longest_send();
         let _permit = self
             .permits
@@ -100,14 +100,14 @@ impl Pool {
         envelope: &Envelope,
         body: &[u8],
         deadline: tokio::time::Instant,
-    ) -> Result<(), SessionError> {
+    ) -> Result<Accepted, SessionError> {
         let deadline = deadline.min(tokio::time::Instant::now() + self.timeout);
         let sent = tokio::time::timeout_at(deadline, conn.send(envelope, body)).await;
         let within = humantime::format_duration(self.timeout);
         match sent {
-            Ok(Ok(())) => {
+            Ok(Ok(accepted)) => {
                 self.give_back(conn);
-                Ok(())
+                Ok(accepted)
             }
             Ok(Err(TransactionError::Refused(e))) => Err(SessionError::Failed(e)),
             // No reply at all: the connection died under us, or was dead before we began.

@@ -62,8 +62,12 @@ impl FailureType {
 /// table and whatever counts outcomes can never disagree.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Accepted by the SMTP server (or, without SMTP, logged and marked dispatched).
-    Sent { via: Delivery },
+    /// Accepted by the SMTP server (or, without SMTP, logged and marked dispatched), with
+    /// the server's reply accepting it (`250 2.0.0 Ok: queued as 4XyZ`).
+    Sent {
+        via: Delivery,
+        reply: Option<String>,
+    },
     /// Failed; try again after `delay`. Counts an attempt. `error_class` names the failure
     /// for grouping (`smtp_451`, `unreachable`, `render`...).
     Retry {

@@ -1,27 +1,14 @@
 //! SQL for operators: the dead-letter view, retry and discard, and the audit trail.
 
-use super::statements::{fetch_all_alone, fetch_optional_alone};
+use super::statements::fetch_all_alone;
 use super::statements::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sqlx::{FromRow, PgPool, Postgres, Transaction};
 
 use super::NOTIFY_CHANNEL;
-
-/// The addresses of a payload's `to`, `cc` and `bcc` (each a string or an array of
-/// strings), in that order, as a `recipients` text array; anything else is left out.
-macro_rules! recipients_column {
-    () => {
-        "ARRAY(SELECT r.address #>> '{}' \
-               FROM unnest(ARRAY[payload->'to', payload->'cc', payload->'bcc']) \
-                    WITH ORDINALITY AS f(field, i), \
-                    jsonb_array_elements(CASE jsonb_typeof(f.field) WHEN 'array' THEN f.field \
-                                         ELSE jsonb_build_array(f.field) END) \
-                    WITH ORDINALITY AS r(address, j) \
-               WHERE jsonb_typeof(r.address) = 'string' ORDER BY f.i, r.j) AS recipients"
-    };
-}
+pub use super::messages::{MessageDetail, MessageState, StoredPayload, message};
+use super::timeline;
 
 /// A dead letter as listed: no payload.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -34,103 +21,6 @@ pub struct DeadLetter {
     pub error_class: String,
     pub created_at: DateTime<Utc>,
     pub dead_lettered_at: DateTime<Utc>,
-}
-
-/// Where a message stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MessageState {
-    Pending,
-    Dispatched,
-    DeadLettered,
-    Discarded,
-    /// Ended unsent because its expiry passed (`end_reason = 'expired'`).
-    Expired,
-    /// Ended unsent because every recipient is suppressed (`end_reason = 'suppressed'`).
-    Suppressed,
-}
-
-impl MessageState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MessageState::Pending => "pending",
-            MessageState::Dispatched => "dispatched",
-            MessageState::DeadLettered => "dead_lettered",
-            MessageState::Discarded => "discarded",
-            MessageState::Expired => "expired",
-            MessageState::Suppressed => "suppressed",
-        }
-    }
-}
-
-impl std::fmt::Display for MessageState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl TryFrom<String> for MessageState {
-    type Error = String;
-
-    fn try_from(state: String) -> Result<Self, String> {
-        [
-            MessageState::Pending,
-            MessageState::Dispatched,
-            MessageState::DeadLettered,
-            MessageState::Discarded,
-            MessageState::Expired,
-            MessageState::Suppressed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == state)
-        .ok_or_else(|| format!("unknown message state {state:?}"))
-    }
-}
-
-/// A payload as an operator sees it: its JSON, or, where that cannot be read, its text.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(transparent)]
-pub struct StoredPayload(pub Value);
-
-impl From<String> for StoredPayload {
-    fn from(text: String) -> Self {
-        Self(serde_json::from_str(&text).unwrap_or(Value::String(text)))
-    }
-}
-
-/// One message with everything about it, payload included.
-#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
-pub struct MessageDetail {
-    pub id: i64,
-    pub kind: String,
-    #[sqlx(try_from = "String")]
-    pub state: MessageState,
-    pub recipients: Vec<String>,
-    /// The payload, or its text where outboxd cannot read it as JSON (see
-    /// [`crate::message::ClaimedPayload`]), so that such a row can still be shown.
-    #[sqlx(try_from = "String")]
-    pub payload: StoredPayload,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub error_class: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub not_before: DateTime<Utc>,
-    pub next_attempt_at: DateTime<Utc>,
-    pub dispatched_at: Option<DateTime<Utc>>,
-    pub dead_lettered_at: Option<DateTime<Utc>>,
-    pub discarded_at: Option<DateTime<Utc>>,
-    pub discarded_by: Option<String>,
-    pub locked_by: Option<String>,
-    pub traceparent: Option<String>,
-    pub priority: i16,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub idempotency_key: Option<String>,
-    /// Why it ended unsent, when that was not a failure: `expired` or `suppressed`.
-    pub end_reason: Option<String>,
-    /// What a provider or the receiving server reported after the send: `hard_bounce`,
-    /// `soft_bounce` or `complaint`, and when.
-    pub feedback: Option<String>,
-    pub feedback_at: Option<DateTime<Utc>>,
 }
 
 /// Dead letters of one kind that failed the same way.
@@ -251,36 +141,6 @@ pub async fn list_dead_letters(
     .await
 }
 
-/// One message in any state, with its payload. Its times are read through
-/// `outbox_on_the_calendar` (migration 12): a producer may have written any time, and one
-/// the driver cannot read back must not take an operator's view of the row down.
-pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
-    fetch_optional_alone(
-        query_as(concat!(
-            "SELECT id, kind, payload::text AS payload, ",
-            recipients_column!(),
-            ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
-                WHEN dead_lettered_at IS NULL THEN 'pending' \
-                WHEN end_reason IS NOT NULL THEN end_reason \
-                WHEN discarded_at IS NULL THEN 'dead_lettered' \
-                ELSE 'discarded' END AS state, \
-           attempts, last_error, error_class, outbox_on_the_calendar(created_at) AS created_at, \
-           outbox_on_the_calendar(not_before) AS not_before, \
-           outbox_on_the_calendar(next_attempt_at) AS next_attempt_at, \
-           outbox_on_the_calendar(dispatched_at) AS dispatched_at, \
-           outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at, \
-           outbox_on_the_calendar(discarded_at) AS discarded_at, discarded_by, locked_by, \
-           traceparent, priority, outbox_on_the_calendar(expires_at) AS expires_at, \
-           idempotency_key, end_reason, feedback, \
-           outbox_on_the_calendar(feedback_at) AS feedback_at \
-         FROM outbox_messages WHERE id = $1"
-        ))
-        .bind(id),
-        pool,
-    )
-    .await
-}
-
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
 pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
     fetch_all_alone(
@@ -354,6 +214,7 @@ pub async fn apply(
         Action::Discard => update.bind(actor),
     };
     let changed: Vec<i64> = update.fetch_all(&mut *tx).await?;
+    timeline::record_operator_action(&mut tx, &changed, action.past_tense(), actor).await?;
     audit(
         &mut tx,
         actor,

@@ -71,6 +71,7 @@ impl KeptConnection {
     pub async fn record_outcomes(
         &self,
         token: Uuid,
+        worker: &str,
         outcomes: &[OutcomeRow<'_>],
         locks: RowLocks,
     ) -> Result<Recorded, sqlx::Error> {
@@ -85,7 +86,7 @@ impl KeptConnection {
             (_, locks) => locks,
         };
         self.on_connection(async |connection| {
-            record_outcomes(connection, token, outcomes, locks).await
+            record_outcomes(connection, token, worker, outcomes, locks).await
         })
         .await
     }

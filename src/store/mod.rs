@@ -24,6 +24,7 @@ mod claim;
 pub mod inspect;
 mod kept;
 mod listen;
+pub mod messages;
 mod migrations;
 mod outcomes;
 pub mod pauses;
@@ -32,6 +33,7 @@ mod sample;
 pub mod send_rate;
 pub mod stats;
 pub mod suppressions;
+pub mod timeline;
 
 pub use claim::{ClaimRequest, Claimed, claim};
 pub use kept::KeptConnection;

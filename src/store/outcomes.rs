@@ -21,7 +21,10 @@ use crate::suppression::marks::mark_hard_bounce;
 /// A release makes its row due now, which may be below another dispatcher's claim floor
 /// (its claim began before this commit): the same statement tells them, as the insert
 /// trigger does for new rows. A recipient the server said does not exist is suppressed by
-/// the same statement, so the list and the outcome cannot disagree. `attempts` stops at
+/// the same statement, so the list and the outcome cannot disagree. Every outcome but a
+/// send is also an event of its message's timeline (`outbox_message_events`), and a send
+/// keeps the relay's reply, the replica (`$12`) and how long it took on its row: no round
+/// trip of their own. `attempts` stops at
 /// the integer's end: a producer may write any count, and an overflow would fail the
 /// outcomes of the whole batch, again at every try. `throttled_releases` counts from zero: a
 /// negative count written by a producer would buy its row that many more releases without
@@ -55,6 +58,9 @@ macro_rules! record_outcomes_sql {
                                ELSE m.end_reason END, \
              feedback = CASE WHEN o.bounced IS NOT NULL THEN '", mark_hard_bounce!(), "' ELSE m.feedback END, \
              feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END, \
+             smtp_reply = CASE WHEN o.action = '", action_sent!(), "' THEN o.reply ELSE m.smtp_reply END, \
+             sent_by = CASE WHEN o.action = '", action_sent!(), "' THEN $12 ELSE m.sent_by END, \
+             send_ms = CASE WHEN o.action = '", action_sent!(), "' THEN o.took_ms ELSE m.send_ms END, \
              next_attempt_at = CASE WHEN o.action IN ('", action_retry!(), "', '", action_release!(), "') \
                                     THEN now() + make_interval(secs => o.delay_secs) \
                                     ELSE m.next_attempt_at END, \
@@ -62,11 +68,17 @@ macro_rules! record_outcomes_sql {
          FROM ",
             $join,
             " unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $8::text[], \
-                     $9::bool[]) AS o(id, action, error, delay_secs, error_class, bounced, suppress) ",
+                     $9::bool[], $10::text[], $11::int4[]) \
+                 AS o(id, action, error, delay_secs, error_class, bounced, suppress, reply, took_ms) ",
             $on,
             " WHERE m.id = o.id AND m.claim_token = $1 ",
             $also,
-            " RETURNING m.id, o.action, o.bounced, o.suppress, o.error \
+            " RETURNING m.id, o.action, o.bounced, o.suppress, o.error, o.error_class, o.took_ms \
+         ), events AS ( \
+             INSERT INTO outbox_message_events \
+                 (message_id, event, actor, error_class, detail, duration_ms) \
+             SELECT id, action, $12, error_class, error, took_ms FROM updated \
+             WHERE action <> '", action_sent!(), "' \
          ), notified AS ( \
              SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text) \
              FROM updated WHERE action = '", action_release!(), "' LIMIT 1 \
@@ -127,6 +139,8 @@ const RECORD_OUTCOMES_WAITING: &str = record_outcomes_sql!("", "", "", "", "");
 pub struct OutcomeRow<'a> {
     pub id: i64,
     pub outcome: &'a Outcome,
+    /// How long the send took, when one was made.
+    pub took: Option<std::time::Duration>,
     /// Marked on the row as a hard bounce, and, with `suppress`, added to the suppression
     /// list in the same statement.
     pub bounced: Option<&'a str>,
@@ -162,13 +176,14 @@ pub enum RowLocks {
 pub async fn record_outcomes(
     connection: &mut PgConnection,
     token: Uuid,
+    worker: &str,
     outcomes: &[OutcomeRow<'_>],
     locks: RowLocks,
 ) -> Result<Recorded, sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(Recorded::default());
     }
-    let columns = Columns::of(outcomes);
+    let columns = Columns::of(worker, outcomes);
     let rows = match columns.write(connection, token, locks).await {
         // The statement wrote nothing: the same outcomes again, skipping locked rows.
         Err(sqlx::Error::Database(e))
@@ -192,9 +207,10 @@ pub async fn record_outcomes(
 pub fn record_outcomes_when_unlocked(
     pool: &PgPool,
     token: Uuid,
+    worker: &str,
     outcomes: &[OutcomeRow<'_>],
 ) -> impl Future<Output = Result<Recorded, sqlx::Error>> + Send + 'static {
-    let columns = Columns::of(outcomes);
+    let columns = Columns::of(worker, outcomes);
     let options = pool.connect_options();
     async move {
         let mut connection = PgConnection::connect_with(&options).await?;
@@ -225,10 +241,14 @@ struct Columns {
     error_classes: Vec<Option<String>>,
     bounced: Vec<Option<String>>,
     suppress: Vec<bool>,
+    replies: Vec<Option<String>>,
+    took_ms: Vec<Option<i32>>,
+    worker: String,
 }
 
 impl Columns {
-    fn of(outcomes: &[OutcomeRow<'_>]) -> Self {
+    fn of(worker: &str, outcomes: &[OutcomeRow<'_>]) -> Self {
+        let took_ms = |took: std::time::Duration| i32::try_from(took.as_millis()).ok();
         Self {
             ids: outcomes.iter().map(|row| row.id).collect(),
             actions: outcomes.iter().map(|row| row.outcome.action()).collect(),
@@ -249,6 +269,18 @@ impl Columns {
                 .map(|row| row.bounced.map(str::to_owned))
                 .collect(),
             suppress: outcomes.iter().map(|row| row.suppress).collect(),
+            replies: outcomes
+                .iter()
+                .map(|row| match row.outcome {
+                    Outcome::Sent { reply, .. } => reply.clone(),
+                    _ => None,
+                })
+                .collect(),
+            took_ms: outcomes
+                .iter()
+                .map(|row| row.took.and_then(took_ms))
+                .collect(),
+            worker: worker.to_owned(),
         }
     }
 
@@ -274,6 +306,9 @@ impl Columns {
             .bind(NOTIFY_CHANNEL)
             .bind(&self.bounced)
             .bind(&self.suppress)
+            .bind(&self.replies)
+            .bind(&self.took_ms)
+            .bind(&self.worker)
             .fetch_all(connection)
             .await
     }

@@ -24,8 +24,22 @@ impl Prunable {
     }
 }
 
-/// Deletes up to `limit` rows dispatched (or discarded) before `cutoff`, oldest first. Rows
-/// another transaction holds are skipped, so the pruner never waits on the dispatcher.
+/// Deletes rows `doomed` names (a `WITH` clause's rows of `id`), with their timelines.
+macro_rules! delete_with_events {
+    ($doomed:literal) => {
+        concat!(
+            "WITH doomed AS (",
+            $doomed,
+            "), events AS ( \
+                 DELETE FROM outbox_message_events WHERE message_id IN (SELECT id FROM doomed)) \
+             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
+        )
+    };
+}
+
+/// Deletes up to `limit` rows dispatched (or discarded) before `cutoff`, oldest first, and
+/// their timelines' events. Rows another transaction holds are skipped, so the pruner never
+/// waits on the dispatcher.
 pub async fn prune(
     pool: &PgPool,
     which: Prunable,
@@ -33,18 +47,14 @@ pub async fn prune(
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
     let sql = match which {
-        Prunable::Dispatched => {
-            "WITH doomed AS ( \
-                 SELECT id FROM outbox_messages WHERE dispatched_at < $1 \
-                 ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
-        }
-        Prunable::Discarded => {
-            "WITH doomed AS ( \
-                 SELECT id FROM outbox_messages WHERE discarded_at < $1 \
-                 ORDER BY discarded_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             DELETE FROM outbox_messages AS m USING doomed WHERE m.id = doomed.id"
-        }
+        Prunable::Dispatched => delete_with_events!(
+            "SELECT id FROM outbox_messages WHERE dispatched_at < $1 \
+             ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+        ),
+        Prunable::Discarded => delete_with_events!(
+            "SELECT id FROM outbox_messages WHERE discarded_at < $1 \
+             ORDER BY discarded_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+        ),
     };
     Ok(execute_alone(query(sql).bind(cutoff).bind(limit), pool)
         .await?

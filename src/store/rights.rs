@@ -21,7 +21,8 @@ const fn table(object: &'static str, privilege: &'static str) -> Right {
 
 /// Every right the dispatcher, retention and readiness use, in the order readiness names
 /// the first one missing. The admin surface also inserts into `outbox_admin_audit`,
-/// deletes from `outbox_suppressions` and writes `outbox_kind_pauses`; the webhooks write
+/// deletes from `outbox_suppressions`, writes `outbox_kind_pauses` and reads
+/// `outbox_message_events` (the timelines); the webhooks write
 /// `outbox_webhook_receipts`; the automatic pause needs [`AUTO_PAUSE_RIGHTS`].
 pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_messages", "SELECT"),
@@ -34,6 +35,10 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_send_rate", "INSERT"),
     table("outbox_send_rate", "UPDATE"),
     table("outbox_kind_pauses", "SELECT"),
+    // Every outcome statement inserts its failures' events (even when it has none, the
+    // statement needs the right), and retention deletes them with their messages.
+    table("outbox_message_events", "INSERT"),
+    table("outbox_message_events", "DELETE"),
     Right {
         object: "outbox_on_the_calendar(timestamptz)",
         privilege: "EXECUTE",

@@ -66,3 +66,17 @@ macro_rules! replaced_for_good {
         "outbox_suppressions.suppressed_until IS NOT NULL"
     };
 }
+
+/// The addresses of a payload's `to`, `cc` and `bcc` (each a string or an array of
+/// strings), in that order, as a `recipients` text array; anything else is left out.
+macro_rules! recipients_column {
+    () => {
+        "ARRAY(SELECT r.address #>> '{}' \
+               FROM unnest(ARRAY[payload->'to', payload->'cc', payload->'bcc']) \
+                    WITH ORDINALITY AS f(field, i), \
+                    jsonb_array_elements(CASE jsonb_typeof(f.field) WHEN 'array' THEN f.field \
+                                         ELSE jsonb_build_array(f.field) END) \
+                    WITH ORDINALITY AS r(address, j) \
+               WHERE jsonb_typeof(r.address) = 'string' ORDER BY f.i, r.j) AS recipients"
+    };
+}

@@ -190,11 +190,12 @@ pub async fn record_feedback(
                 recorded.already_suppressed += 1;
             }
         }
-        if let (Some(id), Some(mark)) = (feedback.message_id, feedback.mark) {
-            if mark_row(&mut tx, id, mark, &feedback.address).await? {
-                recorded.marked += 1;
-            } else {
-                recorded.not_marked += 1;
+        if let Some(id) = feedback.message_id {
+            let marked = note_on_row(&mut tx, id, feedback, source).await?;
+            match (feedback.mark, marked) {
+                (Some(_), true) => recorded.marked += 1,
+                (Some(_), false) => recorded.not_marked += 1,
+                (None, _) => {}
             }
         }
     }
@@ -230,14 +231,16 @@ async fn first_receipt(
     Ok(first)
 }
 
-/// Marks a row with a bounce or complaint if `address` was among its recipients. A
-/// complaint outranks a bounce, and a hard bounce a soft one.
-async fn mark_row(
+/// Notes a provider's report on the row it names, if the address reported was among its
+/// recipients: an event of its timeline, and its mark (a complaint outranks a bounce, and
+/// a hard bounce a soft one), in one statement. True when the row was marked.
+async fn note_on_row(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     id: i64,
-    mark: &str,
-    address: &str,
+    feedback: &Feedback,
+    source: FeedbackSource,
 ) -> Result<bool, sqlx::Error> {
+    let address = feedback.address.as_str();
     let recipients: Option<(Vec<String>,)> = query_as(
         "SELECT ARRAY(SELECT jsonb_array_elements_text( \
              jsonb_path_query_array(payload, '$.to[*] ? (@.type() == \"string\")') \
@@ -259,10 +262,13 @@ async fn mark_row(
         return Ok(false);
     }
     let marked = query(concat!(
-        "UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
+        "WITH event AS ( \
+             INSERT INTO outbox_message_events (message_id, event, actor, detail) \
+             VALUES ($1, $3, $4, left($5, 1000))) \
+         UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
              next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
         times_on_the_calendar!(),
-        " WHERE id = $1 AND (feedback IS NULL OR feedback = '",
+        " WHERE id = $1 AND $2::text IS NOT NULL AND (feedback IS NULL OR feedback = '",
         mark_soft_bounce!(),
         "' OR (feedback = '",
         mark_hard_bounce!(),
@@ -271,7 +277,10 @@ async fn mark_row(
         "'))"
     ))
     .bind(id)
-    .bind(mark)
+    .bind(feedback.mark)
+    .bind(feedback.event())
+    .bind(source.as_str())
+    .bind(feedback.detail.as_deref())
     .execute(&mut **tx)
     .await?
     .rows_affected();

@@ -299,7 +299,7 @@ impl Metrics {
         let lane = self.lanes.of(kind);
         let kind = self.kind_label(kind);
         match outcome {
-            Outcome::Sent { via } => {
+            Outcome::Sent { via, .. } => {
                 counter!(LANE_SENT, "lane" => lane.as_str()).increment(1);
                 if let Some(latency) = latency {
                     histogram!(DELIVERY_LATENCY, "kind" => kind.clone())

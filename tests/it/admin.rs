@@ -782,6 +782,14 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
     .execute(&db.pool)
     .await
     .unwrap();
+    // Each row has an event in its timeline; retention deletes those of the rows it deletes.
+    sqlx::query(
+        "INSERT INTO outbox_message_events (message_id, event) \
+         SELECT id, 'retry' FROM outbox_messages",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let app = app(&db, None, &[]).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let pruned = outboxd::background::retention::prune_once(
@@ -805,6 +813,22 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
         "the recent sent row and the dead letter stay"
     );
     assert_eq!(db.count("dead").await, 1);
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_message_events e \
+         WHERE NOT EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = e.message_id)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_message_events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (orphans, kept),
+        (0, 2),
+        "the kept rows keep their timelines"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

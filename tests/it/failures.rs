@@ -423,14 +423,17 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
 
     let sent = Outcome::Sent {
         via: Delivery::Smtp,
+        reply: None,
     };
     assert_eq!(
         store::record_outcomes(
             &mut db.pool.acquire().await.unwrap(),
             fresh.token,
+            "test",
             &[store::OutcomeRow {
                 id,
                 outcome: &sent,
+                took: None,
                 bounced: None,
                 suppress: false,
             }],
@@ -451,9 +454,11 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
         store::record_outcomes(
             &mut db.pool.acquire().await.unwrap(),
             stale.token,
+            "test",
             &[store::OutcomeRow {
                 id,
                 outcome: &late,
+                took: None,
                 bounced: None,
                 suppress: false,
             }],

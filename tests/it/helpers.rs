@@ -378,6 +378,9 @@ pub struct Received {
     /// Unix time the server took the message.
     pub received_at: f64,
     pub attachments: Vec<ReceivedAttachment>,
+    /// The queue id the server's reply gave it.
+    #[serde(default)]
+    pub queue_id: String,
 }
 
 /// An attachment as the receiver decoded it.

@@ -29,4 +29,5 @@ mod producer;
 mod reliability;
 mod replicas;
 mod suppression;
+mod timeline;
 mod webhooks;

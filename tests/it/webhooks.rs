@@ -236,6 +236,21 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         Some((SuppressionReason::HardBounce, "ses".to_owned()))
     );
     assert_eq!(feedback_of(&db, id).await.as_deref(), Some("hard_bounce"));
+    // And the report is in the message's timeline, with who said it and what.
+    let timeline = outboxd::store::messages::message(&db.pool, id)
+        .await
+        .unwrap()
+        .expect("the message")
+        .events;
+    let reported = timeline
+        .iter()
+        .find(|e| e.event == "hard_bounce")
+        .expect("a hard_bounce event");
+    assert_eq!(reported.actor.as_deref(), Some("ses"));
+    assert!(
+        reported.detail.as_deref().unwrap_or("").contains("5.1.1"),
+        "{reported:?}"
+    );
 
     let complaint = json!({"notificationType": "Complaint",
         "complaint": {"complainedRecipients": [{"emailAddress": "angry@example.com"}],

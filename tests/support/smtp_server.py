@@ -15,8 +15,10 @@ Recipients whose local part starts with:
   lagN...     -> accepted after sleeping N milliseconds before the DATA reply
   unknown...  -> 550 5.1.1 at RCPT: the mailbox does not exist
   senderverify... -> 550 5.1.7 at RCPT about our sender, quoting another server's 5.1.1
-anything else is accepted. Every accepted message is appended to SPOOL/messages.jsonl,
-decoded by Python's email package, so the tests check what a receiver would see.
+anything else is accepted, with a queue id in the reply as Postfix gives one (`250 2.0.0
+Ok: queued as 1A2B3C`). Every accepted message is appended to SPOOL/messages.jsonl (its
+queue id included), decoded by Python's email package, so the tests check what a
+receiver would see.
 
 With --defer-all every recipient gets 451: a mail server that is up but refusing mail.
 With --greeting-delay SECONDS every new connection waits that long for its greeting.
@@ -73,6 +75,7 @@ class Handler:
         # A relay's sending limit, as providers enforce it: a bucket of a second's worth of
         # messages, refilled at `accept_rate` a second; a message past it is refused 454.
         self.accept_rate = accept_rate
+        self.queued = 0
         self.tokens = accept_rate
         self.refilled_at = time.time()
         self.defer_all = defer_all
@@ -196,11 +199,12 @@ class Handler:
                 for part in msg.iter_attachments()
             ],
         }
-        line = json.dumps(record) + "\n"
         with self.lock:
+            self.queued += 1
+            record["queue_id"] = "%X" % (0x1A2B00 + self.queued)
             with open(os.path.join(self.spool, "messages.jsonl"), "a") as f:
-                f.write(line)
-        return "250 2.0.0 Message accepted for delivery"
+                f.write(json.dumps(record) + "\n")
+        return "250 2.0.0 Ok: queued as %s" % record["queue_id"]
 
 
 def main():

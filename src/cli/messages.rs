@@ -1,0 +1,68 @@
+//! `outboxd messages --recipient ADDRESS` and `outboxd messages --id N`: what was sent to an
+//! address, and each message's timeline, as the API's `GET /api/v1/messages` gives them.
+
+use clap::Args;
+
+use crate::store::messages;
+use crate::suppression::lookup_forms;
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["recipient", "id"])))]
+pub struct MessagesArgs {
+    #[command(flatten)]
+    pub database: crate::config::DatabaseArgs,
+    /// The address whose messages to list, newest first (any case matches).
+    #[arg(long)]
+    pub recipient: Option<String>,
+    /// One message, by its id.
+    #[arg(long)]
+    pub id: Option<i64>,
+    /// How many messages (1 to 500).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(1..=crate::store::MAX_PAGE))]
+    pub limit: i64,
+    /// Older than this id (the last id of the previous page).
+    #[arg(long)]
+    pub after: Option<i64>,
+    /// JSON for scripts instead of the timelines as text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What to look up, checked before anything connects: a bad address is refused in one line.
+pub enum Lookup {
+    Recipient(Vec<String>),
+    Id(i64),
+}
+
+pub fn checked(args: &MessagesArgs) -> anyhow::Result<Lookup> {
+    match (&args.recipient, args.id) {
+        (Some(address), _) => Ok(Lookup::Recipient(
+            lookup_forms(address).map_err(anyhow::Error::msg)?,
+        )),
+        (None, Some(id)) if id > 0 => Ok(Lookup::Id(id)),
+        (None, Some(id)) => anyhow::bail!("{id} is not a message id"),
+        (None, None) => anyhow::bail!("give --recipient or --id"),
+    }
+}
+
+pub async fn run(pool: &sqlx::PgPool, lookup: Lookup, args: &MessagesArgs) -> anyhow::Result<()> {
+    let found = match lookup {
+        Lookup::Recipient(forms) => {
+            messages::by_recipient(pool, &forms, args.after, args.limit).await?
+        }
+        Lookup::Id(id) => match messages::message(pool, id).await? {
+            Some(message) => vec![message],
+            None => anyhow::bail!("no message {id}"),
+        },
+    };
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&found)?)?;
+    } else if found.is_empty() {
+        outln!("no message to that address")?;
+    } else {
+        for message in &found {
+            out!("{}", crate::report::timeline(message))?;
+        }
+    }
+    Ok(())
+}

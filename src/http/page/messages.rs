@@ -1,0 +1,120 @@
+//! The admin page's message search: the messages to an address, or one message, each with
+//! its timeline, as the API's `GET /api/v1/messages` gives them.
+
+use std::collections::HashMap;
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use chrono::Utc;
+use minijinja::{Value, context};
+
+use super::{database_unavailable, environment, html_page, style_nonce};
+use crate::http::api::RecipientQuery;
+use crate::http::api_error::ParseQuery as _;
+use crate::http::auth::Actor;
+use crate::http::{AdminState, plain};
+use crate::store::messages::{self, MessageDetail};
+
+/// `GET /admin/messages?recipient=`: the search box, and what it found.
+pub(super) async fn search(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if query.is_empty() {
+        return show(&actor, &[], "", None);
+    }
+    let query = match RecipientQuery::parse(&query) {
+        Ok(query) => query,
+        Err(e) => return plain(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    };
+    match messages::by_recipient(&state.pool, &query.forms, query.after, query.limit).await {
+        Ok(found) => {
+            let next_after = (found.len() as i64 == query.limit)
+                .then(|| found.last().map(|m| m.id))
+                .flatten();
+            show(&actor, &found, &query.address, next_after)
+        }
+        Err(e) => database_unavailable(&e),
+    }
+}
+
+/// `GET /admin/messages/{id}`: one message and its timeline.
+pub(super) async fn one(
+    State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(id) = id.parse::<i64>().ok().filter(|id| *id > 0) else {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            format!("{id:?} is not a message id\n"),
+        );
+    };
+    match messages::message(&state.pool, id).await {
+        Ok(Some(message)) => show(&actor, &[message], "", None),
+        Ok(None) => plain(StatusCode::NOT_FOUND, format!("no message {id}\n")),
+        Err(e) => database_unavailable(&e),
+    }
+}
+
+fn show(
+    actor: &Actor,
+    found: &[MessageDetail],
+    recipient: &str,
+    next_after: Option<i64>,
+) -> Response {
+    let nonce = style_nonce();
+    let messages: Vec<Value> = found.iter().map(message_view).collect();
+    let recipient_query: String =
+        url::form_urlencoded::byte_serialize(recipient.as_bytes()).collect();
+    let rendered = environment()
+        .get_template("messages.html")
+        .and_then(|template| {
+            template.render(context! {
+                actor => actor.0.as_str(),
+                now => Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                recipient,
+                recipient_query,
+                messages,
+                next_after,
+                nonce => nonce.as_str(),
+            })
+        });
+    match rendered {
+        Ok(html) => html_page(html, &nonce),
+        Err(e) => database_unavailable(&e),
+    }
+}
+
+fn message_view(message: &MessageDetail) -> Value {
+    let events: Vec<Value> = message
+        .events
+        .iter()
+        .map(|e| {
+            let said = e
+                .smtp_reply
+                .as_deref()
+                .or(e.detail.as_deref())
+                .or(e.error_class.as_deref())
+                .unwrap_or_default();
+            context! {
+                at => e.at.to_rfc3339(),
+                at_short => e.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+                type => e.event.as_str(),
+                actor => e.actor.as_deref().unwrap_or_default(),
+                duration_ms => e.duration_ms,
+                said,
+            }
+        })
+        .collect();
+    context! {
+        id => message.id,
+        kind => message.kind.as_str(),
+        recipients => message.recipients.join(", "),
+        state => message.state.as_str(),
+        events,
+    }
+}

@@ -1,0 +1,115 @@
+//! SQL for each message's timeline: the events kept in `outbox_message_events` (written by
+//! the statements that record outcomes, providers' reports and operators' actions), with
+//! the two every message has on its row, its enqueueing and its send.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{FromRow, PgPool, Postgres, Transaction};
+
+use super::statements::{fetch_all_alone, query, query_as};
+use crate::message::actions::action_sent;
+
+/// The event of a message's enqueueing, read from its row.
+macro_rules! enqueued {
+    () => {
+        "enqueued"
+    };
+}
+pub const ENQUEUED: &str = enqueued!();
+
+/// One thing that happened to a message.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Event {
+    #[serde(skip)]
+    pub message_id: i64,
+    /// `enqueued`; an outcome (`retry`, `dead`, `release`, `expired`, `suppressed`,
+    /// `sent`); a provider's report (`hard_bounce`, `soft_bounce`, `complaint`,
+    /// `unsubscribe`); an operator's action (`requeued`, `discarded`).
+    #[serde(rename = "type")]
+    pub event: String,
+    pub at: DateTime<Utc>,
+    /// The replica's worker id, the provider, or the operator.
+    pub actor: Option<String>,
+    /// The relay's reply code, and its reply, when the event is one.
+    pub smtp_code: Option<i32>,
+    pub smtp_reply: Option<String>,
+    /// The failure's short name (`smtp_451`, `unreachable`, `throttled`, ...).
+    pub error_class: Option<String>,
+    pub duration_ms: Option<i32>,
+    /// What else was said: an error that is not a reply, a provider's diagnostic.
+    pub detail: Option<String>,
+}
+
+/// The timelines of the messages `ids`, each oldest first.
+pub async fn events_of(
+    pool: &PgPool,
+    ids: &[i64],
+) -> Result<HashMap<i64, Vec<Event>>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let events: Vec<Event> = fetch_all_alone(
+        query_as(concat!(
+            "WITH e AS ( \
+                 SELECT id AS message_id, '",
+            enqueued!(),
+            "' AS event, outbox_on_the_calendar(created_at) AS at, NULL::text AS actor, \
+                        NULL::text AS error_class, NULL::text AS reply, NULL::text AS detail, \
+                        NULL::int4 AS duration_ms, 0 AS seq \
+                 FROM outbox_messages WHERE id = ANY($1) \
+                 UNION ALL \
+                 SELECT message_id, event, at, actor, error_class, \
+                        CASE WHEN error_class LIKE 'smtp\\_%' THEN detail END, \
+                        CASE WHEN error_class LIKE 'smtp\\_%' THEN NULL ELSE detail END, \
+                        duration_ms, id \
+                 FROM outbox_message_events WHERE message_id = ANY($1) \
+                 UNION ALL \
+                 SELECT id, '",
+            action_sent!(),
+            "', outbox_on_the_calendar(dispatched_at), sent_by, NULL, smtp_reply, NULL, \
+                        send_ms, 9223372036854775807 \
+                 FROM outbox_messages WHERE id = ANY($1) AND dispatched_at IS NOT NULL \
+             ) \
+             SELECT message_id, event, at, actor, \
+                    CASE WHEN error_class ~ '^smtp_[2-5][0-9][0-9]$' \
+                         THEN substring(error_class FROM 6)::int4 \
+                         WHEN reply ~ '^[2-5][0-9][0-9]' THEN substring(reply FROM 1 FOR 3)::int4 \
+                    END AS smtp_code, \
+                    reply AS smtp_reply, error_class, duration_ms, detail \
+             FROM e ORDER BY message_id, at, seq"
+        ))
+        .bind(ids),
+        pool,
+    )
+    .await?;
+    let mut timelines: HashMap<i64, Vec<Event>> = HashMap::new();
+    for event in events {
+        timelines.entry(event.message_id).or_default().push(event);
+    }
+    Ok(timelines)
+}
+
+/// An operator's action on the messages `ids`, in each one's timeline, in the action's
+/// transaction.
+pub async fn record_operator_action(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &[i64],
+    event: &str,
+    actor: &str,
+) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    query(
+        "INSERT INTO outbox_message_events (message_id, event, actor) \
+         SELECT unnest($1::bigint[]), $2, $3",
+    )
+    .bind(ids)
+    .bind(event)
+    .bind(actor)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! Each message's timeline, and finding a user's messages by address: what support asks
+//! ("did they get their email, and if not, why?").
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::admin::{TOKEN, admin_app, api, basic};
+use crate::helpers::{SmtpServer, TestDb, http_full, outboxd, verification};
+
+/// The events of a message as the API gives them: `(type, smtp_code)`.
+fn events(message: &Value) -> Vec<(String, Option<i64>)> {
+    message["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_owned(),
+                e["smtp_code"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_with_both_replies()
+{
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (app, addr) = admin_app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
+    // The server greylists the first attempt at this address (451), then accepts it.
+    let id = db
+        .enqueue(
+            "account_verification",
+            verification("flaky1-ann@example.com"),
+        )
+        .await;
+    let other = db
+        .enqueue("account_verification", verification("bob@example.com"))
+        .await;
+    while !db.row(id).await.dispatched {
+        app.dispatcher.dispatch_once().await.unwrap();
+    }
+    let queue_id = smtp.wait_for(2, Duration::from_secs(30)).await;
+    let queue_id = &queue_id
+        .iter()
+        .find(|m| m.outbox_id == id.to_string())
+        .expect("received")
+        .queue_id;
+
+    let found = api(
+        &addr,
+        "GET",
+        "/api/v1/messages?recipient=FLAKY1-Ann@Example.COM",
+        None,
+    )
+    .await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    let found: Value = serde_json::from_str(&found.body).unwrap();
+    let messages = found["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "only Ann's, not {other}'s: {found}");
+    let message = &messages[0];
+    assert_eq!(message["id"], id);
+    assert_eq!(
+        events(message),
+        [
+            ("enqueued".to_owned(), None),
+            ("retry".to_owned(), Some(451)),
+            ("sent".to_owned(), Some(250)),
+        ]
+    );
+    let replies: Vec<&str> = message["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["smtp_reply"].as_str())
+        .collect();
+    assert!(replies[0].contains("greylisted"), "{replies:?}");
+    assert!(
+        replies[1].contains(&format!("queued as {queue_id}")),
+        "{replies:?}"
+    );
+    assert_eq!(message["smtp_reply"], replies[1]);
+    // The same timeline for the message by its id.
+    let one = api(&addr, "GET", &format!("/api/v1/messages/{id}"), None).await;
+    let one: Value = serde_json::from_str(&one.body).unwrap();
+    assert_eq!(one["events"], message["events"]);
+
+    // And from the command line, any case again.
+    let printed = outboxd()
+        .args([
+            "messages",
+            "--recipient",
+            "Flaky1-ANN@example.com",
+            "--database-url",
+            &db.url,
+        ])
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{printed:?}");
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    for said in ["enqueued", "retry", "greylisted", "sent", queue_id.as_str()] {
+        assert!(printed.contains(said), "{said} in:\n{printed}");
+    }
+    let json = outboxd()
+        .args([
+            "messages",
+            "--id",
+            &id.to_string(),
+            "--json",
+            "--database-url",
+            &db.url,
+        ])
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(json[0]["events"], message["events"]);
+    app.dispatcher.release_connection();
+}
+
+#[tokio::test]
+async fn dead_letters_and_operators_actions_are_in_the_timeline_and_pending_messages_are_found() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
+    let refused = db
+        .enqueue(
+            "account_verification",
+            verification("reject-carol@example.com"),
+        )
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let retried = api(
+        &addr,
+        "POST",
+        &format!("/api/v1/dead-letters/{refused}/retry"),
+        None,
+    )
+    .await;
+    assert_eq!(retried.status, 200, "{}", retried.body);
+    // Pending again, and found from the pending rows, with its history.
+    let found = api(
+        &addr,
+        "GET",
+        "/api/v1/messages?recipient=reject-carol@example.com",
+        None,
+    )
+    .await;
+    let found: Value = serde_json::from_str(&found.body).unwrap();
+    let message = &found["messages"][0];
+    assert_eq!(message["state"], "pending", "{found}");
+    assert_eq!(
+        events(message),
+        [
+            ("enqueued".to_owned(), None),
+            ("dead".to_owned(), Some(550)),
+            ("requeued".to_owned(), None),
+        ]
+    );
+    assert_eq!(message["events"][2]["actor"], "api:alice");
+    app.dispatcher.release_connection();
+}
+
+#[tokio::test]
+async fn the_admin_page_finds_a_recipients_messages_behind_the_token() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
+    let id = db
+        .enqueue("account_verification", verification("dana@example.com"))
+        .await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let page = |path: String, token: bool| {
+        let addr = addr.clone();
+        async move {
+            let auth = basic("ops", TOKEN);
+            let headers: Vec<(&str, &str)> = if token {
+                vec![("Authorization", auth.as_str())]
+            } else {
+                Vec::new()
+            };
+            http_full(&addr, "GET", &path, &headers, "").await.unwrap()
+        }
+    };
+    let admin = page("/admin".to_owned(), true).await;
+    assert!(
+        admin.body.contains("action=\"/admin/messages\""),
+        "a search box"
+    );
+    let found = page(
+        "/admin/messages?recipient=DANA%40example.com".to_owned(),
+        true,
+    )
+    .await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert!(
+        found.body.contains(&format!("id=\"message-{id}\"")),
+        "{}",
+        found.body
+    );
+    assert!(found.body.contains("queued as"), "{}", found.body);
+    let one = page(format!("/admin/messages/{id}"), true).await;
+    assert!(one.body.contains("dana@example.com"), "{}", one.body);
+    for path in [
+        "/admin/messages?recipient=dana%40example.com".to_owned(),
+        format!("/admin/messages/{id}"),
+        "/api/v1/messages?recipient=dana%40example.com".to_owned(),
+    ] {
+        let refused = page(path.clone(), false).await;
+        assert_eq!(refused.status, 401, "{path}");
+        assert!(!refused.body.contains("dana"), "{path}: {}", refused.body);
+    }
+    app.dispatcher.release_connection();
+}
+
+#[tokio::test]
+async fn lookups_that_cannot_be_meant_are_refused_with_what_was_wrong() {
+    let db = TestDb::new().await;
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    for (query, says) in [
+        ("", "recipient is required"),
+        ("?recipient=", "recipient is required"),
+        ("?recipient=not-an-address", "not an email address"),
+        ("?recipient=a@example.com&limit=0", "limit must be"),
+        ("?recipient=a@example.com&limit=501", "limit must be"),
+        ("?recipient=a@example.com&after=x", "after must be"),
+        ("?recipient=a@example.com&kind=k", "unknown parameter"),
+        ("?recipient=a%0d%0a@example.com", "control characters"),
+    ] {
+        let refused = api(&addr, "GET", &format!("/api/v1/messages{query}"), None).await;
+        assert_eq!(refused.status, 400, "{query}: {}", refused.body);
+        assert!(refused.body.contains(says), "{query}: {}", refused.body);
+    }
+    for (args, says) in [
+        (
+            &["--recipient", "not-an-address"][..],
+            "not an email address",
+        ),
+        (&["--id", "0"], "not a message id"),
+        (&[], "--recipient"),
+    ] {
+        let output = outboxd()
+            .arg("messages")
+            .args(args)
+            .args(["--database-url", &db.url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
