@@ -48,5 +48,26 @@ local utils = import 'lib/utils.libsonnet';
     complaintRatioText: '0.1%',
     deliverabilityMinSent: 100,  // ... both only once this many emails were sent in the hour
     kindPausedWarningSeconds: 4 * 3600,  // OutboxKindPausedLong: a kind paused this long
+
+    // Delivery objectives (alerts/slo.libsonnet): each becomes recording rules, two burn-rate
+    // alerts labelled slo="<name>", and a dashboard row. The SLI is outbox_delivery_latency_seconds
+    // (falling due to accepted by the relay) of the objective's lane; thresholdSeconds must be
+    // one of its buckets (a test checks every objective here against outboxd's /metrics).
+    deliverySLOs: [
+      {
+        name: 'transactional-60s',
+        lane: 'transactional',
+        objective: 0.99,
+        thresholdSeconds: 60,
+        periodDays: 30,
+      },
+    ],
+    // The burn-rate alerts' window pairs: a pair fires when both windows spend the budget
+    // faster than `factor` times the rate that would spend it exactly over the period.
+    sloBurnFast: [{ long: '15m', short: '5m', factor: 14.4 }, { long: '6h', short: '30m', factor: 6 }],
+    sloBurnFastFor: '2m',
+    sloBurnSlow: [{ long: '1d', short: '2h', factor: 3 }, { long: '3d', short: '6h', factor: 1 }],
+    sloBurnSlowFor: '15m',
+    sloMinMessages: 20,  // a pair's long window needs this many messages of the lane to fire
   },
 }

@@ -5,6 +5,7 @@
     python3 mixin/generate.py --check    # exit 1, naming each committed file that differs
     python3 mixin/generate.py --selector 'job="mail-dispatcher"' --out DIR
     python3 mixin/generate.py --config '{"stalledReadyAgeSeconds": 600}' --out DIR
+    python3 mixin/generate.py --show-config    # print the rendered _config as JSON
 
 With the default configuration it writes, under the repository (or DIR):
 
@@ -248,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="write nothing; exit 1 naming every file that differs from the mixin's output")
     parser.add_argument("--selector", help="the alerts' selector (_config.outboxdSelector), e.g. 'job=\"mail-dispatcher\"'")
     parser.add_argument("--config", default="{}", help="a JSON object of other _config fields to override")
+    parser.add_argument("--show-config", action="store_true",
+                        help="write nothing; print the mixin's _config, overrides applied, as JSON")
     parser.add_argument("--out", type=Path, help="the directory to write (or check) instead of the repository")
     args = parser.parse_args(argv)
 
@@ -259,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--config must be a JSON object")
     if args.selector is not None:
         overrides["outboxdSelector"] = args.selector
+    if args.show_config:
+        print(json.dumps(evaluate(overrides)["config"], indent=2, sort_keys=True))
+        return 0
     if overrides and args.out is None:
         parser.error("a configuration other than the default needs --out DIR: "
                      "the committed files hold the default rendering")

@@ -1,5 +1,6 @@
 // outboxd's Grafana dashboards, by file name. To add a panel: put it in a row below (the
 // layout places it and numbers it), run `python3 mixin/generate.py`.
+local utils = import '../lib/utils.libsonnet';
 local p = import 'panels.libsonnet';
 local s = p.selector;
 
@@ -13,6 +14,58 @@ local s = p.selector;
       'histogram_quantile(%g, sum by (le) (rate(%s_bucket{%s}[$__rate_interval])))' % [q, metric, s],
       'p%d' % std.round(q * 100),
     ),
+
+  // The share of a delivery objective's messages accepted within its threshold over `window`.
+  local compliance(slo, window) =
+    local sel = '%s,lane="%s"' % [s, slo.lane];
+    'sum(increase(outbox_delivery_latency_seconds_bucket{%s,%s}[%s])) / sum(increase(outbox_delivery_latency_seconds_count{%s}[%s]))' % [
+      sel,
+      utils.leMatcher(slo.thresholdSeconds),
+      window,
+      sel,
+      window,
+    ],
+
+  // One row per delivery objective (_config.deliverySLOs): the alerts read the same windows.
+  local sloRow(slo) =
+    local budget = 1 - slo.objective;
+    local period = '%dd' % slo.periodDays;
+    p.row('Delivery objective: %s' % utils.sloText(slo), [
+      p.stat(
+        'Objective (%s)' % slo.name,
+        'The objective: %s. Shown while outboxd reports.' % utils.sloText(slo),
+        'percentunit',
+        [p.target('%g * max(outbox_build_info{%s})' % [slo.objective, s], 'objective')],
+        w=4,
+      ),
+      p.stat(
+        'Compliance, last %d days' % slo.periodDays,
+        'The share of the %s lane\'s messages the relay accepted within %g s of falling due, over the objective\'s period; red below the objective.' % [slo.lane, slo.thresholdSeconds],
+        'percentunit',
+        [p.target(compliance(slo, period), 'compliance')],
+        w=5,
+        thresholds=[['red', null], ['green', slo.objective]],
+      ),
+      p.stat(
+        'Error budget left',
+        'The share of the period\'s error budget (%g%% of messages later than %g s) not yet spent; 0 or below: the objective is missed.' % [budget * 100, slo.thresholdSeconds],
+        'percentunit',
+        [p.target('1 - (1 - (%s)) / %g' % [compliance(slo, period), budget], 'budget left')],
+        w=5,
+        thresholds=[['red', null], ['orange', 0.25], ['green', 0.5]],
+      ),
+      p.timeseries(
+        'Burn rate',
+        'How fast the error budget is being spent, over the alerts\' long windows: 1 spends it exactly over the period; the page fires at 14.4 (15m) or 6 (6h), the ticket at 3 (1d) or 1 (3d), each while its short window agrees.',
+        'short',
+        [
+          p.target('(1 - (%s)) / %g' % [compliance(slo, w), budget], w)
+          for w in std.sort(std.set([pair.long for pair in config.sloBurnFast + config.sloBurnSlow]), utils.seconds)
+        ],
+        w=10,
+        thresholds=[['green', null], ['orange', 1], ['red', 14.4]],
+      ),
+    ]),
 
   grafanaDashboards+:: {
     'outboxd-overview.json': {
@@ -203,6 +256,7 @@ local s = p.selector;
             w=8,
           ),
         ]),
+      ] + [sloRow(slo) for slo in config.deliverySLOs] + [
         p.row('Latency', [
           p.timeseries(
             'Delivery latency',

@@ -97,7 +97,7 @@ metrics! {
     LEASE_LOST = "outbox_lease_lost_total", Counter, None,
         "Outcomes not recorded because the lease had been taken over.";
     DELIVERY_LATENCY = "outbox_delivery_latency_seconds", Histogram, SECONDS,
-        "From when a message fell due to when the SMTP server accepted it.";
+        "From when a message fell due to when the SMTP server accepted it, by kind and lane; a bucket at each delivery objective's threshold (60 s).";
     SMTP_SEND_DURATION = "outbox_smtp_send_duration_seconds", Histogram, SECONDS,
         "Duration of one SMTP send, connection included.";
     DATABASE_ERRORS = "outbox_database_errors_total", Counter, None,
@@ -239,7 +239,8 @@ impl Metrics {
         // Histograms too: a rate needs the series to exist before its first observation.
         drop(histogram!(SMTP_SEND_DURATION));
         for kind in metrics.kinds.iter().map(String::as_str).chain([OTHER_KIND]) {
-            drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned()));
+            let lane = metrics.lanes.of(kind).as_str();
+            drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned(), "lane" => lane));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
             counter!(EXPIRED, "kind" => kind.to_owned()).increment(0);
             for reason in SuppressionReason::ALL {
@@ -302,7 +303,7 @@ impl Metrics {
             Outcome::Sent { via, .. } => {
                 counter!(LANE_SENT, "lane" => lane.as_str()).increment(1);
                 if let Some(latency) = latency {
-                    histogram!(DELIVERY_LATENCY, "kind" => kind.clone())
+                    histogram!(DELIVERY_LATENCY, "kind" => kind.clone(), "lane" => lane.as_str())
                         .record(latency.as_secs_f64());
                 }
                 counter!(SENT, "kind" => kind, "delivery" => via.as_str()).increment(1);

@@ -78,3 +78,43 @@ async fn transactional_messages_go_ahead_of_a_bulk_run_that_is_draining_under_a_
     let sent_bulk = metric_value(&body, "outbox_lane_sent_total{lane=\"bulk\"}");
     assert!(sent_bulk.is_some_and(|n| n > 0.0), "{sent_bulk:?}");
 }
+
+/// The mixin's delivery objectives read `outbox_delivery_latency_seconds` of one lane below
+/// one bucket: every objective's lane and threshold must be series outboxd exposes.
+#[tokio::test]
+async fn every_delivery_objective_reads_a_latency_bucket_outboxd_exposes() {
+    let shown = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/mixin/generate.py"))
+        .arg("--show-config")
+        .output()
+        .expect("python3");
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let config: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let objectives = config["deliverySLOs"].as_array().unwrap();
+    assert!(!objectives.is_empty());
+
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let flags = ["--smtp-url", &smtp.url(), "--from", "a@example.com"];
+    let outboxd = Outboxd::start(&db.url, &flags, &[("OUTBOXD_BULK_KINDS", BULK)]).await;
+    db.insert_many(TRANSACTIONAL, 1).await;
+    db.insert_many(BULK, 1).await;
+    smtp.wait_for(2, Duration::from_secs(30)).await;
+    eventually(Duration::from_secs(30), "both lanes' latency observed", || async {
+        let body = http_get(&outboxd.http, "/metrics").await.1;
+        objectives.iter().all(|slo| {
+            let lane = slo["lane"].as_str().unwrap();
+            let threshold = slo["thresholdSeconds"].as_f64().unwrap();
+            let kind = if lane == "bulk" { BULK } else { TRANSACTIONAL };
+            let series = format!(
+                "outbox_delivery_latency_seconds_bucket{{kind=\"{kind}\",lane=\"{lane}\",le=\"{threshold}\"}}"
+            );
+            metric_value(&body, &series).is_some_and(|n| n >= 1.0)
+        })
+    })
+    .await;
+}
