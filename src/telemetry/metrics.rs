@@ -15,6 +15,7 @@ use crate::message::{Delivery, FailureType, Lane, Lanes, Outcome, ReleaseReason}
 use crate::store::Prunable;
 use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
 
+mod otlp;
 mod sample;
 
 pub use super::labels::{BackgroundTask, DatabaseOperation, OTHER_KIND, WebhookResult};
@@ -154,19 +155,36 @@ const SMTP_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// Installs the process-wide Prometheus recorder once and returns its handle.
+/// Installs the process-wide Prometheus recorder once and returns its handle. When
+/// [`super::init`] set up an OTLP meter, the same metrics also go to it (a fan-out).
 pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     // get_or_init runs the install once even when several apps start at the same moment
     // (the tests do): a second install would fail, the recorder being process-wide.
     static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
     let handle = HANDLE.get_or_init(|| {
-        let handle = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.to_owned()), LATENCY_BUCKETS)
-            .and_then(|b| {
-                b.set_buckets_for_metric(Matcher::Full(SMTP_SEND_DURATION.to_owned()), SMTP_BUCKETS)
-            })
-            .and_then(PrometheusBuilder::install_recorder)
-            .map_err(|e| format!("cannot install the Prometheus recorder: {e}"))?;
+        let buckets = [
+            (DELIVERY_LATENCY, LATENCY_BUCKETS),
+            (SMTP_SEND_DURATION, SMTP_BUCKETS),
+        ];
+        let mut builder = PrometheusBuilder::new();
+        for (name, bounds) in buckets {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(name.to_owned()), bounds)
+                .map_err(|e| format!("cannot set the buckets of {name}: {e}"))?;
+        }
+        let prometheus = builder.build_recorder();
+        let handle = prometheus.handle();
+        let installed = match super::otlp_meter() {
+            Some(meter) => metrics::set_global_recorder(
+                metrics_util::layers::FanoutBuilder::default()
+                    .add_recorder(prometheus)
+                    .add_recorder(otlp::OtelRecorder::new(meter, &buckets))
+                    .build(),
+            )
+            .map_err(|e| e.to_string()),
+            None => metrics::set_global_recorder(prometheus).map_err(|e| e.to_string()),
+        };
+        installed.map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
         describe();
         Ok(handle)
     });

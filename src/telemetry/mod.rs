@@ -9,8 +9,12 @@ pub use panics::{PANIC_TARGET, PanicContext, catch_panic, log_panics};
 
 use std::io::IsTerminal as _;
 
+use std::sync::OnceLock;
+
+use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -23,10 +27,11 @@ pub enum LogFormat {
     Json,
 }
 
-/// Flushes exported spans when dropped; keep it alive until the process ends.
-#[must_use = "spans are flushed when the guard is dropped"]
+/// Flushes exported spans and metrics when dropped; keep it alive until the process ends.
+#[must_use = "spans and metrics are flushed when the guard is dropped"]
 pub struct TelemetryGuard {
     provider: Option<SdkTracerProvider>,
+    meters: Option<SdkMeterProvider>,
 }
 
 impl Drop for TelemetryGuard {
@@ -36,7 +41,21 @@ impl Drop for TelemetryGuard {
         {
             eprintln!("warning: could not flush traces: {e}");
         }
+        if let Some(meters) = self.meters.take()
+            && let Err(e) = meters.shutdown()
+        {
+            eprintln!("warning: could not flush metrics: {e}");
+        }
     }
+}
+
+/// The meter the metrics are also exported to over OTLP, once [`init`] has set one up.
+static OTLP_METER: OnceLock<Meter> = OnceLock::new();
+
+/// The OTLP meter, when metrics are exported over OTLP: [`metrics::install_recorder`]
+/// then feeds it beside Prometheus.
+pub(crate) fn otlp_meter() -> Option<Meter> {
+    OTLP_METER.get().cloned()
 }
 
 /// Whether spans leave the process (an OTLP exporter is set up). Per-message spans are
@@ -48,10 +67,11 @@ pub fn spans_exported() -> bool {
     SPANS_EXPORTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Logs to stderr (`RUST_LOG`, default `info`), and spans over OTLP when
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set: HTTP/protobuf, or gRPC
-/// with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`. The SDK reads the other standard `OTEL_*`
-/// variables itself. Must be called inside a Tokio runtime (gRPC needs one).
+/// Logs to stderr (`RUST_LOG`, default `info`); spans over OTLP when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set, and metrics when it (or
+/// `..._METRICS_ENDPOINT`) is: HTTP/protobuf, or gRPC with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`.
+/// The SDK reads the other standard `OTEL_*` variables itself (`OTEL_METRIC_EXPORT_INTERVAL`
+/// among them). Must be called inside a Tokio runtime (gRPC needs one).
 pub fn init(format: LogFormat) -> TelemetryGuard {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
@@ -59,6 +79,14 @@ pub fn init(format: LogFormat) -> TelemetryGuard {
         Ok(provider) => (provider, None),
         Err(e) => (None, Some(e)),
     };
+    let (meters, meters_error) = match meter_provider() {
+        Ok(meters) => (meters, None),
+        Err(e) => (None, Some(e)),
+    };
+    if let Some(meters) = &meters {
+        // Set once per process: a second init (there is none) would keep the first meter.
+        let _ = OTLP_METER.set(meters.meter("outboxd"));
+    }
     let otel_layer = provider
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("outboxd")));
@@ -83,37 +111,93 @@ pub fn init(format: LogFormat) -> TelemetryGuard {
     } else if provider.is_some() {
         tracing::info!("exporting traces over OTLP");
     }
-    TelemetryGuard { provider }
+    if let Some(e) = meters_error {
+        tracing::warn!(error = %e, "OTLP metrics are off: the exporter could not be built");
+    } else if meters.is_some() {
+        tracing::info!("exporting metrics over OTLP");
+    }
+    TelemetryGuard { provider, meters }
 }
 
-fn tracer_provider() -> anyhow::Result<Option<SdkTracerProvider>> {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-        return Ok(None);
-    }
-    let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+fn variable_set(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// Whether a signal (`TRACES`, `METRICS`) is exported: an endpoint is set for it or for all.
+fn exported(signal: &str) -> bool {
+    variable_set("OTEL_EXPORTER_OTLP_ENDPOINT")
+        || variable_set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+}
+
+/// The signal's OTLP transport: gRPC, or HTTP/protobuf (the default).
+#[derive(Clone, Copy)]
+enum Transport {
+    Grpc,
+    HttpProtobuf,
+}
+
+fn transport(signal: &str) -> anyhow::Result<Transport> {
+    let protocol = std::env::var(format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL"))
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
-    let exporter = match protocol.trim() {
-        "grpc" => opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .build()?,
-        "" | "http/protobuf" => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .build()?,
+    match protocol.trim() {
+        "grpc" => Ok(Transport::Grpc),
+        "" | "http/protobuf" => Ok(Transport::HttpProtobuf),
         other => anyhow::bail!(
             "OTEL_EXPORTER_OTLP_PROTOCOL={other:?} is not supported: use grpc or http/protobuf"
         ),
-    };
+    }
+}
+
+/// `service.name` is outboxd unless `OTEL_SERVICE_NAME` says otherwise (the SDK reads it).
+fn resource() -> opentelemetry_sdk::Resource {
     let mut resource = opentelemetry_sdk::Resource::builder();
-    if !set("OTEL_SERVICE_NAME") {
+    if !variable_set("OTEL_SERVICE_NAME") {
         resource = resource.with_service_name("outboxd");
     }
+    resource.build()
+}
+
+fn tracer_provider() -> anyhow::Result<Option<SdkTracerProvider>> {
+    if !exported("TRACES") {
+        return Ok(None);
+    }
+    let exporter = match transport("TRACES")? {
+        Transport::Grpc => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()?,
+        Transport::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .build()?,
+    };
     Ok(Some(
         SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(resource.build())
+            .with_resource(resource())
+            .build(),
+    ))
+}
+
+/// The metrics' OTLP export: cumulative, as Prometheus counts, every
+/// `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default; the SDK reads it).
+fn meter_provider() -> anyhow::Result<Option<SdkMeterProvider>> {
+    if !exported("METRICS") {
+        return Ok(None);
+    }
+    let exporter = match transport("METRICS")? {
+        Transport::Grpc => opentelemetry_otlp::MetricExporter::builder()
+            .with_tonic()
+            .build()?,
+        Transport::HttpProtobuf => opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .build()?,
+    };
+    Ok(Some(
+        SdkMeterProvider::builder()
+            .with_periodic_exporter(exporter)
+            .with_resource(resource())
             .build(),
     ))
 }

@@ -658,7 +658,7 @@ async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
 }
 
 /// An OTLP/HTTP receiver that keeps every request body it is sent.
-async fn otlp_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+async fn otlp_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
     use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -688,7 +688,7 @@ async fn otlp_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
                     if reader.read_exact(&mut body).await.is_err() {
                         return;
                     }
-                    sink.lock().unwrap().extend_from_slice(&body);
+                    sink.lock().unwrap().push(body);
                     let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
                     if reader.get_mut().write_all(ok).await.is_err() {
                         return;
@@ -731,7 +731,7 @@ async fn spans_are_exported_over_otlp_and_link_to_the_request_that_enqueued_the_
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("exporting traces over OTLP"), "{stderr}");
 
-    let body = received.lock().unwrap().clone();
+    let body = received.lock().unwrap().concat();
     let contains = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
     assert!(!body.is_empty(), "nothing was exported");
     for text in [
@@ -752,6 +752,112 @@ async fn spans_are_exported_over_otlp_and_link_to_the_request_that_enqueued_the_
     assert!(
         contains(&trace_bytes),
         "the send span does not link to the producer's trace"
+    );
+}
+
+/// The OTLP metrics a receiver got, decoded as a collector decodes them: each metric's
+/// name, unit and the attribute sets of its data points.
+fn otlp_metrics(bodies: &[Vec<u8>]) -> BTreeMap<String, (String, Vec<BTreeMap<String, String>>)> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use prost::Message as _;
+    let mut metrics = BTreeMap::new();
+    for body in bodies {
+        let Ok(request) = ExportMetricsServiceRequest::decode(body.as_slice()) else {
+            continue; // a span export
+        };
+        for metric in request
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+        {
+            let attributes = match &metric.data {
+                Some(Data::Sum(sum)) => sum.data_points.iter().map(|p| &p.attributes).collect(),
+                Some(Data::Gauge(gauge)) => {
+                    gauge.data_points.iter().map(|p| &p.attributes).collect()
+                }
+                Some(Data::Histogram(h)) => h.data_points.iter().map(|p| &p.attributes).collect(),
+                _ => Vec::new(),
+            };
+            let points = attributes
+                .into_iter()
+                .map(|attributes| {
+                    attributes
+                        .iter()
+                        .map(|kv| {
+                            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                                Some(Any::StringValue(s)) => s.clone(),
+                                other => format!("{other:?}"),
+                            };
+                            (kv.key.clone(), value)
+                        })
+                        .collect()
+                })
+                .collect();
+            metrics.insert(metric.name.clone(), (metric.unit.clone(), points));
+        }
+    }
+    metrics
+}
+
+// Multi-threaded: the receiver must keep answering while the test blocks waiting for exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_exported_over_otlp_with_the_names_units_and_labels_of_metrics() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (port, received) = otlp_receiver().await;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let outboxd = Outboxd::start(
+        &db.url,
+        &["--smtp-url", &smtp.url(), "--from", "a@example.com"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+        ],
+    )
+    .await;
+    outboxd::enqueue(
+        &db.pool,
+        outboxd::NewMessage::new("account_verification", verification("otlp@example.com")),
+    )
+    .await
+    .unwrap();
+    smtp.wait_for(1, Duration::from_secs(30)).await;
+    let histogram = metrics::DELIVERY_LATENCY;
+    eventually(
+        Duration::from_secs(30),
+        "the send's latency exported",
+        || async { otlp_metrics(&received.lock().unwrap()).contains_key(histogram) },
+    )
+    .await;
+    outboxd.sigterm();
+    let (status, stderr) = outboxd.wait(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("exporting metrics over OTLP"), "{stderr}");
+
+    let exported = otlp_metrics(&received.lock().unwrap());
+    for metric in metrics::ALL {
+        // Histograms appear with their first observation, in OTLP as in Prometheus.
+        if metric.metric_type == MetricType::Histogram && metric.name != histogram {
+            continue;
+        }
+        let Some((unit, _)) = exported.get(metric.name) else {
+            panic!("{} was not exported: {:?}", metric.name, exported.keys());
+        };
+        let expected = if metric.unit.is_some() { "s" } else { "" };
+        assert_eq!(unit, expected, "{}", metric.name);
+    }
+    let (_, points) = &exported[histogram];
+    assert!(
+        points
+            .iter()
+            .any(
+                |labels| labels.get("kind").map(String::as_str) == Some("account_verification")
+                    && labels.get("lane").map(String::as_str) == Some("transactional")
+            ),
+        "{points:?}"
     );
 }
 
