@@ -12,6 +12,13 @@ pub fn cut(text: &str, max_chars: usize) -> &str {
     }
 }
 
+/// What a server said, made storable in a `text` column: its first `max_chars` characters,
+/// with NUL (which PostgreSQL refuses in text, failing the whole outcome statement with it)
+/// replaced by U+FFFD.
+pub fn storable(said: &str, max_chars: usize) -> String {
+    cut(said, max_chars).replace('\0', "\u{FFFD}")
+}
+
 /// Like [`cut`], with `…` added where something was cut, so a reader knows there is more.
 pub fn cut_with_ellipsis(text: &str, max_chars: usize) -> Cow<'_, str> {
     let kept = cut(text, max_chars);
@@ -159,6 +166,15 @@ pub fn mask_addresses(text: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_nul_from_a_server_is_not_stored() {
+        assert_eq!(
+            super::storable("250 ok\0queued", 500),
+            "250 ok\u{FFFD}queued"
+        );
+        assert_eq!(super::storable("451 slow down", 3), "451");
+    }
+
     use super::*;
 
     #[test]

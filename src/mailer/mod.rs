@@ -156,7 +156,7 @@ impl From<&lettre::transport::smtp::response::Response> for Accepted {
     fn from(reply: &lettre::transport::smtp::response::Response) -> Self {
         let lines: Vec<&str> = reply.message().collect();
         let text = format!("{} {}", reply.code(), lines.join(" "));
-        Self(crate::text::cut(text.trim_end(), MAX_REPLY_CHARS).to_owned())
+        Self(crate::text::storable(text.trim_end(), MAX_REPLY_CHARS))
     }
 }
 

@@ -262,7 +262,7 @@ impl RetryPolicy {
 
 /// Keeps the first [`MAX_ERROR_CHARS`] characters of an error.
 pub fn truncate_error(error: &str) -> String {
-    crate::text::cut(error, MAX_ERROR_CHARS).to_owned()
+    crate::text::storable(error, MAX_ERROR_CHARS)
 }
 
 /// The `action` of each outcome, as [`Outcome::action`] gives it and the store's outcome

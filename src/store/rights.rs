@@ -36,9 +36,17 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_send_rate", "UPDATE"),
     table("outbox_kind_pauses", "SELECT"),
     // Every outcome statement inserts its failures' events (even when it has none, the
-    // statement needs the right), and retention deletes them with their messages.
+    // statement needs the right), and retention deletes them with their messages (a DELETE
+    // that reads `message_id` needs SELECT).
+    table("outbox_message_events", "SELECT"),
     table("outbox_message_events", "INSERT"),
     table("outbox_message_events", "DELETE"),
+    // The recipient lookup's index expression: every outcome that ends a row evaluates it.
+    Right {
+        object: "outbox_recipient_keys(jsonb)",
+        privilege: "EXECUTE",
+        is_function: true,
+    },
     Right {
         object: "outbox_on_the_calendar(timestamptz)",
         privilege: "EXECUTE",

@@ -123,10 +123,13 @@ fn variable_set(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
 }
 
-/// Whether a signal (`TRACES`, `METRICS`) is exported: an endpoint is set for it or for all.
+/// Whether a signal (`TRACES`, `METRICS`) is exported: an endpoint is set for it or for all,
+/// and `OTEL_{signal}_EXPORTER` is not `none` (the standard way to keep one signal home).
 fn exported(signal: &str) -> bool {
-    variable_set("OTEL_EXPORTER_OTLP_ENDPOINT")
-        || variable_set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+    let off = std::env::var(format!("OTEL_{signal}_EXPORTER"))
+        .is_ok_and(|exporter| exporter.trim().eq_ignore_ascii_case("none"));
+    !off && (variable_set("OTEL_EXPORTER_OTLP_ENDPOINT")
+        || variable_set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")))
 }
 
 /// The signal's OTLP transport: gRPC, or HTTP/protobuf (the default).

@@ -244,7 +244,8 @@ async fn readiness_names_each_right_the_role_lacks() {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE ROLE {role} LOGIN; \
          GRANT SELECT ON outbox_schema_migrations TO {role}; \
-         REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC"
+         REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC; \
+         REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC"
     )))
     .execute(&db.pool)
     .await

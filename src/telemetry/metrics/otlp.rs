@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
@@ -40,9 +40,7 @@ impl OtelRecorder {
 
     fn describe(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
         let described = &self.registry.storage().described;
-        let mut described = described
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut described = described.lock().unwrap_or_else(PoisonError::into_inner);
         described.insert(
             key.as_str().to_owned(),
             Described {
@@ -97,7 +95,7 @@ impl Instruments {
         let described = self
             .described
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         match described.get(name) {
             Some(d) => (d.unit.map(ucum), d.help.clone()),
             None => (None, String::new()),
@@ -159,7 +157,7 @@ impl Storage<Key> for Instruments {
         Arc::new(OtelGauge {
             instrument: builder.build(),
             attributes: attributes(key),
-            value: AtomicU64::new(0f64.to_bits()),
+            value: Mutex::new(0.0),
         })
     }
 
@@ -207,25 +205,16 @@ impl CounterFn for OtelCounter {
 pub struct OtelGauge {
     instrument: opentelemetry::metrics::Gauge<f64>,
     attributes: Vec<KeyValue>,
-    /// The current value's bits.
-    value: AtomicU64,
+    /// The current value, held while it is recorded: two changes at once are recorded in
+    /// the order they were made, so the last one recorded is the value.
+    value: Mutex<f64>,
 }
 
 impl OtelGauge {
     fn update(&self, change: impl Fn(f64) -> f64) {
-        let mut now = self.value.load(Ordering::Relaxed);
-        loop {
-            let next = change(f64::from_bits(now));
-            match self.value.compare_exchange_weak(
-                now,
-                next.to_bits(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return self.instrument.record(next, &self.attributes),
-                Err(actual) => now = actual,
-            }
-        }
+        let mut value = self.value.lock().unwrap_or_else(PoisonError::into_inner);
+        *value = change(*value);
+        self.instrument.record(*value, &self.attributes);
     }
 }
 
