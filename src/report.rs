@@ -153,12 +153,7 @@ pub fn timeline(message: &MessageDetail) -> String {
         .events
         .iter()
         .map(|event| {
-            let said = event
-                .smtp_reply
-                .as_deref()
-                .or(event.detail.as_deref())
-                .or(event.error_class.as_deref())
-                .unwrap_or_default();
+            let said = event.said();
             vec![
                 event
                     .at

@@ -42,6 +42,18 @@ pub struct Event {
     pub detail: Option<String>,
 }
 
+impl Event {
+    /// What was said, in one text for a reader: the relay's reply, else the detail, else
+    /// the failure's class; empty for an event with none of them.
+    pub fn said(&self) -> &str {
+        self.smtp_reply
+            .as_deref()
+            .or(self.detail.as_deref())
+            .or(self.error_class.as_deref())
+            .unwrap_or_default()
+    }
+}
+
 /// The timelines of the messages `ids`, each oldest first.
 pub async fn events_of(
     pool: &PgPool,

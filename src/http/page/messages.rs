@@ -94,12 +94,7 @@ fn message_view(message: &MessageDetail) -> Value {
         .events
         .iter()
         .map(|e| {
-            let said = e
-                .smtp_reply
-                .as_deref()
-                .or(e.detail.as_deref())
-                .or(e.error_class.as_deref())
-                .unwrap_or_default();
+            let said = e.said();
             context! {
                 at => e.at.to_rfc3339(),
                 at_short => e.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
