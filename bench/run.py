@@ -11,9 +11,10 @@ Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, r
 dbcost, baseline.
 Needs:
 cargo, psql, PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's
-`postfix`), pgbouncer (Debian's, for `pooled`), and
-psycopg (`pip install psycopg[binary]`). Every scenario uses a database of its own and drops
-it afterwards. Nothing here asserts a time: it measures and prints.
+`postfix`), pgbouncer (Debian's, for `pooled`), Node.js with `npm ci --prefix bench`
+(graphile-worker, which `dbcost` measures beside outboxd), and psycopg
+(`pip install psycopg[binary]`). Every scenario uses a database of its own and drops it
+afterwards. Nothing here asserts a time: it measures and prints.
 """
 
 import argparse
@@ -150,11 +151,16 @@ class Outboxd:
         return float("nan")
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        terminate(self.proc)
+
+
+def terminate(proc):
+    """SIGTERM, and SIGKILL if it has not exited within a minute."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def cpu_by_program(names):
@@ -1052,6 +1058,9 @@ def main():
     parser.add_argument("--relay-seconds", type=int, default=60, help="the most each relay row runs")
     parser.add_argument("--lanes-bulk", type=int, default=2400, help="the lanes scenario's bulk run")
     parser.add_argument("--dbcost-messages", type=int, default=20_000, help="the dbcost scenario's messages")
+    parser.add_argument("--dbcost-rate", type=int, default=200, help="the dbcost scenario's steady messages a second")
+    parser.add_argument("--dbcost-seconds", type=int, default=60, help="how long the dbcost steady load lasts")
+    parser.add_argument("--dbcost-steady-runs", type=int, default=3, help="the dbcost steady load's runs")
     parser.add_argument("--lanes-seconds", type=int, default=30, help="how long transactional messages are committed")
     parser.add_argument("--big-rows", type=int, default=10_000_000)
     parser.add_argument("--rate", type=int, default=200)

@@ -27,6 +27,12 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
             "2",
             "--dbcost-messages",
             "100",
+            "--dbcost-rate",
+            "50",
+            "--dbcost-seconds",
+            "2",
+            "--dbcost-steady-runs",
+            "1",
             "--big-rows",
             "2000",
         ])
@@ -62,12 +68,16 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
         "### Relay that pushes back",
         "### Lanes",
         "### Database cost",
+        "### Database cost in steady traffic",
         "### Baseline",
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
     }
     // The latency sweep ends with its fit of what a message and a cycle cost.
     assert!(stdout.contains("Fit CPU ms/msg = W + B / n"), "{stdout}");
+    // graphile-worker (`npm ci --prefix bench`, which .ci/run does) is measured beside
+    // outboxd, in the drain and in steady traffic.
+    assert_eq!(stdout.matches("| graphile-worker |").count(), 2, "{stdout}");
     // The replicas scenario counts what the sink received: every message, once.
     assert!(
         stdout.contains("| 2 | 8 | ") && stdout.contains("| 300 | 0 |"),
