@@ -70,8 +70,9 @@ pub struct ClaimRequest<'a> {
 /// them, of a payload within the size limit) and which of them are on the suppression list,
 /// which saves the dispatcher a round trip per batch. It reads them by a simpler rule than
 /// the renderer's parser (the part between `<` and `>`, else the whole text, its ASCII letters lower-cased
-/// as the list's normal form has them, `suppression::address_key`; not `lower()`, which
-/// folds KELVIN SIGN into `k` and would take one mailbox for another):
+/// as the list's normal form has them, `suppression::address_key`: `lower()` under the "C"
+/// collation, which changes A to Z only; under another, it folds KELVIN SIGN into `k` and
+/// would take one mailbox for another):
 /// the dispatcher looks up separately any address the renderer finds that this rule did not
 /// (an internationalized domain, say), so the list is always checked for exactly the
 /// addresses mailed. Nothing a payload holds can fail this part of the statement, which
@@ -176,9 +177,9 @@ const CLAIM: &str = concat!(
            c.was_due_at, c.tier, k.looked_up, s.listed, s.reasons \
     FROM claimed AS c \
     CROSS JOIN LATERAL ( \
-        SELECT coalesce(array_agg(translate(btrim(CASE WHEN strpos(a, '<') > 0 \
-                   THEN coalesce(substring(a FROM '<([^<>]*)>[[:space:]]*$'), a) ELSE a END), \
-                   'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')) \
+        SELECT coalesce(array_agg(lower(btrim(CASE WHEN strpos(a, '<') > 0 \
+                   THEN coalesce(substring(a FROM '<([^<>]*)>[[:space:]]*$'), a) ELSE a END) \
+                   COLLATE \"C\") COLLATE \"default\") \
                    FILTER (WHERE a IS NOT NULL), '{}') AS looked_up \
         FROM jsonb_array_elements_text(c.envelope) AS e(a) \
     ) AS k \

@@ -41,9 +41,20 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_message_events", "SELECT"),
     table("outbox_message_events", "INSERT"),
     table("outbox_message_events", "DELETE"),
-    // The recipient lookup's index expression: every outcome that ends a row evaluates it.
+    // The recipient lookup's index expressions: every outcome that ends a row evaluates
+    // them.
     Right {
         object: "outbox_recipient_keys(jsonb)",
+        privilege: "EXECUTE",
+        is_function: true,
+    },
+    Right {
+        object: "outbox_single_recipient(jsonb)",
+        privilege: "EXECUTE",
+        is_function: true,
+    },
+    Right {
+        object: "outbox_single_recipient_key(jsonb)",
         privilege: "EXECUTE",
         is_function: true,
     },

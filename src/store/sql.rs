@@ -13,6 +13,14 @@ macro_rules! pending {
     };
 }
 
+/// A row that has ended: sent or dead-lettered. The recipient lookup's indexes' predicate
+/// (migrations 19 and 20), with which of them holds the row.
+macro_rules! ended {
+    () => {
+        "(dispatched_at IS NOT NULL OR dead_lettered_at IS NOT NULL)"
+    };
+}
+
 /// A dead letter an operator has not discarded.
 macro_rules! dead_letter {
     () => {

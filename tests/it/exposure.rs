@@ -245,7 +245,9 @@ async fn readiness_names_each_right_the_role_lacks() {
         "CREATE ROLE {role} LOGIN; \
          GRANT SELECT ON outbox_schema_migrations TO {role}; \
          REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC; \
-         REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC"
+         REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC; \
+         REVOKE EXECUTE ON FUNCTION outbox_single_recipient(jsonb) FROM PUBLIC; \
+         REVOKE EXECUTE ON FUNCTION outbox_single_recipient_key(jsonb) FROM PUBLIC"
     )))
     .execute(&db.pool)
     .await

@@ -251,3 +251,121 @@ async fn lookups_that_cannot_be_meant_are_refused_with_what_was_wrong() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// Every shape of envelope a payload may have, and the addresses it names, in the lookup's
+/// form: one recipient (the B-tree index), or several, or one with a `cc` or `bcc` (the GIN
+/// index).
+fn envelopes() -> Vec<(Value, Vec<&'static str>)> {
+    let with = |fields: Value| {
+        let mut payload = verification("unused@example.com");
+        for (field, value) in fields.as_object().expect("fields") {
+            payload[field] = value.clone();
+        }
+        payload
+    };
+    vec![
+        (
+            with(serde_json::json!({"to": "solo-a@example.com"})),
+            vec!["solo-a@example.com"],
+        ),
+        (
+            with(serde_json::json!({"to": "Eve Example <Solo-B@Example.COM>"})),
+            vec!["solo-b@example.com"],
+        ),
+        // KELVIN SIGN stays as it is: only ASCII letters are lower-cased.
+        (
+            with(serde_json::json!({"to": "\u{212A}elvin-i@Example.com"})),
+            vec!["\u{212A}elvin-i@example.com"],
+        ),
+        (
+            with(serde_json::json!({"to": ["pair-c@example.com", "Dee <pair-d@example.com>"]})),
+            vec!["pair-c@example.com", "pair-d@example.com"],
+        ),
+        (
+            with(serde_json::json!({"to": "cc-e@example.com", "cc": ["cc-f@example.com"]})),
+            vec!["cc-e@example.com", "cc-f@example.com"],
+        ),
+        (
+            with(serde_json::json!({"to": "bcc-g@example.com", "bcc": "bcc-h@example.com"})),
+            vec!["bcc-g@example.com", "bcc-h@example.com"],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_lookups_indexes() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
+    let mut sent = Vec::new();
+    for (payload, addresses) in envelopes() {
+        sent.push((db.enqueue("account_verification", payload).await, addresses));
+    }
+    for (id, _) in &sent {
+        while !db.row(*id).await.dispatched {
+            app.dispatcher.dispatch_once().await.unwrap();
+        }
+    }
+    for (id, addresses) in &sent {
+        for address in addresses {
+            let found = api(
+                &addr,
+                "GET",
+                &format!("/api/v1/messages?recipient={address}"),
+                None,
+            )
+            .await;
+            assert_eq!(found.status, 200, "{}", found.body);
+            let found: Value = serde_json::from_str(&found.body).unwrap();
+            let ids: Vec<i64> = found["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .filter_map(|m| m["id"].as_i64())
+                .collect();
+            assert_eq!(ids, [*id], "{address}: {found}");
+        }
+    }
+    let lookalike = api(
+        &addr,
+        "GET",
+        "/api/v1/messages?recipient=kelvin-i@example.com",
+        None,
+    )
+    .await;
+    assert_eq!(lookalike.status, 200, "{}", lookalike.body);
+    let lookalike: Value = serde_json::from_str(&lookalike.body).unwrap();
+    assert_eq!(lookalike["messages"], serde_json::json!([]), "{lookalike}");
+    // On a table the size of a real one, the lookup reads the ended rows from its two
+    // indexes: 20 000 more sent rows, one recipient each.
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+         SELECT 'account_verification', jsonb_build_object('to', 'u' || g || '@example.com'), now() \
+         FROM generate_series(1, 20000) AS g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE outbox_messages")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let plan: (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        outboxd::store::messages::BY_RECIPIENT
+    )))
+    .bind(vec!["cc-f@example.com".to_owned()])
+    .bind(None::<i64>)
+    .bind(50_i64)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let plan = plan.0.to_string();
+    for index in [
+        "outbox_messages_single_recipient_idx",
+        "outbox_messages_many_recipients_idx",
+    ] {
+        assert!(plan.contains(index), "{index} not in {plan}");
+    }
+    app.dispatcher.release_connection();
+}
