@@ -35,6 +35,26 @@ class Outboxd:
     def start(self, url, port):
         return self.bench.Outboxd(url, port)
 
+    @staticmethod
+    def histories(choices):
+        return choices
+
+    @staticmethod
+    def history_said(count):
+        return f"{count} sent rows" if count else "empty table"
+
+    def history(self, conn, count):
+        """`count` messages sent an hour ago, as retention keeps them."""
+        if not count:
+            return
+        conn.execute(
+            "INSERT INTO outbox_messages (kind, payload, created_at, not_before, dispatched_at) "
+            "SELECT 'account_verification', jsonb_build_object('to', 'old' || g || '@example.com', "
+            "'name', 'User', 'verify_url', 'https://app.example/verify?t=' || md5(g::text)), "
+            "now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour' "
+            "FROM generate_series(1, %s) AS g", (count,))
+        conn.execute("VACUUM ANALYZE outbox_messages")
+
     def pending(self, conn):
         return conn.execute("SELECT EXISTS (SELECT 1 FROM outbox_messages "
                             "WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL)").fetchone()[0]
@@ -44,9 +64,9 @@ class Outboxd:
                             "WHERE relname = 'outbox_messages'").fetchone()[0]
 
     def sent_times(self, conn, _proc):
-        return {int(RECIPIENT.match(to).group(1)): at for to, at in conn.execute(
+        return {int(m.group(1)): at for to, at in conn.execute(
             "SELECT payload->>'to', extract(epoch FROM dispatched_at)::float8 "
-            "FROM outbox_messages WHERE dispatched_at IS NOT NULL")}
+            "FROM outbox_messages WHERE dispatched_at IS NOT NULL") if (m := RECIPIENT.match(to))}
 
 
 class GraphileWorker:
@@ -73,6 +93,18 @@ class GraphileWorker:
 
     def start(self, url, port):
         return Node(self, f"{url}?application_name={self.application}", port)
+
+    @staticmethod
+    def histories(_choices):
+        return (0,)
+
+    @staticmethod
+    def history_said(_count):
+        return "its defaults"
+
+    def history(self, conn, _count):
+        """Nothing: graphile-worker deletes a job once it is done."""
+        conn.execute("VACUUM ANALYZE graphile_worker._private_jobs")
 
     def pending(self, conn):
         return conn.execute("SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)").fetchone()[0]
