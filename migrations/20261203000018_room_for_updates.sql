@@ -22,21 +22,16 @@ SET LOCAL lock_timeout = '2s';
 
 ALTER TABLE outbox_messages SET (fillfactor = 50);
 
--- Whether a payload names exactly one recipient: `to` a string, and no `cc` or `bcc`. Most
--- messages do; their lookup key is one text, for a B-tree (next migration).
-CREATE FUNCTION outbox_single_recipient(payload jsonb) RETURNS boolean
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-    SELECT coalesce(jsonb_typeof(payload -> 'to') = 'string', false)
-           AND NOT payload ?| ARRAY['cc', 'bcc']
-    $$;
-
--- That recipient in the lookup's form, exactly as `outbox_recipient_keys` writes it: the
+-- The recipient of a payload that names exactly one (`to` a string, and no `cc` or `bcc`:
+-- most messages) in the lookup's form, exactly as `outbox_recipient_keys` writes it: the
 -- part between `<` and `>`, else the whole text, trimmed, its ASCII letters lower-cased
 -- (`lower` under the "C" collation changes A to Z only, as `translate` over them did, at a
--- twentieth of the cost). Both functions are plain expressions, which PostgreSQL inlines:
--- evaluated for the index at each outcome that ends a row, they cost under a microsecond
--- where `outbox_recipient_keys`, a function with a subquery, costs ten.
+-- twentieth of the cost). A plain expression, which PostgreSQL inlines: evaluated for the
+-- index at each outcome that ends such a row, it costs under a microsecond where
+-- `outbox_recipient_keys`, a function with a subquery, costs ten. Which payloads have one
+-- recipient is written out in the indexes' predicates (next migrations) rather than in a
+-- function: a partial index's predicate is prepared at every insert into the table, a
+-- producer's too, and a function there would need EXECUTE from every producer's role.
 CREATE FUNCTION outbox_single_recipient_key(payload jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$

@@ -1,6 +1,8 @@
 -- no-transaction
 -- The recipient lookup's index for ended messages with one recipient (most of them): a
--- B-tree over `outbox_single_recipient_key`. It replaces, for those rows, the GIN index
+-- B-tree over `outbox_single_recipient_key`, for the payloads whose `to` is a string and
+-- that have no `cc` or `bcc` (src/store/sql.rs, `single_recipient!`, repeats the predicate
+-- for the lookup, which must match it as text). It replaces, for those rows, the GIN index
 -- of migration 17, which evaluated `outbox_recipient_keys` (ten microseconds: two thirds
 -- of the outcome write's PostgreSQL time in a drain) and wrote 176 B of WAL a message,
 -- half of it full-page images of its splits; a B-tree entry costs about 80 B. Messages
@@ -18,4 +20,5 @@
 CREATE INDEX CONCURRENTLY outbox_messages_single_recipient_idx
     ON outbox_messages (outbox_single_recipient_key(payload))
     WHERE (dispatched_at IS NOT NULL OR dead_lettered_at IS NOT NULL)
-      AND outbox_single_recipient(payload);
+      AND coalesce(jsonb_typeof(payload -> 'to') = 'string', false)
+      AND NOT payload ?| ARRAY['cc', 'bcc'];

@@ -7,4 +7,5 @@
 CREATE INDEX CONCURRENTLY outbox_messages_many_recipients_idx
     ON outbox_messages USING gin (outbox_recipient_keys(payload)) WITH (fastupdate = off)
     WHERE (dispatched_at IS NOT NULL OR dead_lettered_at IS NOT NULL)
-      AND NOT outbox_single_recipient(payload);
+      AND NOT (coalesce(jsonb_typeof(payload -> 'to') = 'string', false)
+               AND NOT payload ?| ARRAY['cc', 'bcc']);

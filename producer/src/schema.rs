@@ -22,6 +22,7 @@ pub const OBJECTS: &[&str] = &[
     "outbox_kind_pauses",
     "outbox_message_events",
     "outbox_recipient_keys",
+    "outbox_single_recipient_key",
     "outbox_on_the_calendar",
     "outbox_messages_set_next_attempt",
     "outbox_messages_notify",

@@ -172,14 +172,16 @@ pub const BY_RECIPIENT: &str = concat!(
     "WITH ended AS MATERIALIZED ( \
              SELECT id FROM outbox_messages WHERE ",
     ended!(),
-    "      AND outbox_single_recipient(payload) \
-               AND outbox_single_recipient_key(payload) = ANY($1) \
+    " AND ",
+    single_recipient!(),
+    " AND outbox_single_recipient_key(payload) = ANY($1) \
                AND ($2::bigint IS NULL OR id < $2) \
              UNION ALL \
              SELECT id FROM outbox_messages WHERE ",
     ended!(),
-    "      AND NOT outbox_single_recipient(payload) \
-               AND outbox_recipient_keys(payload) && $1 \
+    " AND NOT (",
+    single_recipient!(),
+    ") AND outbox_recipient_keys(payload) && $1 \
                AND ($2::bigint IS NULL OR id < $2) \
          ), waiting AS MATERIALIZED ( \
              SELECT id FROM outbox_messages WHERE ",

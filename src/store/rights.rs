@@ -49,11 +49,6 @@ pub const RUN_RIGHTS: &[Right] = &[
         is_function: true,
     },
     Right {
-        object: "outbox_single_recipient(jsonb)",
-        privilege: "EXECUTE",
-        is_function: true,
-    },
-    Right {
         object: "outbox_single_recipient_key(jsonb)",
         privilege: "EXECUTE",
         is_function: true,

@@ -21,6 +21,17 @@ macro_rules! ended {
     };
 }
 
+/// A payload with one recipient: `to` a string, and no `cc` or `bcc`. The recipient
+/// lookup's B-tree index holds the ended rows that match (their key is
+/// `outbox_single_recipient_key`, migration 18), its GIN index the others (migrations 19
+/// and 20, whose predicates this repeats as text: the planner matches them so).
+macro_rules! single_recipient {
+    () => {
+        "coalesce(jsonb_typeof(payload -> 'to') = 'string', false) \
+         AND NOT payload ?| ARRAY['cc', 'bcc']"
+    };
+}
+
 /// A dead letter an operator has not discarded.
 macro_rules! dead_letter {
     () => {

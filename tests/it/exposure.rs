@@ -246,7 +246,6 @@ async fn readiness_names_each_right_the_role_lacks() {
          GRANT SELECT ON outbox_schema_migrations TO {role}; \
          REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC; \
          REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC; \
-         REVOKE EXECUTE ON FUNCTION outbox_single_recipient(jsonb) FROM PUBLIC; \
          REVOKE EXECUTE ON FUNCTION outbox_single_recipient_key(jsonb) FROM PUBLIC"
     )))
     .execute(&db.pool)
@@ -407,5 +406,42 @@ async fn run_refuses_a_schema_newer_than_itself() {
             "error: the outbox schema is at version 99990101000000, newer than this outboxd"
         ),
         "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn an_applications_role_with_insert_alone_enqueues_though_it_may_execute_no_function_of_outboxd()
+ {
+    let db = TestDb::new().await;
+    let suffix = &db.name[db.name.len() - 8..];
+    let role = format!("app_{suffix}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN; \
+         GRANT INSERT ON outbox_messages TO {role}; \
+         REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // The partial indexes' predicates are prepared at every insert: none may call a
+    // function the application's role has no right to.
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    let app = sqlx::PgPool::connect(&url).await.unwrap();
+    let inserted = sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload) \
+         VALUES ('account_verification', '{\"to\": \"ann@example.com\", \"cc\": [\"bo@example.com\"]}')",
+    )
+    .execute(&app)
+    .await;
+    app.close().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP OWNED BY {role}; DROP ROLE {role}"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        inserted.expect("the application's insert").rows_affected(),
+        1
     );
 }

@@ -129,6 +129,12 @@ async fn in_a_schema_of_its_own_through_a_transaction_pooler_everything_outboxd_
     assert_eq!(ended_by, "outboxd");
     each_once(&smtp, 200);
 
+    // The recipient lookup reads the schema's indexes and functions.
+    let found = in_schema(
+        &pooled,
+        &["messages", "--recipient", "User7@example.com", "--json"],
+    );
+    assert!(found.contains("user7@example.com"), "{found}");
     let stats = in_schema(&pooled, &["stats", "--json"]);
     assert!(stats.contains("account_verification"), "{stats}");
     assert_eq!(
