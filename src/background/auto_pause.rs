@@ -54,6 +54,6 @@ async fn check(
     let Some(reason) = rule.breach(&recent) else {
         return Ok(None);
     };
-    let paused = pauses::pause_automatically(pool, kind, &reason).await?;
+    let paused = pauses::pause_automatically(pool, kind, &reason, recent.since).await?;
     Ok(paused.then_some(reason))
 }

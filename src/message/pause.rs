@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::validate_kind;
@@ -70,6 +71,9 @@ pub struct RecentSends {
     pub sends: i64,
     pub hard_bounces: i64,
     pub complaints: i64,
+    /// Where the judged sends begin: the kind's last resume, or a day ago. A pause on this
+    /// judgment is void once a later resume is on record.
+    pub since: DateTime<Utc>,
 }
 
 impl AutoPause {
@@ -155,6 +159,7 @@ mod tests {
             sends,
             hard_bounces,
             complaints,
+            since: DateTime::UNIX_EPOCH,
         };
         let rule = auto_pause();
         assert_eq!(rule.breach(&recent(99, 99, 99)), None, "too few to judge");

@@ -10,7 +10,7 @@ use sqlx::{FromRow, PgPool};
 
 use super::NOTIFY_CHANNEL;
 use super::admin::audit;
-use super::statements::{Bound, begin_bounded, fetch_all_alone, query, query_as};
+use super::statements::{Bound, begin_bounded, fetch_all_alone, query, query_as, query_scalar};
 use crate::message::{AUTOMATIC_ACTOR, MAX_PAUSE_REASON_CHARS, RecentSends};
 use crate::suppression::marks::{mark_complaint, mark_hard_bounce};
 use crate::text::cut;
@@ -90,17 +90,24 @@ pub async fn list(pool: &PgPool) -> Result<Vec<Pause>, sqlx::Error> {
     .await
 }
 
-/// Pauses `kind` on a bounce or complaint breach, unless it is paused already (by an
-/// operator, or by another replica a moment before), with the audit entry. True when this
-/// call paused it.
+/// Pauses `kind` on a bounce or complaint breach of the sends judged from `judged_since`,
+/// unless it is paused already (by an operator, or by another replica a moment before),
+/// with the audit entry. True when this call paused it.
+///
+/// An operator's resume can commit between the read of the sends and this write: the
+/// insert then finds no pause in its way, and would pause the kind again on sends the
+/// resume set aside. So once the row is in, a fresh snapshot looks for a resume after
+/// `judged_since` and rolls the pause back if one is there. A resume that deleted the pause
+/// this insert waited on has committed by then, so the look cannot miss it.
 pub async fn pause_automatically(
     pool: &PgPool,
     kind: &str,
     reason: &str,
+    judged_since: DateTime<Utc>,
 ) -> Result<bool, sqlx::Error> {
     let reason = cut(reason, MAX_PAUSE_REASON_CHARS);
     let mut tx = pool.begin().await?;
-    let paused = query(
+    let inserted = query(
         "INSERT INTO outbox_kind_pauses (kind, reason, paused_by, automatic) \
          VALUES ($1, $2, $3, true) ON CONFLICT (kind) DO NOTHING",
     )
@@ -109,21 +116,34 @@ pub async fn pause_automatically(
     .bind(AUTOMATIC_ACTOR)
     .execute(&mut *tx)
     .await?
-    .rows_affected()
-        > 0;
-    if paused {
-        audit(
-            &mut tx,
-            AUTOMATIC_ACTOR,
-            "auto_pause",
-            kind,
-            1,
-            Some(reason),
-        )
-        .await?;
+    .rows_affected();
+    if inserted == 0 {
+        return Ok(false);
     }
+    let resumed_since: bool = query_scalar(concat!(
+        "SELECT EXISTS (SELECT FROM outbox_admin_audit WHERE action = '",
+        audit_resume!(),
+        "' AND target = $1 AND at > $2)"
+    ))
+    .bind(kind)
+    .bind(judged_since)
+    .fetch_one(&mut *tx)
+    .await?;
+    if resumed_since {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    audit(
+        &mut tx,
+        AUTOMATIC_ACTOR,
+        "auto_pause",
+        kind,
+        1,
+        Some(reason),
+    )
+    .await?;
     tx.commit().await?;
-    Ok(paused)
+    Ok(true)
 }
 
 /// `kind`'s latest `window` sends of the last day since it was last resumed (a resume
@@ -173,7 +193,8 @@ pub async fn recent_sends(
         "') AS hard_bounces, \
                 count(*) FILTER (WHERE feedback = '",
         mark_complaint!(),
-        "') AS complaints \
+        "') AS complaints, \
+                (SELECT since FROM armed) AS since \
          FROM latest"
     ))
     .bind(kind)

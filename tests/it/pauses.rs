@@ -1,6 +1,7 @@
 //! Pausing a kind: held on every replica and across restarts, sent on resume, out of the
 //! lanes' gauges that page; and every request that cannot be meant refused, changing nothing.
 
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -228,10 +229,9 @@ async fn recent_sends(db: &TestDb, kind: &str) -> outboxd::message::RecentSends 
         .expect("the latest sends")
 }
 
-#[tokio::test]
-async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_check_rearms() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
+/// A replica that checks `FLOWING` for bounces, once `FLOWING` has paused itself: five of
+/// its first twenty invitations went to mailboxes that do not exist, 25% hard bounces.
+async fn a_kind_paused_by_its_bounces(db: &TestDb, smtp: &SmtpServer) -> Outboxd {
     let (url, smtp_url) = (db.url.clone(), smtp.url());
     let flags = [
         "--smtp-url",
@@ -246,7 +246,6 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         "20",
     ];
     let replica = Outboxd::start(&url, &flags, &[]).await;
-    // Five of twenty invitations to mailboxes that do not exist: 25% hard bounces.
     db.insert_many(FLOWING, 15).await;
     sqlx::query(
         "INSERT INTO outbox_messages (kind, payload) \
@@ -265,6 +264,14 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         || async { metric(&replica, &auto_paused).await == Some(1.0) },
     )
     .await;
+    replica
+}
+
+#[tokio::test]
+async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_check_rearms() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let _replica = a_kind_paused_by_its_bounces(&db, &smtp).await;
     let (reason, by): (String, String) =
         sqlx::query_as("SELECT reason, paused_by FROM outbox_kind_pauses WHERE kind = $1")
             .bind(FLOWING)
@@ -314,6 +321,58 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         (judged.sends, judged.hard_bounces),
         (10, 0),
         "the check judges only what was sent after the resume"
+    );
+}
+
+#[tokio::test]
+async fn a_resume_committed_while_the_check_judges_the_sends_before_it_stands() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let _replica = a_kind_paused_by_its_bounces(&db, &smtp).await;
+    db.insert_many(FLOWING, 10).await;
+    // Holding the audit log stops the resume between its delete of the pause and its audit
+    // entry, while the check, still judging the bounces from before it, tries to pause the
+    // kind again and waits on that delete.
+    let mut hold = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE outbox_admin_audit IN SHARE MODE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let resume = outboxd()
+        .args(["resume", "--kind", FLOWING, "--database-url", &db.url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("outboxd resume");
+    eventually(
+        Duration::from_secs(30),
+        "the check waits on the resume's delete",
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event = 'transactionid' \
+                   AND query LIKE 'INSERT INTO outbox_kind_pauses%')",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    hold.commit().await.unwrap();
+    let resume = resume.wait_with_output().expect("outboxd resume");
+    assert!(resume.status.success(), "{resume:?}");
+
+    eventually(Duration::from_secs(30), "sent on resume", || async {
+        db.sent_of(FLOWING).await == 25
+    })
+    .await;
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_kind_pauses")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        paused, 0,
+        "the check paused the kind again on what the resume set aside"
     );
 }
 
