@@ -35,7 +35,7 @@ pub mod stats;
 pub mod suppressions;
 pub mod timeline;
 
-pub use claim::{ClaimRequest, Claimed, claim};
+pub use claim::{CLAIM, ClaimRequest, Claimed, claim};
 pub use kept::KeptConnection;
 pub use listen::{
     CHECK_CHANNEL, linger, listen, notification_round_trip, send_check,

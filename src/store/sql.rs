@@ -99,3 +99,26 @@ macro_rules! recipients_column {
                WHERE jsonb_typeof(r.address) = 'string' ORDER BY f.i, r.j) AS recipients"
     };
 }
+
+/// An address as the suppression list keys it (`suppression::address_key`), from the text
+/// `$address` of an envelope entry: the part between `<` and `>`, else the whole text,
+/// trimmed, its ASCII letters lower-cased. `lower()` under the "C" collation changes A to
+/// Z only; under another, it folds KELVIN SIGN into `k` and would take one mailbox for
+/// another. `outbox_single_recipient_key` (migration 18) keys the recipient lookup's index
+/// the same way.
+macro_rules! address_key {
+    ($address:literal) => {
+        concat!(
+            "lower(btrim(CASE WHEN strpos(",
+            $address,
+            ", '<') > 0 \
+                         THEN coalesce(substring(",
+            $address,
+            " FROM '<([^<>]*)>[[:space:]]*$'), ",
+            $address,
+            ") ELSE ",
+            $address,
+            " END) COLLATE \"C\") COLLATE \"default\""
+        )
+    };
+}

@@ -1,10 +1,11 @@
 //! Claims scan the due index from a floor (so that a transaction left open elsewhere does
 //! not make them walk every row sent since). Rows that commit below the floor must still
-//! go out at once: the insert trigger tells the dispatcher their due time. And no claim
-//! waits for PostgreSQL to JIT-compile it.
+//! go out at once: the insert trigger tells the dispatcher their due time. No claim waits
+//! for PostgreSQL to JIT-compile it, and none reads the suppression list once per row.
 
 use std::time::Duration;
 
+use serde_json::Value;
 use sqlx::postgres::PgListener;
 
 use crate::helpers::{SmtpServer, TestDb, app, verification};
@@ -129,4 +130,62 @@ async fn the_dispatchers_sessions_run_without_jit_compilation() {
         .await
         .unwrap();
     assert_eq!(jit, "off");
+}
+
+#[tokio::test]
+async fn a_claim_reads_a_suppression_list_of_a_thousand_addresses_once_for_its_whole_batch() {
+    let db = TestDb::new().await;
+    // A thousand addresses: few enough that the planner reads the table rather than its
+    // index, which row by row cost 85 us a row.
+    sqlx::query(
+        "INSERT INTO outbox_suppressions (address, reason, source) \
+         SELECT 'gone' || i || '@example.org', 'hard_bounce', 'smtp' \
+         FROM generate_series(1, 1000) AS i",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    db.insert_many("account_verification", 100).await;
+    sqlx::query("ANALYZE outbox_suppressions, outbox_messages")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let plan: (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        outboxd::store::CLAIM
+    )))
+    .bind(100_i64)
+    .bind(60.0_f64)
+    .bind("plan-test")
+    .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .bind(uuid::Uuid::new_v4())
+    .bind(1_000_000_i64)
+    .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .bind(Vec::<String>::new())
+    .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut reads = Vec::new();
+    reads_of("outbox_suppressions", &plan.0[0]["Plan"], &mut reads);
+    assert!(
+        !reads.is_empty(),
+        "the claim did not read the list: {}",
+        plan.0
+    );
+    assert!(
+        reads.iter().all(|loops| *loops == 1),
+        "the list was read {reads:?} times, not once: {}",
+        plan.0
+    );
+}
+
+/// The `Actual Loops` of every node of `plan` that reads `table`.
+fn reads_of(table: &str, plan: &Value, reads: &mut Vec<u64>) {
+    if plan["Relation Name"] == table {
+        reads.push(plan["Actual Loops"].as_u64().unwrap_or(0));
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        reads_of(table, child, reads);
+    }
 }
