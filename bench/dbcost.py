@@ -76,8 +76,7 @@ class BackendCpu:
                 "AND application_name = %s", (self.application,)):
             stat = self.bench.read_text(f"/proc/{pid}/stat")
             if stat:
-                fields = stat.rsplit(")", 1)[1].split()
-                seen[pid] = (int(fields[11]) + int(fields[12])) / self.bench.CLK_TCK
+                seen[pid] = self.bench.stat_cpu_seconds(stat)
         return seen
 
     def sample(self):

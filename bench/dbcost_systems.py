@@ -134,8 +134,7 @@ class Node:
             time.sleep(0.05)
 
     def cpu_seconds(self):
-        fields = self.bench.read_text(f"/proc/{self.proc.pid}/stat").rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / self.bench.CLK_TCK
+        return self.bench.stat_cpu_seconds(self.bench.read_text(f"/proc/{self.proc.pid}/stat"))
 
     def sent_times(self):
         with open(self.log.name) as f:

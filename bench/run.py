@@ -140,8 +140,7 @@ class Outboxd:
 
     def cpu_seconds(self):
         with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+            return stat_cpu_seconds(f.read())
 
     def peak_rss_mib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -163,15 +162,19 @@ def terminate(proc):
         proc.kill()
 
 
+def stat_cpu_seconds(stat):
+    """CPU seconds (user and system) in the text of a /proc/<pid>/stat file."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def process_cpu_seconds(pid):
     """CPU seconds a process has used so far, or 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+            return stat_cpu_seconds(f.read())
     except OSError:
         return 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def cpu_by_program(names):
@@ -185,7 +188,7 @@ def cpu_by_program(names):
             continue
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
         if any(comm.startswith(n) for n in names):
-            total += process_cpu_seconds(pid)
+            total += stat_cpu_seconds(stat)
     return total
 
 
