@@ -85,6 +85,9 @@ pub struct ClaimRequest<'a> {
 /// and never analyzed (a new installation, before autovacuum's first `ANALYZE`) joined
 /// the claimed ids to a scan of the whole table, which every claim then repeated as the
 /// table grew: 857 buffers a claim in the first minute of the long-transaction scenario.
+/// A row another transaction changed after this statement began is locked in its new
+/// version, which the statement's snapshot cannot see: it is left for the next claim (as
+/// a row locked elsewhere is), where a join on the id would have followed it.
 ///
 /// It moves a row's times into the years 1 to 9999 (`outbox_on_the_calendar`, migration 12):
 /// a row written before that migration's CHECKs may hold an infinite time, which the driver
