@@ -8,7 +8,7 @@ smtp-sink on loopback, and prints a table per scenario.
     python3 bench/run.py --messages 2000 --big-rows 20000 --duration 5 --idle 5   # tiny, quick
 
 Scenarios: drain, defaults, latency, longtx, idle, bigtable, replicas, pooled, relay, lanes,
-dbcost, baseline.
+dbcost, statements, baseline.
 Needs:
 cargo, psql, PostgreSQL on 127.0.0.1:5432 (trust), smtp-sink and smtp-source (Debian's
 `postfix`), pgbouncer (Debian's, for `pooled`), Node.js with `npm ci --prefix bench`
@@ -709,14 +709,16 @@ def claim_sql():
             "EXECUTE claim(200, 60, 'bench', NULL, gen_random_uuid(), 4194304, NULL, '{}', NULL); ROLLBACK;\n")
 
 
-def rust_sql_const(file, name):
+def rust_sql_const(file, name, macros_from=()):
     """A `const NAME: &str` of src/store/<file>, with the `concat!` and the fragment macros of
-    src/store/sql.rs and of the file itself it is composed of expanded as rustc expands them."""
+    src/store/sql.rs, of the file itself and of `macros_from` (paths under src/) it is
+    composed of expanded as rustc expands them."""
     store = os.path.join(ROOT, "src", "store")
     source = open(os.path.join(store, file)).read()
     macros = {}
-    for text in (open(os.path.join(store, "sql.rs")).read(), source):
-        for m in re.finditer(r"macro_rules!\s+(\w+)\s*\{(.*?)\n\}", text, re.S):
+    others = [open(os.path.join(ROOT, "src", path)).read() for path in macros_from]
+    for text in (open(os.path.join(store, "sql.rs")).read(), *others, source):
+        for m in re.finditer(r"macro_rules!\s+(\w+)\s*\{(.*?)\n\s*\}\n", text, re.S):
             arms = re.findall(r"\(([^)]*)\)\s*=>\s*\{\s*(.*?)\s*\};", m.group(2), re.S)
             macros[m.group(1)] = [([a.split(":")[0].strip() for a in params.split(",") if a.strip()], body)
                                   for params, body in arms]
@@ -1068,7 +1070,7 @@ def scenario_baseline(args, drain_result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "lanes", "dbcost", "baseline"])
+    parser.add_argument("scenarios", nargs="*", default=["drain", "defaults", "latency", "longtx", "idle", "bigtable", "replicas", "pooled", "relay", "lanes", "dbcost", "statements", "baseline"])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--baseline-messages", type=int, default=20_000)
     parser.add_argument("--pooled-messages", type=int, default=50_000)
@@ -1129,6 +1131,9 @@ def main():
         elif name == "dbcost":
             import dbcost  # noqa: E402  (bench/dbcost.py, beside this file)
             dbcost.run(args, sys.modules[__name__])
+        elif name == "statements":
+            import statements  # noqa: E402  (bench/statements.py, beside this file)
+            statements.run(args, sys.modules[__name__])
         elif name == "baseline":
             scenario_baseline(args, drain_result)
         else:

@@ -69,6 +69,7 @@ fn the_benchmark_runs_every_scenario_at_a_tiny_size() {
         "### Lanes",
         "### Database cost",
         "### Database cost in steady traffic",
+        "### Statements",
         "### Baseline",
     ] {
         assert!(stdout.contains(table), "no {table:?} table:\n{stdout}");
