@@ -79,16 +79,6 @@ pub struct ClaimRequest<'a> {
 /// for the whole batch: read row by row, a list of a thousand addresses was a sequential
 /// scan for each row (85 us each, 34 ms a claim of 400).
 ///
-/// The update finds each locked row by its place in the table (`ctid`, the version the
-/// tier's lock returned; the id is checked as well), not by a join on the id: PostgreSQL
-/// keeps a plan for a prepared statement, and one made while the table was nearly empty
-/// and never analyzed (a new installation, before autovacuum's first `ANALYZE`) joined
-/// the claimed ids to a scan of the whole table, which every claim then repeated as the
-/// table grew: 857 buffers a claim in the first minute of the long-transaction scenario.
-/// A row another transaction changed after this statement began is locked in its new
-/// version, which the statement's snapshot cannot see: it is left for the next claim (as
-/// a row locked elsewhere is), where a join on the id would have followed it.
-///
 /// It moves a row's times into the years 1 to 9999 (`outbox_on_the_calendar`, migration 12):
 /// a row written before that migration's CHECKs may hold an infinite time, which the driver
 /// cannot read back, and which the CHECKs refuse in any update of the row.
@@ -113,8 +103,7 @@ pub const CLAIM: &str = concat!(
           AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
         ORDER BY next_attempt_at, id LIMIT 1 \
     ), urgent AS ( \
-        SELECT id, ctid AS row_at, next_attempt_at, locked_until AS previous_lease, \
-               payload::text AS payload_text, \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
     tier_urgent!(),
     "' AS tier \
@@ -130,8 +119,7 @@ pub const CLAIM: &str = concat!(
         LIMIT $1 \
         FOR NO KEY UPDATE SKIP LOCKED \
     ), regular AS ( \
-        SELECT id, ctid AS row_at, next_attempt_at, locked_until AS previous_lease, \
-               payload::text AS payload_text, \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
     tier_regular!(),
     "' AS tier \
@@ -146,8 +134,7 @@ pub const CLAIM: &str = concat!(
         LIMIT $1 - (SELECT count(*) FROM urgent) \
         FOR NO KEY UPDATE SKIP LOCKED \
     ), bulk AS ( \
-        SELECT id, ctid AS row_at, next_attempt_at, locked_until AS previous_lease, \
-               payload::text AS payload_text, \
+        SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
     tier_bulk!(),
     "' AS tier \
@@ -173,7 +160,7 @@ pub const CLAIM: &str = concat!(
     times_on_the_calendar!(),
     " \
         FROM due \
-        WHERE m.ctid = due.row_at AND m.id = due.id \
+        WHERE m.id = due.id \
         RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority, \
                   m.throttled_releases, \
                   CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload, \
