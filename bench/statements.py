@@ -10,7 +10,6 @@ one batch is always in flight as in the drain. The figure is the backend's CPU t
 /proc, which the rest of the machine does not inflate.
 """
 
-import os
 import statistics
 import time
 import uuid
@@ -63,14 +62,10 @@ class Prepared:
         return [int(result.get_value(i, 0)) for i in range(result.ntuples)]
 
 
-def backend_cpu_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def drain_by_statements(url, claim_sql, record_sql):
+def drain_by_statements(url, claim_sql, record_sql, backend_cpu_seconds):
     """Claims every pending row, writing each batch's outcomes after the next claim;
-    returns (rows claimed, rows written, backend CPU s, wall s)."""
+    returns (rows claimed, rows written, backend CPU s, wall s). `backend_cpu_seconds` is
+    bench/run.py's `process_cpu_seconds`."""
     import psycopg
     with psycopg.connect(url, autocommit=True) as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
@@ -104,7 +99,8 @@ def run(args, bench):
     for run in range(args.repeat):
         with bench.database("outboxd_bench_statements") as url:
             bench.insert_pending(url, messages)
-            claimed, written, cpu, wall = drain_by_statements(url, claim_sql, record_sql)
+            claimed, written, cpu, wall = drain_by_statements(url, claim_sql, record_sql,
+                                                                  bench.process_cpu_seconds)
         if claimed != messages or written != messages:
             raise SystemExit(f"claimed {claimed} and wrote {written} of {messages}")
         rows.append((run + 1, messages / wall, 1000 * cpu / messages))
