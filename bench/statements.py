@@ -27,39 +27,30 @@ RECORD_TYPES = [2950, 1016, 1009, 1009, 1022, 1009, 25, 1009, 1000, 1009, 1007, 
 REPLY = "250 2.0.0 Ok: queued as 4ZtQ1m0bz7z9vB"
 
 
-def text_parameter(value):
-    """`value` in PostgreSQL's text format (arrays as literals), or None for NULL."""
-    def element(x):
-        if x is None:
-            return "NULL"
-        if isinstance(x, bool):
-            return "t" if x else "f"
-        if isinstance(x, str):
-            return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        return str(x)
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, list):
-        return ("{" + ",".join(element(x) for x in value) + "}").encode()
-    return str(value).encode()
-
-
 class Prepared:
-    """One named statement on a libpq connection, executed with text parameters."""
+    """One named statement on a libpq connection, its parameters and results in binary
+    format, as sqlx sends and reads them (text would add PostgreSQL's parsing of array
+    literals and its formatting of every timestamp to the figure)."""
 
-    def __init__(self, pgconn, name, sql, types):
-        self.pgconn, self.name = pgconn, name.encode()
-        result = pgconn.prepare(self.name, sql.encode(), types)
+    def __init__(self, conn, name, sql, types):
+        from psycopg.adapt import Transformer
+        from psycopg.pq import Format
+        self.pgconn, self.name, self.binary = conn.pgconn, name.encode(), Format.BINARY
+        self.transformer = Transformer(conn)
+        self.transformer.set_dumper_types(types, Format.BINARY)
+        result = self.pgconn.prepare(self.name, sql.encode(), types)
         if result.error_message:
             raise RuntimeError(result.error_message.decode())
 
     def __call__(self, *params):
-        result = self.pgconn.exec_prepared(self.name, [text_parameter(p) for p in params])
+        """Executes the statement; returns its rows' first column, a bigint."""
+        values = self.transformer.dump_sequence(params, [self.binary] * len(params))
+        result = self.pgconn.exec_prepared(self.name, values, [self.binary] * len(params),
+                                           result_format=self.binary)
         if result.error_message:
             raise RuntimeError(result.error_message.decode())
-        return [int(result.get_value(i, 0)) for i in range(result.ntuples)]
+        return [int.from_bytes(result.get_value(i, 0), "big", signed=True)
+                for i in range(result.ntuples)]
 
 
 def drain_by_statements(url, claim_sql, record_sql, backend_cpu_seconds):
@@ -69,8 +60,8 @@ def drain_by_statements(url, claim_sql, record_sql, backend_cpu_seconds):
     import psycopg
     with psycopg.connect(url, autocommit=True) as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        claim = Prepared(conn.pgconn, "claim", claim_sql, CLAIM_TYPES)
-        record = Prepared(conn.pgconn, "record", record_sql, RECORD_TYPES)
+        claim = Prepared(conn, "claim", claim_sql, CLAIM_TYPES)
+        record = Prepared(conn, "record", record_sql, RECORD_TYPES)
         cpu, started = backend_cpu_seconds(pid), time.time()
         claimed = written = 0
         in_flight = None
