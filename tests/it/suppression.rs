@@ -2,9 +2,11 @@
 //! mailbox does not exist suppresses its recipient, and operators manage the list through
 //! the API, the page and the CLI, each change audited.
 
+use std::time::Duration;
+
 use serde_json::json;
 
-use outboxd::store::suppressions;
+use outboxd::store::{self, ClaimRequest, suppressions};
 use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
 
 use crate::admin::{admin_app, api, basic, csrf_in};
@@ -61,7 +63,7 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     assert_eq!(received[0].outbox_id, mixed.to_string());
     assert_eq!(state_of(&db, only).await.0.as_deref(), Some("suppressed"));
     // Not a dead letter: the gauge leaves it out; the detail says why.
-    let sample = outboxd::store::sample(&db.pool, std::time::Duration::from_secs(10))
+    let sample = store::sample(&db.pool, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!((sample.totals.dead_letters, sample.totals.pending), (0, 0));
@@ -109,6 +111,51 @@ async fn an_address_the_claim_cannot_read_as_listed_is_still_looked_up_and_suppr
         state_of(&db, unicode).await.0.as_deref(),
         Some("suppressed")
     );
+}
+
+#[tokio::test]
+async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
+    let db = TestDb::new().await;
+    suppress(&db, "ada@example.com", SuppressionReason::Unsubscribe).await;
+    suppress(&db, "dan@example.com", SuppressionReason::Complaint).await;
+    // The dispatcher looks up any address the claim did not read, so only the claim's own
+    // result shows what it read: one recipient in a display-name form, arrays, a string
+    // `cc`, a null `cc`, entries that are not strings, and a payload past the size limit.
+    let shapes = [
+        json!({"to": "Ada <Ada@Example.COM>"}),
+        json!({"to": ["bob@example.com"], "cc": "cy@example.com",
+               "bcc": ["dan@example.com", 42]}),
+        json!({"to": "eve@example.com", "cc": null}),
+        json!({"to": "fay@example.com", "padding": "x".repeat(2_000)}),
+    ];
+    for shape in shapes {
+        db.enqueue("account_verification", shape).await;
+    }
+    let claimed = store::claim(
+        &db.pool,
+        &ClaimRequest {
+            limit: 10,
+            lease: Duration::from_secs(60),
+            worker_id: "test",
+            due_by: None,
+            max_payload_bytes: 1_000,
+            floor: None,
+            bulk_kinds: &[],
+            bulk_floor: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.batch.messages.len(), 4);
+    // The payload past the size limit is not read: it is dead-lettered unsent.
+    let mut looked_up: Vec<_> = claimed.suppression.looked_up.into_iter().collect();
+    looked_up.sort();
+    let expected = ["ada", "bob", "cy", "dan", "eve"].map(|name| format!("{name}@example.com"));
+    assert_eq!(looked_up, expected);
+    let listed = claimed.suppression.listed;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed["ada@example.com"], SuppressionReason::Unsubscribe);
+    assert_eq!(listed["dan@example.com"], SuppressionReason::Complaint);
 }
 
 #[tokio::test]
