@@ -142,6 +142,13 @@ impl Renderer {
     ) -> Result<Self, TemplateLoadError> {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
+        // Debug mode is what makes an error name the variable a payload lacks (`reset_url`
+        // is undefined); minijinja enables it by default only in builds with debug
+        // assertions, so the release binary said `undefined value` and no more. It costs a
+        // note where a template meets an undefined value, and a copy of the template's
+        // source when a render fails; errors are shown by `errors::describe`, which leaves
+        // that copy (and the payload's values in it) out.
+        env.set_debug(true);
         env.set_fuel(Some(TEMPLATE_FUEL));
         let mut names = BTreeSet::new();
         let mut headers_files = BTreeMap::new();
