@@ -406,6 +406,36 @@ async fn metrics_follow_prometheus_conventions() {
             "docs/src/metrics.md does not document {name}"
         );
     }
+    // The page's table of label values lists every value of the labels outboxd defines.
+    let values_of = |label: &str| {
+        page.lines()
+            .find(|line| line.starts_with(&format!("| `{label}` |")))
+            .unwrap_or_else(|| panic!("docs/src/metrics.md has no row for `{label}`"))
+            .to_owned()
+    };
+    let defined = [
+        (
+            "operation",
+            metrics::DatabaseOperation::ALL.map(|o| o.as_str()).to_vec(),
+        ),
+        (
+            "task",
+            metrics::BackgroundTask::ALL.map(|t| t.as_str()).to_vec(),
+        ),
+        (
+            "result",
+            metrics::WebhookResult::ALL.map(|r| r.as_str()).to_vec(),
+        ),
+    ];
+    for (label, values) in defined {
+        let row = values_of(label);
+        for value in values {
+            assert!(
+                row.contains(&format!("`{value}`")),
+                "docs/src/metrics.md's `{label}` row lacks `{value}`: {row}"
+            );
+        }
+    }
     assert!(
         body.contains(&format!(
             r#"outbox_build_info{{version="{}",smtp_enabled="false"}} 1"#,
