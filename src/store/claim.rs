@@ -57,8 +57,11 @@ pub struct ClaimRequest<'a> {
 /// The claim, in three tiers, none taking a kind in `outbox_kind_pauses` (read once per
 /// claim). `urgent` takes transactional due rows with a priority from their own small
 /// index, in order of due time less a minute per priority point, but only those that
-/// would go before the oldest due transactional row without one: a point is a minute of
-/// waiting, so priority-0 rows are never starved. `regular` fills the batch with the
+/// would go before the oldest due transactional row without one that can be claimed now
+/// (`regular_head`, which skips and locks as the tiers do: a row an application's
+/// transaction held open used to hold back every priority row due a minute after it for
+/// as long as it was held): a point is a minute of waiting, so priority-0 rows are never
+/// starved. `regular` fills the batch with the
 /// transactional lane's other due rows from the due index, from the floor up (see
 /// `dispatch::floor`). `bulk` fills what is left with the bulk lane's rows, from the due
 /// index and the bulk floor, and runs only when there are bulk kinds. All are index scans
@@ -102,6 +105,7 @@ pub const CLAIM: &str = concat!(
           AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
           AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
         ORDER BY next_attempt_at, id LIMIT 1 \
+        FOR NO KEY UPDATE SKIP LOCKED \
     ), urgent AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",

@@ -234,6 +234,48 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
 }
 
 #[tokio::test]
+async fn a_priority_message_is_not_held_back_by_an_older_row_an_application_has_locked() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let due = |to: &'static str, priority: i32, minutes_ago: i32| {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO outbox_messages (kind, payload, priority, not_before) \
+             VALUES ('account_verification', $1, $2, now() - make_interval(mins => $3)) \
+             RETURNING id",
+        )
+        .bind(verification(to))
+        .bind(priority)
+        .bind(minutes_ago)
+        .fetch_one(&db.pool)
+    };
+    let locked = due("locked@example.com", 0, 10).await.unwrap();
+    let urgent = due("urgent@example.com", 1, 5).await.unwrap();
+    let plain = due("plain@example.com", 0, 4).await.unwrap();
+    // The oldest due row is held by an application's transaction, as an UPDATE left open
+    // would hold it. A priority-1 row goes before priority-0 rows due a minute after it,
+    // and the oldest of those that can be claimed now is `plain`.
+    let mut application = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE")
+        .bind(locked)
+        .execute(&mut *application)
+        .await
+        .unwrap();
+    let app = app(&db, Some(&smtp.url()), &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    let mut sent: Vec<String> = smtp
+        .wait_for(2, Duration::from_secs(30))
+        .await
+        .into_iter()
+        .map(|m| m.outbox_id)
+        .collect();
+    sent.sort();
+    let mut expected = [urgent.to_string(), plain.to_string()];
+    expected.sort();
+    assert_eq!(sent, expected);
+    application.rollback().await.unwrap();
+}
+
+#[tokio::test]
 async fn without_a_limit_a_relay_that_takes_40_a_second_sets_the_pace_with_few_refusals() {
     let db = TestDb::new().await;
     // Takes 40 messages a second (a second's burst) and answers 454 4.7.0 to the rest.
