@@ -47,7 +47,7 @@ impl SuppressionReason {
 
     pub fn as_str(self) -> &'static str {
         match self {
-            SuppressionReason::HardBounce => "hard_bounce",
+            SuppressionReason::HardBounce => words::reason_hard_bounce!(),
             SuppressionReason::Complaint => "complaint",
             SuppressionReason::Manual => "manual",
             SuppressionReason::Unsubscribe => "unsubscribe",
@@ -101,7 +101,7 @@ impl FeedbackSource {
 
     pub fn as_str(self) -> &'static str {
         match self {
-            FeedbackSource::Smtp => "smtp",
+            FeedbackSource::Smtp => words::source_smtp!(),
             FeedbackSource::Ses => "ses",
             FeedbackSource::Postmark => "postmark",
             FeedbackSource::Webhook => "webhook",
@@ -144,6 +144,26 @@ pub struct NewSuppression {
     pub message_id: Option<i64>,
     /// Suppressed until then; `None` for good.
     pub until: Option<DateTime<Utc>>,
+}
+
+/// The list's stored words that the store's statements write themselves: the `reason` and
+/// `source` of an entry the outcome statement adds for a recipient the server said does not
+/// exist. Macros, so that the SQL's text is composed from the same words as
+/// [`SuppressionReason::as_str`] and [`FeedbackSource::as_str`].
+pub(crate) mod words {
+    macro_rules! reason_hard_bounce {
+        () => {
+            "hard_bounce"
+        };
+    }
+    macro_rules! source_smtp {
+        () => {
+            "smtp"
+        };
+    }
+
+    pub(crate) use reason_hard_bounce;
+    pub(crate) use source_smtp;
 }
 
 /// The marks a row's `feedback` holds, as [`Feedback::mark`] gives them and the store's

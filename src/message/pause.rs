@@ -8,8 +8,21 @@ use serde::Deserialize;
 
 use super::validate_kind;
 
-/// Who pauses a kind automatically, in the pause and the audit log.
-pub const AUTOMATIC_ACTOR: &str = "outboxd";
+/// outboxd itself where it acts on its own: who pauses a kind automatically (in the pause
+/// and the audit log), and who discards a message it ends (`discarded_by` of an expired or
+/// suppressed one). A macro, so that the outcome statement's text is composed from it.
+pub(crate) mod actor {
+    macro_rules! automatic_actor {
+        () => {
+            "outboxd"
+        };
+    }
+
+    pub(crate) use automatic_actor;
+}
+
+/// See [`actor`].
+pub const AUTOMATIC_ACTOR: &str = actor::automatic_actor!();
 
 /// The longest reason kept with a pause.
 pub const MAX_PAUSE_REASON_CHARS: usize = 500;

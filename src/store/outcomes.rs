@@ -10,8 +10,10 @@ use crate::message::actions::{
     action_dead, action_expired, action_release, action_retry, action_sent, action_suppressed,
     class_throttled,
 };
+use crate::message::actor::automatic_actor;
 use crate::message::{Outcome, truncate_error};
 use crate::suppression::marks::mark_hard_bounce;
+use crate::suppression::words::{reason_hard_bounce, source_smtp};
 
 /// The statement that writes outcomes where the claim token still holds, returning
 /// `(id, written)` rows; given `WITH` clauses before the update (ending in a comma), what
@@ -52,7 +54,7 @@ macro_rules! record_outcomes_sql {
              dead_lettered_at = CASE WHEN o.action IN ('", action_dead!(), "', '", action_expired!(), "', '", action_suppressed!(), "') THEN now() END, \
              discarded_at = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN now() \
                                  ELSE m.discarded_at END, \
-             discarded_by = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN 'outboxd' \
+             discarded_by = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN '", automatic_actor!(), "' \
                                  ELSE m.discarded_by END, \
              end_reason = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN o.action \
                                ELSE m.end_reason END, \
@@ -84,7 +86,7 @@ macro_rules! record_outcomes_sql {
              FROM updated WHERE action = '", action_release!(), "' LIMIT 1 \
          ), suppressed AS ( \
              INSERT INTO outbox_suppressions (address, reason, source, detail, message_id) \
-             SELECT DISTINCT ON (bounced) bounced, 'hard_bounce', 'smtp', \
+             SELECT DISTINCT ON (bounced) bounced, '", reason_hard_bounce!(), "', '", source_smtp!(), "', \
                     left(error, 1000), id \
              FROM updated WHERE bounced IS NOT NULL AND suppress \
              ON CONFLICT (address) DO UPDATE SET \
