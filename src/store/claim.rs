@@ -28,6 +28,25 @@ macro_rules! tier_bulk {
         "bulk"
     };
 }
+/// The transactional lane's due rows from its floor, in due order, locked and skipped as
+/// every tier locks and skips, `$limit` of them: the `regular` tier, and its head, which
+/// the `urgent` tier measures a priority row's turn against. One text for both, so that
+/// the head is always a row the tier could take.
+macro_rules! regular_due {
+    ($limit:literal) => {
+        concat!(
+            "FROM outbox_messages WHERE ",
+            pending!(),
+            " AND next_attempt_at <= coalesce($4, now()) \
+              AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
+              AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
+            ORDER BY next_attempt_at, id LIMIT ",
+            $limit,
+            " FOR NO KEY UPDATE SKIP LOCKED"
+        )
+    };
+}
+
 const URGENT: &str = tier_urgent!();
 const REGULAR: &str = tier_regular!();
 const BULK: &str = tier_bulk!();
@@ -97,15 +116,9 @@ pub const CLAIM: &str = concat!(
     "    WITH paused AS ( \
         SELECT coalesce(array_agg(kind), '{}') AS kinds FROM outbox_kind_pauses \
     ), regular_head AS ( \
-        SELECT next_attempt_at FROM outbox_messages \
-        WHERE ",
-    pending!(),
+        SELECT next_attempt_at ",
+    regular_due!("1"),
     " \
-          AND next_attempt_at <= coalesce($4, now()) \
-          AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
-          AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
-        ORDER BY next_attempt_at, id LIMIT 1 \
-        FOR NO KEY UPDATE SKIP LOCKED \
     ), urgent AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
@@ -126,17 +139,9 @@ pub const CLAIM: &str = concat!(
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
     tier_regular!(),
-    "' AS tier \
-        FROM outbox_messages \
-        WHERE ",
-    pending!(),
+    "' AS tier ",
+    regular_due!("$1 - (SELECT count(*) FROM urgent)"),
     " \
-          AND next_attempt_at <= coalesce($4, now()) \
-          AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0 \
-          AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[]) \
-        ORDER BY next_attempt_at, id \
-        LIMIT $1 - (SELECT count(*) FROM urgent) \
-        FOR NO KEY UPDATE SKIP LOCKED \
     ), bulk AS ( \
         SELECT id, next_attempt_at, locked_until AS previous_lease, payload::text AS payload_text, \
                '",
