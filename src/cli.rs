@@ -335,7 +335,7 @@ async fn dead_letters(pool: &sqlx::PgPool, command: DeadLettersCommand) -> anyho
             if json {
                 outln!("{}", serde_json::to_string_pretty(&page)?)?;
             } else {
-                out!("{}", crate::report::dead_letter_table(&page))?;
+                out!("{}", crate::report::dead_letter_table(&page, limit))?;
             }
         }
         DeadLettersCommand::Show { id } => match admin::message(pool, id).await? {

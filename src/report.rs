@@ -48,7 +48,9 @@ fn clip(text: &str, max: usize) -> String {
     cut_with_ellipsis(&text.replace(['\r', '\n'], " "), max).into_owned()
 }
 
-pub fn dead_letter_table(page: &[DeadLetter]) -> String {
+/// A page of dead letters as a table; a page as long as `limit` ends with where the next
+/// one starts (it may be empty: the list may end exactly there).
+pub fn dead_letter_table(page: &[DeadLetter], limit: i64) -> String {
     if page.is_empty() {
         return "no dead letters\n".to_owned();
     }
@@ -78,7 +80,7 @@ pub fn dead_letter_table(page: &[DeadLetter]) -> String {
         ],
         &rows,
     );
-    if let Some(last) = page.last() {
+    if let Some(last) = page.last().filter(|_| page.len() as i64 >= limit) {
         out.push_str(&format!(
             "({} shown; older: --after {})\n",
             page.len(),

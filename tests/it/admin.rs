@@ -951,6 +951,19 @@ async fn the_cli_lists_shows_retries_and_discards_dead_letters() {
         table.contains("smtp_550") && table.contains("c@example.com"),
         "{table}"
     );
+    // Only a full page says where the next one starts.
+    assert!(!table.contains("older:"), "{table}");
+    let (ok, table, _) = run(&["dead-letters", "list", "--limit", "2"]);
+    assert!(ok);
+    assert!(
+        table.contains(&format!("(2 shown; older: --after {b})")),
+        "{table}"
+    );
+    let (ok, table, _) = run(&["dead-letters", "list", "--after", &b.to_string()]);
+    assert!(
+        ok && table.contains("a@example.com") && !table.contains("older:"),
+        "{table}"
+    );
     let (ok, json, _) = run(&["dead-letters", "list", "--kind", "invoice_notice", "--json"]);
     assert!(ok);
     let listed: Value = serde_json::from_str(&json).unwrap();
