@@ -68,7 +68,9 @@ pub use outboxd_producer::EnqueueError;
 /// Whether the database holds the schema this build expects.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
-    #[error("the outbox schema is missing: run `outboxd migrate` first")]
+    #[error(
+        "the outbox schema is missing (from OUTBOXD_SCHEMA, or the search path without it): run `outboxd migrate` first"
+    )]
     Missing,
     #[error(
         "the outbox schema is at version {applied}, this outboxd needs {expected}: run `outboxd migrate`"

@@ -243,7 +243,8 @@ async fn a_missing_schema_gives_one_clear_error_line() {
         .unwrap();
     assert_refused(
         &output,
-        "the outbox schema is missing: run `outboxd migrate` first",
+        "the outbox schema is missing (from OUTBOXD_SCHEMA, or the search path without it): \
+         run `outboxd migrate` first",
     );
     let output = outboxd()
         .args([
