@@ -36,7 +36,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     let Some(schema) = super::schema::current() else {
         carry_over(&mut connection).await?;
-        return migrator.run(&mut *connection).await;
+        return run_and_log(&migrator, &mut connection).await;
     };
     // CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema is
     // there: a schema a DBA made for a role without it must not fail.
@@ -54,9 +54,35 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
     )))
     .execute(&mut connection)
     .await?;
-    let migrated = migrator.run(&mut connection).await;
+    let migrated = run_and_log(&migrator, &mut connection).await;
     let _ = connection.close().await;
     migrated
+}
+
+/// Runs the migrations, logging each one applied: otherwise a first `migrate` and one with
+/// nothing to do would say the same (that the schema is up to date).
+async fn run_and_log(
+    migrator: &Migrator,
+    connection: &mut PgConnection,
+) -> Result<(), MigrateError> {
+    let before: Vec<i64> =
+        query_scalar("SELECT version FROM outbox_schema_migrations WHERE success")
+            .fetch_all(&mut *connection)
+            .await
+            // No table yet: nothing applied.
+            .unwrap_or_default();
+    migrator.run(&mut *connection).await?;
+    let applied = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !before.contains(&m.version));
+    for migration in applied {
+        tracing::info!(
+            version = migration.version,
+            description = %migration.description,
+            "applied migration"
+        );
+    }
+    Ok(())
 }
 
 /// Copies outboxd's rows of `_sqlx_migrations` into a new [`MIGRATIONS_TABLE`], once: only

@@ -271,6 +271,13 @@ async fn migrate_creates_the_database_and_the_schema_and_enqueue_inserts_a_row()
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
+    // Each migration applied is logged, so a first run does not read like one with nothing
+    // to do.
+    let logged = |output: &std::process::Output| {
+        let text = String::from_utf8_lossy(&output.stdout).into_owned() + &stderr(output);
+        text.matches("applied migration").count()
+    };
+    assert_eq!(logged(&output), outboxd::store::MIGRATOR.iter().count());
     let output = outboxd()
         .args(["migrate", "--database-url", &fresh_url])
         .output()
@@ -280,6 +287,7 @@ async fn migrate_creates_the_database_and_the_schema_and_enqueue_inserts_a_row()
         "migrate twice: {}",
         stderr(&output)
     );
+    assert_eq!(logged(&output), 0, "{}", stderr(&output));
 
     let output = outboxd()
         .args([
