@@ -6,7 +6,9 @@
 //! claim that scans from the start of the index walk every message sent since it began
 //! (linear growth, 30 ms after five minutes at 200/s). So a claim scans from a floor: the
 //! lowest `next_attempt_at` of the last batch claimed. No due row below it was left
-//! behind, and rows claimed, retried or released get a `next_attempt_at` of now or later.
+//! behind but those another transaction held locked (an application's lock on a row is
+//! left to the full scan below), and rows claimed, retried or released get a
+//! `next_attempt_at` of now or later.
 //! Each lane has its own floor (`message::Lanes`): the transactional part of a claim would
 //! otherwise walk again, at every claim, the bulk backlog the bulk part has yet to take.
 //! A lane whose part of a claim came back short left no row it could see below the bound

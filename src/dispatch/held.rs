@@ -22,8 +22,10 @@ pub(super) struct HeldOutcomes {
     pub claimed: ClaimedBatch,
     pub decided: Vec<Decided>,
     pub span: tracing::Span,
-    /// When their rows were found locked: the next try skips locked rows at once, and
-    /// comes [`LOCKED_RETRY`] later at the earliest, however often the dispatcher claims.
+    /// When their rows were found locked: the next try comes [`LOCKED_RETRY`] later at the
+    /// earliest, however often the dispatcher claims, and hands them to a waiter that waits
+    /// for the locks on a connection of its own (or, while one already waits, writes them
+    /// skipping the rows still locked).
     locked_at: Option<Instant>,
 }
 

@@ -212,8 +212,8 @@ pub const CLAIM: &str = concat!(
     ) AS s",
 );
 
-/// Claims up to `limit` due rows, highest priority and oldest due first, under a new
-/// lease (see [`CLAIM`]).
+/// Claims up to `limit` due rows under a new lease, in the tiers' order (see [`CLAIM`]),
+/// and returns them highest priority first, then oldest due.
 pub async fn claim<'e>(
     executor: impl PgExecutor<'e>,
     request: &ClaimRequest<'_>,
