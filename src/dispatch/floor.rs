@@ -26,7 +26,8 @@
 //! or a lost LISTEN connection clears the floor. Without LISTEN there is no floor at all.
 //! Notifications are read between drains, not between a drain's claims: a row that
 //! commits late during an unpaced drain (a paced one ends at each second's slots) waits
-//! for the drain's end. A full scan every [`FULL_SCAN_EVERY`] covers what nobody announces
+//! for the drain's end. A full scan every [`FULL_SCAN_EVERY`] (owed to each lane until a
+//! claim has scanned it from the start) covers what nobody announces
 //! (a claim rolled back by a replica that died in the middle of it, a retry written after
 //! a long wait on an application's row lock, whose due time is counted from the wait's
 //! start).
@@ -165,15 +166,24 @@ impl ClaimFloor {
     /// Where the next claim scans from: `None` (the start) when not listening, when no
     /// floor is known, or when a full scan is due.
     pub fn start(&self) -> ScanStart {
+        self.start_at(Instant::now())
+    }
+
+    /// [`Self::start`] at `now`. A full scan that is due clears the floors, rather than
+    /// ignoring them for one claim: a claim that then fails, or whose part for a lane had
+    /// no room (the tiers before it filled the batch), leaves that lane to scan from the
+    /// start at the next claim. Ignored for one claim, the full scan was spent on it, and
+    /// the rows it is there for waited another [`FULL_SCAN_EVERY`].
+    fn start_at(&self, now: Instant) -> ScanStart {
         let mut state = self.lock();
-        let full_scan = Instant::now() >= state.next_full_scan;
-        if full_scan {
-            state.next_full_scan = Instant::now() + FULL_SCAN_EVERY;
+        if now >= state.next_full_scan {
+            state.next_full_scan = now + FULL_SCAN_EVERY;
+            state.floor = Floors::default();
+            state.lowerings += 1;
         }
-        let floor = if state.listening && !full_scan {
-            state.floor
-        } else {
-            Floors::default()
+        let floor = match state.listening {
+            true => state.floor,
+            false => Floors::default(),
         };
         ScanStart {
             floor,
@@ -318,6 +328,25 @@ mod tests {
         floor.heard(heard);
         floor.claimed(start, both(120));
         assert_eq!(floor.start().floor, both(40));
+    }
+
+    #[test]
+    fn a_full_scan_is_owed_to_each_lane_until_a_claim_learns_where_it_starts() {
+        let floor = listening_floor_at(100);
+        let later = Instant::now() + FULL_SCAN_EVERY;
+        assert_eq!(floor.start_at(later).floor, Floors::default());
+        // That claim failed: the next one scans from the start all the same.
+        assert_eq!(floor.start_at(later).floor, Floors::default());
+        // One that learnt of the transactional lane only (the bulk part had no room)
+        // leaves the bulk lane to scan from the start.
+        let start = floor.start_at(later);
+        let transactional_only = Floors {
+            transactional: Some(at(300)),
+            bulk: None,
+        };
+        floor.claimed(start, transactional_only);
+        let next = floor.start_at(later).floor;
+        assert_eq!((next.transactional, next.bulk), (Some(at(300)), None));
     }
 
     #[test]
