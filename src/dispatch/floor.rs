@@ -27,10 +27,9 @@
 //! Notifications are read between drains, not between a drain's claims: a row that
 //! commits late during an unpaced drain (a paced one ends at each second's slots) waits
 //! for the drain's end. A full scan every [`FULL_SCAN_EVERY`] (owed to each lane until a
-//! claim has scanned it from the start) covers what nobody announces
-//! (a claim rolled back by a replica that died in the middle of it, a retry written after
-//! a long wait on an application's row lock, whose due time is counted from the wait's
-//! start).
+//! claim has scanned it from the start) covers what nobody announces (a claim rolled back
+//! by a replica that died in the middle of it, a retry written after a long wait on an
+//! application's row lock, whose due time is counted from the wait's start).
 
 use std::sync::Mutex;
 use std::time::Duration;

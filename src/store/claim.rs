@@ -80,9 +80,8 @@ pub struct ClaimRequest<'a> {
 /// (`regular_head`, which skips and locks as the tiers do: a row an application's
 /// transaction held open used to hold back every priority row due a minute after it for
 /// as long as it was held): a point is a minute of waiting, so priority-0 rows are never
-/// starved. `regular` fills the batch with the
-/// transactional lane's other due rows from the due index, from the floor up (see
-/// `dispatch::floor`). `bulk` fills what is left with the bulk lane's rows, from the due
+/// starved. `regular` fills the batch with the transactional lane's other due rows from
+/// the due index, from the floor up (see `dispatch::floor`). `bulk` fills what is left with the bulk lane's rows, from the due
 /// index and the bulk floor, and runs only when there are bulk kinds. All are index scans
 /// whatever the mix. A tier skips the rows of the other lane and of paused kinds that lie
 /// above its floor; each tier's floor passes them once it claims a row due after them, or
