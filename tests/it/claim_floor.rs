@@ -75,12 +75,7 @@ async fn a_row_an_application_holds_a_key_share_lock_on_is_still_claimed() {
         .await;
     // What a foreign key check from an application's table takes, in a transaction left
     // open: it does not stop an update that keeps the key, and must not stop the claim.
-    let mut application = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT id FROM outbox_messages WHERE id = $1 FOR KEY SHARE")
-        .bind(id)
-        .execute(&mut *application)
-        .await
-        .unwrap();
+    let application = db.hold_row(id, "FOR KEY SHARE").await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
     app.dispatcher.dispatch_once().await.unwrap();
     assert!(db.row(id).await.dispatched, "the row was skipped as locked");

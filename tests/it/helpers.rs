@@ -205,8 +205,24 @@ impl TestDb {
             .expect("enqueue")
     }
 
-    /// Sets a default for the database's new sessions (`value` as SQL: `on`, `'300ms'`);
-    /// `None` resets it.
+    /// An application's transaction holding row `id` with `lock` (`FOR UPDATE`,
+    /// `FOR KEY SHARE`), open until it is rolled back or dropped.
+    pub async fn hold_row(
+        &self,
+        id: i64,
+        lock: &str,
+    ) -> sqlx::Transaction<'static, sqlx::Postgres> {
+        let mut held = self.pool.begin().await.expect("begin");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM outbox_messages WHERE id = $1 {lock}"
+        )))
+        .bind(id)
+        .execute(&mut *held)
+        .await
+        .expect("lock the row");
+        held
+    }
+
     /// `n` messages of `kind` in one statement, due now, with a payload every built-in
     /// template reads; their ids.
     pub async fn insert_many(&self, kind: &str, n: i32) -> Vec<i64> {

@@ -254,12 +254,7 @@ async fn a_priority_message_is_not_held_back_by_an_older_row_an_application_has_
     // The oldest due row is held by an application's transaction, as an UPDATE left open
     // would hold it. A priority-1 row goes before priority-0 rows due a minute after it,
     // and the oldest of those that can be claimed now is `plain`.
-    let mut application = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE")
-        .bind(locked)
-        .execute(&mut *application)
-        .await
-        .unwrap();
+    let application = db.hold_row(locked, "FOR UPDATE").await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
     app.dispatcher.dispatch_once().await.unwrap();
     let mut sent: Vec<String> = smtp

@@ -339,12 +339,7 @@ async fn lock_while_held(
         || async { smtp.held() == 2 },
     )
     .await;
-    let mut open = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE")
-        .bind(row)
-        .execute(&mut *open)
-        .await
-        .unwrap();
+    let open = db.hold_row(row, "FOR UPDATE").await;
     smtp.release();
     eventually(
         Duration::from_secs(30),
