@@ -2,6 +2,7 @@
 //! not make them walk every row sent since). Rows that commit below the floor must still
 //! go out at once: the insert trigger tells the dispatcher their due time. No claim waits
 //! for PostgreSQL to JIT-compile it, and none reads the suppression list once per row.
+//! Nor is a small outcome write planned again each time.
 
 use std::time::Duration;
 
@@ -9,6 +10,8 @@ use serde_json::Value;
 use sqlx::postgres::PgListener;
 
 use crate::helpers::{SmtpServer, TestDb, app, verification};
+use outboxd::message::{Delivery, Outcome};
+use outboxd::store::{self, ClaimRequest, OutcomeRow, RowLocks};
 
 #[tokio::test]
 async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit() {
@@ -183,4 +186,69 @@ fn reads_of(table: &str, plan: &Value, reads: &mut Vec<u64>) {
     for child in plan["Plans"].as_array().into_iter().flatten() {
         reads_of(table, child, reads);
     }
+}
+
+#[tokio::test]
+async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
+    let db = TestDb::new().await;
+    // A table of some size, as every installation's soon is: over a few hundred rows the
+    // plan PostgreSQL would keep lost to the plan of each small write.
+    db.insert_many("account_verification", 2_000).await;
+    sqlx::query("ANALYZE outbox_messages")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut connection = db.pool.acquire().await.unwrap();
+    let request = ClaimRequest {
+        limit: 1,
+        lease: Duration::from_secs(60),
+        worker_id: "plan-test",
+        due_by: None,
+        max_payload_bytes: 1 << 20,
+        floor: None,
+        bulk_kinds: &[],
+        bulk_floor: None,
+    };
+    let sent = Outcome::Sent {
+        via: Delivery::Smtp,
+        reply: None,
+    };
+    let writes = 10;
+    for _ in 0..writes {
+        let batch = store::claim(&mut *connection, &request)
+            .await
+            .unwrap()
+            .batch;
+        let outcomes = [OutcomeRow {
+            id: batch.messages[0].id,
+            outcome: &sent,
+            took: None,
+            bounced: None,
+            suppress: false,
+        }];
+        let recorded = store::record_outcomes(
+            &mut connection,
+            batch.token,
+            "plan-test",
+            &outcomes,
+            RowLocks::WaitBriefly,
+        )
+        .await
+        .unwrap();
+        assert_eq!(recorded.written.len(), 1);
+    }
+    // The five first executions are always planned for their parameters.
+    let (generic, custom): (i64, i64) = sqlx::query_as(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements \
+         WHERE statement LIKE '%UPDATE outbox_messages AS m%INSERT INTO outbox_message_events%' \
+           AND statement NOT LIKE '%pg_prepared_statements%'",
+    )
+    .fetch_one(&mut *connection)
+    .await
+    .unwrap();
+    assert_eq!(
+        (generic, custom),
+        (writes - 5, 5),
+        "the outcome write was planned {custom} times in {writes}"
+    );
 }
