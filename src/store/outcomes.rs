@@ -41,10 +41,11 @@ use crate::suppression::words::{reason_hard_bounce, source_smtp};
 /// The outcomes are limited to as many as there are, which changes nothing but the plan
 /// PostgreSQL keeps: it plans a prepared statement for its first five executions, then
 /// keeps a generic plan only if that costs less than those did. Not knowing the arrays'
-/// length, the generic plan counts ten outcomes, ten lookups by the primary key, and lost
+/// length, the generic plan counted ten outcomes, ten lookups by the primary key, and lost
 /// to the plans of one to four outcomes on any table of more than a few hundred rows: every
 /// write of steady traffic was planned again, 0.2 ms of the 0.5 that writing one outcome
-/// costs PostgreSQL. A `LIMIT` it cannot read when planning makes it count a tenth of them.
+/// costs PostgreSQL. A `LIMIT` it cannot read when planning (the length of `$2`) makes it
+/// count a tenth.
 macro_rules! record_outcomes_sql {
     ($with:literal, $join:literal, $on:literal, $also:literal, $besides:literal) => {
         concat!(

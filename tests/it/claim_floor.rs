@@ -237,7 +237,7 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
         .unwrap();
         assert_eq!(recorded.written.len(), 1);
     }
-    // The five first executions are always planned for their parameters.
+    // The first five executions are always planned for their parameters.
     let (generic, custom): (i64, i64) = sqlx::query_as(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements \
          WHERE statement LIKE '%UPDATE outbox_messages AS m%INSERT INTO outbox_message_events%' \
