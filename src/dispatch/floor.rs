@@ -180,9 +180,10 @@ impl ClaimFloor {
             state.floor = Floors::default();
             state.lowerings += 1;
         }
-        let floor = match state.listening {
-            true => state.floor,
-            false => Floors::default(),
+        let floor = if state.listening {
+            state.floor
+        } else {
+            Floors::default()
         };
         ScanStart {
             floor,
