@@ -269,48 +269,6 @@ pub fn address_key(address: &lettre::Address) -> String {
     format!("{}@{domain}", address.user().to_ascii_lowercase())
 }
 
-/// Whether a permanent SMTP reply says the mailbox does not exist, which suppresses its
-/// recipient: its enhanced status (the code right after the reply code) is `5.1.1` (bad
-/// mailbox), `5.1.10` (null MX) or `5.2.1` (mailbox disabled); or, from a server that sends
-/// no enhanced status, a text such as *user unknown* that does not speak of the sender. A
-/// code quoted further in the text (a relay reporting what another server said of our
-/// sender) does not count, nor does a full mailbox, a policy or a spam refusal.
-pub fn says_mailbox_unknown(reply: &str) -> bool {
-    let text = reply.trim_start().to_ascii_lowercase();
-    let after_code = text
-        .get(3..)
-        .filter(|_| text.as_bytes().iter().take(3).all(u8::is_ascii_digit))
-        .map(|rest| rest.trim_start_matches(['-', ' ']))
-        .unwrap_or(&text);
-    let enhanced = after_code
-        .split(|c: char| c.is_whitespace())
-        .next()
-        .filter(|word| {
-            let parts: Vec<&str> = word.split('.').collect();
-            parts.len() == 3
-                && parts
-                    .iter()
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        });
-    match enhanced {
-        Some(status) => matches!(status, "5.1.1" | "5.1.10" | "5.2.1"),
-        None => {
-            !text.contains("sender")
-                && [
-                    "user unknown",
-                    "unknown user",
-                    "no such user",
-                    "no such mailbox",
-                    "mailbox does not exist",
-                    "mailbox not found",
-                    "address does not exist",
-                ]
-                .iter()
-                .any(|phrase| text.contains(phrase))
-        }
-    }
-}
-
 /// The longest note an operator may keep with an entry (the column's CHECK).
 const MAX_DETAIL_CHARS: usize = 1000;
 
@@ -389,33 +347,6 @@ mod tests {
             normalize_address("\u{00C5}sa@Example.COM").unwrap(),
             "\u{00C5}sa@example.com"
         );
-    }
-
-    #[test]
-    fn only_replies_that_say_the_mailbox_is_unknown_suppress() {
-        for unknown in [
-            "550 5.1.1 <bob@example.com>: Recipient address rejected: User unknown",
-            "550-5.1.1 The email account that you tried to reach does not exist.",
-            "556 5.1.10 Recipient address has null MX",
-            "550 5.2.1 The email account that you tried to reach is disabled.",
-            "550 No such user here",
-            "550 Requested action not taken: mailbox unavailable (user unknown)",
-        ] {
-            assert!(says_mailbox_unknown(unknown), "{unknown}");
-        }
-        for real in [
-            "552 5.2.2 Mailbox full",
-            "554 5.7.1 Message rejected as spam",
-            "550 5.7.26 Unauthenticated email is not accepted",
-            "550 5.1.11 looks like a code but is not one of ours",
-            // Postfix's sender verification quotes what another server said of our sender.
-            "550 5.1.7 <app@sender.test>: Sender address rejected: undeliverable address: \
-             host mx.sender.test said: 550 5.1.1 <app@sender.test>: User unknown",
-            "553 sender address unknown user",
-            "550 5.7.1 Relaying denied: user unknown",
-        ] {
-            assert!(!says_mailbox_unknown(real), "{real}");
-        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::message::{AutoPause, parse_kinds, parse_share};
 #[derive(Clone, Args)]
 pub struct DeliverabilityArgs {
     /// Add a recipient to the suppression list when its server answers that the mailbox
-    /// does not exist (550 5.1.1, 5.1.10, 5.2.1).
+    /// does not exist (550 5.1.1, 5.1.10, 5.1.2, 5.1.6, 5.2.1).
     #[arg(long, env = "OUTBOXD_SUPPRESS_HARD_BOUNCES", default_value_t = true,
           action = clap::ArgAction::Set, value_name = "true|false")]
     pub suppress_hard_bounces: bool,

@@ -156,7 +156,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{AttemptResult, MAX_THROTTLED_RELEASES, PANIC_ERROR_CLASS, outcome_of};
-    use crate::mailer::SendError;
+    use crate::mailer::{Reply, SendError};
     use crate::message::{ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy};
 
     fn message(throttled_releases: i32) -> ClaimedMessage {
@@ -168,8 +168,7 @@ mod tests {
 
     fn throttled() -> AttemptResult {
         AttemptResult::SendFailed(SendError::Deferred {
-            code: Some("454".into()),
-            message: "454 4.7.0 Throttling failure: Maximum sending rate exceeded.".into(),
+            reply: Reply::new(454, "Throttling failure: Maximum sending rate exceeded."),
         })
     }
 

@@ -70,12 +70,9 @@ impl Connection {
         self.mail_accepted = false;
         // After a failure the connection is dropped, not told QUIT: a server slow to answer
         // it must not turn a refusal into a timeout.
-        let parameters = self.mail_parameters(envelope, body).map_err(|message| {
-            TransactionError::Refused(SendError::Deferred {
-                code: None,
-                message,
-            })
-        })?;
+        let parameters = self
+            .mail_parameters(envelope, body)
+            .map_err(|reason| TransactionError::Refused(SendError::deferred(reason)))?;
         let mail = Mail::new(envelope.from().cloned(), parameters);
         let recipients = envelope
             .to()
@@ -256,10 +253,9 @@ fn before_message(e: lettre::transport::smtp::Error, mail_accepted: bool) -> Tra
     if e.status().is_some() || e.is_client() {
         TransactionError::Refused(SendError::from_lettre(&e))
     } else if mail_accepted {
-        TransactionError::Refused(SendError::Deferred {
-            code: None,
-            message: format!("the connection failed during the transaction: {e}"),
-        })
+        TransactionError::Refused(SendError::deferred(format!(
+            "the connection failed during the transaction: {e}"
+        )))
     } else {
         TransactionError::Lost(e)
     }

@@ -5,6 +5,7 @@
 mod connection;
 mod corked;
 mod pool;
+mod reply;
 mod target;
 
 use std::time::Duration;
@@ -14,26 +15,23 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::message::{Delivery, FailureType};
 use crate::text::redact_url;
+pub use reply::{Reply, Status};
 
 /// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
 /// deferral is retried, and an unreachable server may be an outage that is nobody's fault.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SendError {
     /// A 5xx reply: this message will never be accepted as it is.
-    #[error("SMTP server rejected the message: {message}")]
+    #[error("SMTP server rejected the message: {reply}")]
     Rejected {
-        code: Option<String>,
-        message: String,
+        reply: Reply,
         /// The recipient the reply was about: the one whose RCPT it answered, or the only
         /// one of the envelope.
         recipient: Option<String>,
     },
     /// A 4xx reply, or a reply outboxd could not make sense of.
-    #[error("SMTP server deferred the message: {message}")]
-    Deferred {
-        code: Option<String>,
-        message: String,
-    },
+    #[error("SMTP server deferred the message: {reply}")]
+    Deferred { reply: Reply },
     /// No conversation with the server, or it ended before the server took the message:
     /// refused, reset, timed out, or TLS failed. Nothing was delivered.
     #[error("SMTP server unreachable: {0}")]
@@ -45,6 +43,13 @@ pub enum SendError {
 }
 
 impl SendError {
+    /// A deferral with outboxd's own reason: no reply said it.
+    pub(crate) fn deferred(reason: impl Into<String>) -> Self {
+        SendError::Deferred {
+            reply: Reply::own(reason),
+        }
+    }
+
     pub fn failure_type(&self) -> FailureType {
         match self {
             SendError::Rejected { .. } => FailureType::Permanent,
@@ -57,45 +62,28 @@ impl SendError {
     /// `smtp_550`, `unreachable`, ...
     pub fn error_class(&self) -> String {
         match self {
-            SendError::Rejected { code, .. } | SendError::Deferred { code, .. } => code
-                .as_deref()
+            SendError::Rejected { reply, .. } | SendError::Deferred { reply } => reply
+                .code
                 .map_or_else(|| "smtp_error".to_owned(), |c| format!("smtp_{c}")),
             SendError::Unreachable(_) => "unreachable".to_owned(),
             SendError::Ambiguous(_) => "ambiguous".to_owned(),
         }
     }
 
-    /// Whether the relay said it is throttling us: a `421`, `450`, `451`, `452` or `454`
-    /// with enhanced status `4.7.x`, or any 4xx reply that speaks of rate or throttling
-    /// (Amazon SES's `454 Throttling failure`, Gmail's `421 4.7.0 ... rate`), unless it says
-    /// greylisting. Not the message's failure: it is released without an attempt and the
-    /// pace is cut.
+    /// Whether the relay said it is throttling us ([`Reply::is_throttling`]). Not the
+    /// message's failure: it is released without an attempt and the pace is cut.
     pub fn is_throttling(&self) -> bool {
-        let SendError::Deferred { code, message } = self else {
-            return false;
-        };
-        let code = code.as_deref().unwrap_or_default();
-        let policy_code = matches!(code, "421" | "450" | "451" | "452" | "454");
-        let text = message.to_ascii_lowercase();
-        let words = || text.split(|c: char| !c.is_ascii_alphanumeric() && c != '.');
-        let policy_status = words().any(|w| w.starts_with("4.7."));
-        let speaks_of_rate = words().any(|w| {
-            w == "rate" || w == "ratelimit" || w == "ratelimited" || w.starts_with("throttl")
-        });
-        // Greylisting (often 451 4.7.1) wants the message again later, not a slower pace.
-        let greylisted = text.contains("greylist") || text.contains("graylist");
-        !greylisted && ((policy_code && policy_status) || (code.starts_with('4') && speaks_of_rate))
+        matches!(self, SendError::Deferred { reply } if reply.is_throttling())
     }
 
-    /// The recipient a permanent reply said does not exist (`550 5.1.1` and the like):
+    /// The recipient a permanent reply said does not exist ([`Reply::says_mailbox_unknown`]):
     /// the one to add to the suppression list.
     pub fn unknown_recipient(&self) -> Option<&str> {
         match self {
             SendError::Rejected {
-                message,
+                reply,
                 recipient: Some(recipient),
-                ..
-            } if crate::suppression::says_mailbox_unknown(message) => Some(recipient),
+            } if reply.says_mailbox_unknown() => Some(recipient),
             _ => None,
         }
     }
@@ -118,28 +106,24 @@ impl SendError {
     }
 
     fn from_lettre(error: &lettre::transport::smtp::Error) -> Self {
-        let text = error.to_string();
-        let code = error.status().map(|c| c.to_string());
+        let reply = Reply::from_lettre(error);
         // An authentication failure fails every message alike: the server is unusable to
         // us, which is an outage to wait out, not a reason to dead-letter the message.
-        let auth_failure = code
-            .as_deref()
-            .is_some_and(|code| matches!(code, "530" | "534" | "535" | "538"));
-        if auth_failure {
-            SendError::Unreachable(text)
-        } else if error.is_permanent() {
-            SendError::Rejected {
-                code,
-                message: text,
+        let auth_failure = reply
+            .as_ref()
+            .and_then(|reply| reply.code)
+            .is_some_and(|code| matches!(code, 530 | 534 | 535 | 538));
+        match reply {
+            Some(reply) if auth_failure => SendError::Unreachable(reply.to_string()),
+            Some(reply) if error.is_permanent() => SendError::Rejected {
+                reply,
                 recipient: None,
+            },
+            Some(reply) => SendError::Deferred { reply },
+            None if error.is_response() || error.is_client() => {
+                SendError::deferred(error.to_string())
             }
-        } else if error.is_transient() || error.is_response() || error.is_client() {
-            SendError::Deferred {
-                code,
-                message: text,
-            }
-        } else {
-            SendError::Unreachable(text)
+            None => SendError::Unreachable(error.to_string()),
         }
     }
 }
@@ -266,50 +250,5 @@ impl SmtpMailer {
 
     async fn probe(&self) -> Result<(), SendError> {
         self.pool.probe().await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SendError;
-
-    fn deferred(code: &str, message: &str) -> SendError {
-        SendError::Deferred {
-            code: Some(code.to_owned()),
-            message: message.to_owned(),
-        }
-    }
-
-    #[test]
-    fn relays_that_push_back_are_told_from_a_message_deferred_for_its_own_sake() {
-        for throttling in [
-            deferred(
-                "454",
-                "454 Throttling failure: Maximum sending rate exceeded.",
-            ),
-            deferred("421", "421 4.7.0 Try again later, closing connection."),
-            deferred("451", "451 4.7.1 Please reduce your sending rate"),
-            deferred("452", "452 4.7.28 Our system has detected an unusual rate"),
-            deferred("450", "450 too many messages; rate limited"),
-        ] {
-            assert!(throttling.is_throttling(), "{throttling}");
-        }
-        for own_failure in [
-            deferred("451", "451 4.3.0 Temporary local problem"),
-            deferred("452", "452 4.2.2 Mailbox full"),
-            deferred(
-                "450",
-                "450 4.2.1 Moderate delays: separate queue, generate later",
-            ),
-            deferred("550", "550 5.7.1 rate of spam too high"),
-            deferred("451", "451 4.7.1 <a@example.com>: greylisted, attempt 1"),
-            SendError::Rejected {
-                code: Some("554".into()),
-                message: "554 4.7.0 throttled".into(),
-                recipient: None,
-            },
-        ] {
-            assert!(!own_failure.is_throttling(), "{own_failure}");
-        }
     }
 }

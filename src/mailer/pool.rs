@@ -125,10 +125,9 @@ impl Pool {
                     "no reply to the message within {within}; the server may have it"
                 ))))
             }
-            Err(_elapsed) if conn.mail_accepted => Err(SessionError::Failed(SendError::Deferred {
-                code: None,
-                message: format!("no reply within {within} during the transaction"),
-            })),
+            Err(_elapsed) if conn.mail_accepted => Err(SessionError::Failed(SendError::deferred(
+                format!("no reply within {within} during the transaction"),
+            ))),
             Err(_elapsed) => Err(SessionError::Failed(SendError::Unreachable(format!(
                 "no reply within {within}"
             )))),

@@ -162,43 +162,60 @@ async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
 async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_the_next_message() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let first = db
-        .enqueue(
-            "account_verification",
-            verification("unknown-bob@example.com"),
-        )
-        .await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
-    assert!(
-        db.row(first).await.dead,
-        "the first message is dead-lettered"
-    );
-    assert_eq!(state_of(&db, first).await.1.as_deref(), Some("hard_bounce"));
-    let listed = suppressions::get(&db.pool, "unknown-bob@example.com")
-        .await
-        .unwrap()
-        .expect("suppressed");
-    assert_eq!(listed.reason.0, SuppressionReason::HardBounce);
-    assert_eq!(
-        (listed.source.as_str(), listed.message_id),
-        ("smtp", Some(first))
-    );
-    assert!(listed.detail.unwrap().contains("5.1.1"));
+    // Gmail's, Microsoft 365's (after DATA, as Exchange Online refuses) and Postfix's own
+    // replies, as their documentation gives them (tests/support/provider_replies.json).
+    for (address, status) in [
+        ("reply-gmail-5-1-1-bob@example.com", "5.1.1"),
+        ("datareply-microsoft-5-1-10-kim@example.com", "5.1.10"),
+        ("reply-postfix-local-lee@example.com", "5.1.1"),
+    ] {
+        let first = db
+            .enqueue("account_verification", verification(address))
+            .await;
+        app.dispatcher.dispatch_once().await.unwrap();
+        assert!(db.row(first).await.dead, "{address}: dead-lettered");
+        assert_eq!(db.row(first).await.attempts, 1, "{address}: after one try");
+        assert_eq!(
+            state_of(&db, first).await.1.as_deref(),
+            Some("hard_bounce"),
+            "{address}"
+        );
+        let listed = suppressions::get(&db.pool, address)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{address} suppressed"));
+        assert_eq!(listed.reason.0, SuppressionReason::HardBounce);
+        assert_eq!(
+            (listed.source.as_str(), listed.message_id),
+            ("smtp", Some(first))
+        );
+        assert!(listed.detail.unwrap().contains(status), "{address}");
 
-    let next = db
-        .enqueue(
-            "account_verification",
-            verification("Unknown-Bob@example.com"),
-        )
-        .await;
-    app.dispatcher.dispatch_once().await.unwrap();
-    assert_eq!(state_of(&db, next).await.0.as_deref(), Some("suppressed"));
+        let next = db
+            .enqueue(
+                "account_verification",
+                verification(&address.to_uppercase()),
+            )
+            .await;
+        app.dispatcher.dispatch_once().await.unwrap();
+        assert_eq!(
+            state_of(&db, next).await.0.as_deref(),
+            Some("suppressed"),
+            "{address}"
+        );
+    }
     assert!(smtp.messages().is_empty());
 
-    // A refusal for another reason (5.7.1: the mailbox exists), or one about our sender that
-    // quotes another server's 5.1.1, suppresses nobody.
-    for address in ["reject-carol@example.com", "senderverify-erin@example.com"] {
+    // A refusal for another reason (5.7.1: the mailbox exists, whatever its words say), or
+    // one about our sender (Postfix's quoting another server's 5.1.1, Exim's sender
+    // verification), suppresses nobody.
+    for address in [
+        "reply-postfix-policy-user-unknown-carol@example.com",
+        "reply-gmail-5-7-1-spam-dora@example.com",
+        "senderverify-erin@example.com",
+        "reply-exim-sender-verify-fay@example.com",
+    ] {
         let id = db
             .enqueue("account_verification", verification(address))
             .await;

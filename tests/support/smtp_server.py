@@ -15,12 +15,18 @@ Recipients whose local part starts with:
   lagN...     -> accepted after sleeping N milliseconds before the DATA reply
   unknown...  -> 550 5.1.1 at RCPT: the mailbox does not exist
   senderverify... -> 550 5.1.7 at RCPT about our sender, quoting another server's 5.1.1
+  reply-NAME-...  -> at RCPT, the real reply NAME of tests/support/provider_replies.json
+                     (Gmail's, Microsoft's, Postfix's ..., as their documentation gives them)
+  datareply-NAME-... -> the same reply after DATA, as Exchange Online refuses
 anything else is accepted, with a queue id in the reply as Postfix gives one (`250 2.0.0
 Ok: queued as 1A2B3C`). Every accepted message is appended to SPOOL/messages.jsonl (its
 queue id included), decoded by Python's email package, so the tests check what a
 receiver would see.
 
 With --defer-all every recipient gets 451: a mail server that is up but refusing mail.
+With --throttle-every N --throttle-for SECONDS every Nth message of the first SECONDS gets
+--throttle-reply (by default Amazon SES's `454 Throttling failure`), noted with its time in
+SPOOL/throttled.jsonl.
 With --greeting-delay SECONDS every new connection waits that long for its greeting.
 
 PIPELINING (RFC 2920) is offered, as by most real servers, unless --no-pipelining; each
@@ -48,6 +54,7 @@ import ssl
 import sys
 import threading
 import time
+from pathlib import Path
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult
@@ -68,10 +75,24 @@ class SlowGreetingController(Controller):
         return SlowGreetingSMTP(self.handler, **self.SMTP_kwargs)
 
 
+# The real replies, by name, longest first so that a name is not taken for its prefix.
+REPLIES = json.loads((Path(__file__).parent / "provider_replies.json").read_text())["replies"]
+REPLY_NAMES = sorted(REPLIES, key=len, reverse=True)
+
+
+def documented_reply(local, prefix):
+    """The real reply a recipient `PREFIX-NAME-...` asks for, or None."""
+    for name in REPLY_NAMES:
+        if local.startswith("%s-%s-" % (prefix, name)):
+            return REPLIES[name]["reply"]
+    return None
+
+
 class Handler:
     def __init__(self, spool, defer_all=False, pipelining=True, throttle_every=0, throttle_for=0.0,
-                 accept_rate=0.0):
+                 accept_rate=0.0, throttle_reply=None):
         self.spool = spool
+        self.throttle_reply = throttle_reply or "454 4.7.0 Throttling failure: Maximum sending rate exceeded."
         # A relay's sending limit, as providers enforce it: a bucket of a second's worth of
         # messages, refilled at `accept_rate` a second; a message past it is refused 454.
         self.accept_rate = accept_rate
@@ -120,8 +141,12 @@ class Handler:
         if local.startswith("senderverify"):
             return ("550 5.1.7 <%s>: Sender address rejected: undeliverable address: host "
                     "mx.sender.test said: 550 5.1.1 User unknown" % envelope.mail_from)
+        documented = documented_reply(local, "reply")
+        if documented:
+            return documented
         if local.startswith("unknown"):
-            return "550 5.1.1 <%s>: Recipient address rejected: User unknown" % address
+            return ("550 5.1.1 <%s>: Recipient address rejected: User unknown in local recipient "
+                    "table" % address)
         if local.startswith("reject"):
             return "550 5.7.1 <%s>: refused by policy" % address
         if local.startswith("deferlong"):
@@ -142,6 +167,9 @@ class Handler:
     async def handle_DATA(self, server, session, envelope):
         for rcpt in envelope.rcpt_tos:
             local = rcpt.split("@", 1)[0].lower()
+            documented = documented_reply(local, "datareply")
+            if documented:
+                return documented
             slow = re.match(r"slow(\d+)", local)
             if slow:
                 await asyncio.sleep(int(slow.group(1)))
@@ -174,7 +202,7 @@ class Handler:
                 with self.lock:
                     with open(os.path.join(self.spool, "throttled.jsonl"), "a") as f:
                         f.write(json.dumps({"rcpt_tos": envelope.rcpt_tos, "at": now}) + "\n")
-                return "454 4.7.0 Throttling failure: Maximum sending rate exceeded."
+                return self.throttle_reply
         raw = envelope.original_content or envelope.content
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         text = msg.get_body(preferencelist=("plain",))
@@ -224,6 +252,7 @@ def main():
                         help="...for this many seconds after the first message")
     parser.add_argument("--accept-rate", type=float, default=0.0,
                         help="accept this many messages a second (a second's burst), 454 4.7.0 to the rest")
+    parser.add_argument("--throttle-reply", help="the reply of --throttle-every (default SES's 454)")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
     options = {}
@@ -245,7 +274,7 @@ def main():
     SlowGreetingSMTP.greeting_delay = args.greeting_delay
     controller = SlowGreetingController(
         Handler(args.spool, args.defer_all, not args.no_pipelining, args.throttle_every, args.throttle_for,
-                args.accept_rate), hostname="127.0.0.1", port=args.port,
+                args.accept_rate, args.throttle_reply), hostname="127.0.0.1", port=args.port,
         ready_timeout=10, **options
     )
     controller.start()
