@@ -38,6 +38,8 @@ local utils = import 'lib/utils.libsonnet';
     backlogReadyAgeSeconds: 30,  // OutboxBacklogGrowing: the oldest ready message waits longer
     rescuesPer15m: 10,  // OutboxRescuesSpiking: rows taken over after their lease in 15m
     throughputCollapsedReadyAgeSeconds: 60,  // OutboxThroughputCollapsed: messages waiting this long
+    sendPaceLowShare: 0.25,  // OutboxSendPaceLow: the pace under this share of the last hour's best 5m send rate
+    sendPaceLowReadyAgeSeconds: 60,  // ... while a ready message waits this long
     sendFailuresHighRatio: 0.2,  // OutboxSendFailuresHigh: share of attempts failing over 15m
     sendFailuresHighMinCount: 10,  // ... and more failures than this in 15m
     gaugesStaleSeconds: 300,  // OutboxGaugesStale: no sample of the database gauges for this long

@@ -201,6 +201,29 @@
             },
           },
           {
+            comment:: |||
+              The pace (OUTBOXD_RATE_LIMIT cut by throttling, or the pace found without one) stays
+              far under what the relay took within the hour, while messages wait: the push-back
+              has ended and the pace has not grown back. outboxd forgets a found pace 20 s after
+              the relay's last throttling reply; this is the net under that.
+            |||,
+            alert: 'OutboxSendPaceLow',
+            expr: |||
+              max by (%(groupLabels)s) (outbox_send_rate_limit_per_second{%(outboxdSelector)s}) > 0
+              and on (%(groupLabels)s)
+                max by (%(groupLabels)s) (outbox_send_rate_limit_per_second{%(outboxdSelector)s})
+                  < %(sendPaceLowShare)g * max by (%(groupLabels)s) (max_over_time(sum by (%(groupLabels)s) (rate(outbox_messages_sent_total{%(outboxdSelector)s,delivery="smtp"}[5m]))[1h:1m]))
+              and on (%(groupLabels)s)
+                max by (%(groupLabels)s) (outbox_lane_oldest_ready_age_seconds{%(outboxdSelector)s}) > %(sendPaceLowReadyAgeSeconds)g
+            ||| % config,
+            'for': '15m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'The send pace stays far under what the relay accepted within the hour.',
+              description: '{{ $labels.job }} paces its sends at {{ $value | humanize }} a second, under a quarter of what the relay accepted within the last hour, while messages wait.',
+            },
+          },
+          {
             // Over an hour, with a floor of sends so that one bounce among a handful of
             // emails pages nobody. Mailbox providers start to junk a sender past a few per
             // cent of bounces and a tenth of a per cent of complaints.

@@ -16,9 +16,12 @@
 //! Without a limit nothing is booked until the relay first throttles. From then on the
 //! replicas book from a schedule of their own ([`DISCOVERED`]) that starts at the rate
 //! this replica saw accepted, is cut the same way, and grows by [`DISCOVERY_INCREASE`] of
-//! the pace of its last cut each second: it settles just under what the relay accepts.
-//! Before, a replica without a limit only paused a second after each refusal, and a relay
-//! taking 40 a second answered four refusals for every message it took.
+//! its ceiling each second. The ceiling is the pace before the last cut (the rate sent at,
+//! for the first): the pace grows back to where the relay refused, and past it only by
+//! doubling the ceiling each second in which the pace held sends back while the relay took
+//! every one. A found pace is forgotten after [`FORGET_AFTER`] without a refusal: one
+//! refusal must not pace a replica for good (a single `451 4.7.1` in quiet traffic once
+//! held one at 1/s until it restarted).
 
 mod replies;
 
@@ -32,7 +35,7 @@ use tracing::debug;
 use crate::lock::lock;
 use crate::store::send_rate::{self, Booking, SlotRequest};
 use crate::telemetry::metrics::Metrics;
-use replies::{Cut, Replies};
+use replies::{Cut, Judgement, Replies};
 
 /// The schedule `OUTBOXD_RATE_LIMIT` books from.
 const BUCKET: &str = "global";
@@ -56,6 +59,14 @@ const MIN_INCREASE: f64 = 1.0;
 const MIN_DISCOVERED: f64 = 0.1;
 /// The fastest a found pace goes: the highest limit `OUTBOXD_RATE_LIMIT` takes.
 const DISCOVERY_CEILING: f64 = 1_000_000.0;
+/// How long a found pace outlives the relay's last throttling refusal. A relay that still
+/// limits the rate says so again within this: the pace grows into its limit within a ramp
+/// ([`RAMP_SECONDS`]), and the ceiling doubles each second the relay takes all it is given.
+/// Shorter would send bursts into a relay that limits per minute; longer keeps mail waiting
+/// after the push-back has ended (two ramps: 20 s).
+pub const FORGET_AFTER: Duration = Duration::from_secs(20);
+/// A found pace's ceiling doubles at most once in this long.
+const CEILING_GROWTH_EVERY: Duration = Duration::from_secs(1);
 
 /// A send rate: messages per second, minute or hour (`14/s`, `600/m`, `50000/h`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,14 +138,46 @@ impl Slots {
 pub(super) struct Pace {
     limit: Option<RateLimit>,
     replies: Replies,
-    /// Without a limit, once the relay has throttled: how fast the found pace grows, and
-    /// how far (twice the pace of its last cut, so that a quiet hour does not grow it
-    /// back to anything at all).
-    discovered: Mutex<Option<(f64, f64)>>,
+    /// Without a limit, once the relay has throttled: the pace found, until it is
+    /// forgotten.
+    discovered: Mutex<Option<Found>>,
     resume_at: Mutex<Option<Instant>>,
     /// The pace of the last booking: what the sends since were paced at; `None` before
     /// any (without a limit, until the relay throttles).
     booked_pace: Mutex<Option<f64>>,
+}
+
+/// A pace found from throttling replies: how far it may grow.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    /// The pace before its last cut, doubled each second the pace held sends back and the
+    /// relay refused none.
+    ceiling: f64,
+    grown_at: Instant,
+}
+
+impl Found {
+    fn after_cut(pace_before: f64, now: Instant) -> Self {
+        Self {
+            ceiling: pace_before.clamp(MIN_INCREASE, DISCOVERY_CEILING),
+            grown_at: now,
+        }
+    }
+
+    /// Messages a second the pace grows by each second.
+    fn increase(self) -> f64 {
+        (DISCOVERY_INCREASE * self.ceiling).max(MIN_INCREASE)
+    }
+
+    /// Doubles the ceiling when the pace has reached it, held sends back and met no
+    /// refusal: the relay takes more than the pace lets through.
+    fn outgrown(&mut self, pace: Option<f64>, now: Instant) {
+        let at_ceiling = pace.is_some_and(|pace| pace >= 0.9 * self.ceiling);
+        if at_ceiling && now.saturating_duration_since(self.grown_at) >= CEILING_GROWTH_EVERY {
+            self.ceiling = (2.0 * self.ceiling).min(DISCOVERY_CEILING);
+            self.grown_at = now;
+        }
+    }
 }
 
 /// What one claim's booking asks of a schedule.
@@ -143,6 +186,9 @@ struct Schedule {
     ceiling: f64,
     increase: f64,
     min_pace: f64,
+    /// A schedule not booked from for this long starts again at a cut from the rate the
+    /// relay was seen to accept, not from the pace it was left at.
+    stale_after: Duration,
 }
 
 impl Pace {
@@ -167,26 +213,36 @@ impl Pace {
         self.replies.accepted();
     }
 
-    /// The schedule this claim books from, or none (no limit, and no cut yet).
-    fn schedule(&self, cut: Option<Cut>) -> Option<Schedule> {
+    /// The schedule this claim books from, or none (no limit, and no cut yet or the pace
+    /// found forgotten). `before` is the pace the replies judged were booked at.
+    fn schedule(&self, judged: &Judgement, before: Option<f64>) -> Option<Schedule> {
         if let Some(limit) = self.limit {
             return Some(Schedule {
                 bucket: BUCKET,
                 ceiling: limit.per_second,
                 increase: limit.per_second * RECOVERY_PER_SECOND,
                 min_pace: limit.per_second * MIN_PACE_SHARE,
+                stale_after: Duration::from_secs(60),
             });
         }
         let mut discovered = lock(&self.discovered);
-        if discovered.is_none() && cut.is_none() {
-            return None;
+        if let Some(cut) = judged.cut {
+            *discovered = Some(Found::after_cut(
+                before.unwrap_or(cut.sent_rate),
+                Instant::now(),
+            ));
+        } else if judged.quiet_for.is_none_or(|quiet| quiet >= FORGET_AFTER) {
+            *discovered = None;
+        } else if let Some(found) = discovered.as_mut().filter(|_| judged.outgrown) {
+            found.outgrown(before, Instant::now());
         }
-        let (increase, ceiling) = *discovered.get_or_insert((MIN_INCREASE, DISCOVERY_CEILING));
+        let found = (*discovered)?;
         Some(Schedule {
             bucket: DISCOVERED,
-            ceiling,
-            increase,
+            ceiling: found.ceiling,
+            increase: found.increase(),
             min_pace: MIN_DISCOVERED,
+            stale_after: FORGET_AFTER,
         })
     }
 
@@ -198,8 +254,14 @@ impl Pace {
         metrics: &Metrics,
     ) -> Result<Allowance, sqlx::Error> {
         let booked_before = *lock(&self.booked_pace);
-        let cut = self.replies.judge(booked_before);
-        let Some(schedule) = self.schedule(cut) else {
+        let judged = self.replies.judge(booked_before);
+        let cut = judged.cut;
+        let Some(schedule) = self.schedule(&judged, booked_before) else {
+            if booked_before.is_some() {
+                // The pace found is forgotten: nothing paces the sends now.
+                *lock(&self.booked_pace) = None;
+                metrics.send_rate_limit(0.0);
+            }
             return Ok(Allowance::Take {
                 rows: wanted,
                 slots: None,
@@ -254,19 +316,14 @@ impl Pace {
             cut.factor,
             schedule.min_pace,
             cut.accepted_rate.clamp(schedule.min_pace, schedule.ceiling),
+            schedule.stale_after,
         )
         .await
     }
 
-    /// After a booking: a found pace's growth set from its cut, the gauge, and what the
-    /// shared schedule says of the other replicas (a cut of theirs, the share they learnt
-    /// to tolerate).
+    /// After a booking: the gauge, and what the shared schedule says of the other replicas
+    /// (a cut of theirs, the share they learnt to tolerate).
     fn booked(&self, cut: Option<Cut>, before: Option<f64>, booking: &Booking, metrics: &Metrics) {
-        if cut.is_some() && self.limit.is_none() {
-            let increase = (DISCOVERY_INCREASE * booking.pace).max(MIN_INCREASE);
-            let ceiling = (2.0 * booking.pace).clamp(MIN_INCREASE, DISCOVERY_CEILING);
-            *lock(&self.discovered) = Some((increase, ceiling));
-        }
         metrics.send_rate_limit(booking.pace);
         if cut.is_none() && before.is_some_and(|before| booking.pace < before * 0.99) {
             self.replies.cut_elsewhere();
@@ -330,7 +387,42 @@ fn seconds(value: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::RateLimit;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{Found, MIN_INCREASE, RateLimit};
+
+    #[test]
+    fn a_found_pace_grows_past_its_cut_only_while_the_relay_takes_all_it_is_given() {
+        let start = Instant::now();
+        // Cut in quiet traffic: 0.3 a second were being sent.
+        let mut found = Found::after_cut(0.3, start);
+        assert_eq!(found.ceiling, MIN_INCREASE);
+        let second = |n: u64| start + Duration::from_secs(n);
+        // Below its ceiling, the pace grows by itself; the ceiling stays.
+        found.outgrown(Some(0.5), second(1));
+        assert_eq!(found.ceiling, 1.0);
+        // At its ceiling, holding sends back, refused nothing: it doubles, once a second.
+        found.outgrown(Some(1.0), second(2));
+        found.outgrown(Some(1.0), second(2));
+        assert_eq!(found.ceiling, 2.0);
+        for n in 3..12 {
+            let pace = found.ceiling;
+            found.outgrown(Some(pace), second(n));
+        }
+        assert_eq!(
+            found.ceiling, 1024.0,
+            "ten seconds of demand: over a thousand a second"
+        );
+        assert!(
+            found.increase() > 50.0,
+            "and it grows as fast: {}",
+            found.increase()
+        );
+        // A cut puts the ceiling at the pace before it.
+        assert_eq!(Found::after_cut(40.0, second(12)).ceiling, 40.0);
+    }
 
     #[test]
     fn rates_are_read_per_second_minute_or_hour() {

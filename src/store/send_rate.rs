@@ -144,21 +144,23 @@ pub async fn hand_back(
 /// The relay said it is throttling: multiply the pace by `factor` (the share of sends it
 /// accepted), at most once every 2 s for all replicas (the second after a cut shows what
 /// it did, and the replicas judge it apart: one burst of refusals is one signal), never
-/// below `min_pace`. A schedule that does not exist yet, or was not booked from for a
-/// minute (a restart), starts again at `start`, the pace the relay was seen to accept.
+/// below `min_pace`. A schedule that does not exist yet, or was not booked from for
+/// `stale_after` (a restart, a found pace forgotten), starts again at `start`, the pace the
+/// relay was seen to accept.
 pub async fn slow_down(
     pool: &PgPool,
     bucket: &str,
     factor: f64,
     min_pace: f64,
     start: f64,
+    stale_after: std::time::Duration,
 ) -> Result<(), sqlx::Error> {
     execute_alone(
         query(
             "INSERT INTO outbox_send_rate AS r (name, pace, throttled_at) \
              VALUES ($1, greatest($2, $4), clock_timestamp()) \
              ON CONFLICT (name) DO UPDATE \
-             SET pace = CASE WHEN r.updated_at < clock_timestamp() - interval '1 minute' \
+             SET pace = CASE WHEN r.updated_at < clock_timestamp() - make_interval(secs => $5) \
                              THEN greatest($2, $4) ELSE greatest($2, r.pace * $3) END, \
                  throttled_at = clock_timestamp() \
              WHERE r.throttled_at IS NULL OR r.throttled_at < clock_timestamp() - interval '2 seconds'",
@@ -166,7 +168,8 @@ pub async fn slow_down(
         .bind(bucket)
         .bind(min_pace)
         .bind(factor)
-        .bind(start),
+        .bind(start)
+        .bind(stale_after.as_secs_f64()),
         pool,
     )
     .await?;

@@ -554,6 +554,16 @@ impl SmtpServer {
             .map_or(0, |text| text.lines().count())
     }
 
+    /// When the server last answered with a throttling reply (`--throttle-every`), as
+    /// seconds since the Unix epoch.
+    pub fn last_throttled_at(&self) -> Option<f64> {
+        let text = std::fs::read_to_string(self.spool.path().join("throttled.jsonl")).ok()?;
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter_map(|record| record["at"].as_f64())
+            .reduce(f64::max)
+    }
+
     pub fn held(&self) -> usize {
         std::fs::read_to_string(self.spool.path().join("held.jsonl"))
             .map_or(0, |text| text.lines().count())

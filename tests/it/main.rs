@@ -14,6 +14,7 @@ mod deploy;
 mod doctor;
 mod exposure;
 mod failures;
+mod found_pace;
 mod helpers;
 mod hostile;
 mod intake;

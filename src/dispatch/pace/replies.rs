@@ -67,6 +67,21 @@ pub(super) struct Cut {
     /// What the relay accepted over the window, in messages a second (over a second at
     /// least: a relay takes a burst before it refuses): where a found pace starts.
     pub accepted_rate: f64,
+    /// What was sent over the window, in messages a second (over a second at least): the
+    /// pace before the cut, where nothing paced the sends.
+    pub sent_rate: f64,
+}
+
+/// What the replies since the last judgement say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Judgement {
+    /// The cut they call for, if any.
+    pub cut: Option<Cut>,
+    /// The pace held sends back, and the relay took them and refused none: the pace, not
+    /// the relay, is what limits sending now.
+    pub outgrown: bool,
+    /// How long since the relay last refused a send as throttling; `None`: never.
+    pub quiet_for: Option<Duration>,
 }
 
 impl Replies {
@@ -97,13 +112,24 @@ impl Replies {
     /// The cut the replies since the last call call for, if any. `pace` is the pace their
     /// sends were booked at; `None`: nothing paces them yet, and a refusal is judged
     /// without waiting for the window to fill.
-    pub fn judge(&self, pace: Option<f64>) -> Option<Cut> {
+    pub fn judge(&self, pace: Option<f64>) -> Judgement {
         let counts = Counts {
             accepted: self.accepted.swap(0, Ordering::Relaxed),
             refused: self.refused.swap(0, Ordering::Relaxed),
             held_back: self.held_back.swap(false, Ordering::Relaxed),
         };
-        lock(&self.judge).observe(Instant::now(), counts, pace)
+        let now = Instant::now();
+        let mut judge = lock(&self.judge);
+        if counts.refused > 0 {
+            judge.last_refusal = Some(now);
+        }
+        Judgement {
+            cut: judge.observe(now, counts, pace),
+            outgrown: counts.held_back && counts.accepted > 0 && counts.refused == 0,
+            quiet_for: judge
+                .last_refusal
+                .map(|at| now.saturating_duration_since(at)),
+        }
     }
 
     /// Another replica cut the shared pace: what was sent before it is not judged.
@@ -172,6 +198,8 @@ struct Judge {
     tolerated: f64,
     /// `tolerated` changed here and is not yet shared.
     learnt: bool,
+    /// When the last throttling refusal was counted.
+    last_refusal: Option<Instant>,
 }
 
 impl Judge {
@@ -185,6 +213,7 @@ impl Judge {
             unchanged: 0,
             tolerated: 0.0,
             learnt: false,
+            last_refusal: None,
         }
     }
 
@@ -236,6 +265,7 @@ impl Judge {
             refused_share: share,
             tolerated: self.tolerated,
             accepted_rate: window.accepted as f64 / elapsed.as_secs_f64().max(1.0),
+            sent_rate: window.sent() as f64 / elapsed.as_secs_f64().max(1.0),
         })
     }
 
