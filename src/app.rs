@@ -144,6 +144,8 @@ impl App {
         let admin = self.config.admin_token.as_ref().map(|token| {
             http::admin_router(
                 self.pools.surface.clone(),
+                self.pools.lookup.clone(),
+                Arc::clone(&self.metrics),
                 token,
                 self.kinds.clone(),
                 self.config.admin_hosts.clone(),

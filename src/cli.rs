@@ -258,7 +258,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         Command::Messages(args) => {
             let lookup = messages::checked(&args)?;
             with_database(&args.database, async |pool| {
-                messages::run(pool, lookup, &args).await
+                messages::run(pool, lookup, &args, &cli_actor()).await
             })
             .await
         }

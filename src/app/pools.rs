@@ -24,6 +24,11 @@ const HEALTH_POOL_SIZE: u32 = 1;
 /// what was sent) a sample grows by about 18 ms a minute at 200 messages a second
 /// (BENCHMARKS.md). Sharing readiness's connection, hours of that made readiness time out.
 const SAMPLE_POOL_SIZE: u32 = 1;
+/// Connections for recipient lookups (`store::messages::by_recipient`): apart from the
+/// admin surface's, through which the webhooks record what providers report, so that
+/// lookups over a long backlog (bounded, but seconds each) never make a provider's
+/// notification wait. A lookup that finds both busy is told so at once.
+const LOOKUP_POOL_SIZE: u32 = 2;
 
 /// A replica's pools.
 pub struct Pools {
@@ -35,6 +40,8 @@ pub struct Pools {
     pub health: PgPool,
     /// The sampler's: see [`SAMPLE_POOL_SIZE`].
     pub sample: PgPool,
+    /// Recipient lookups': see [`LOOKUP_POOL_SIZE`].
+    pub lookup: PgPool,
     /// Where the dispatcher listens: `OUTBOXD_LISTEN_DATABASE_URL`'s own connection, the
     /// dispatcher's pool, or nowhere past a transaction pooler.
     pub listen: Option<PgPool>,
@@ -77,15 +84,16 @@ impl Pools {
             (None, false) => Some(dispatch.clone()),
             (None, true) => None,
         };
-        let (surface, health, sample) = match sizes.side {
+        let (surface, health, sample, lookup) = match sizes.side {
             Side::Apart => (
                 open(SURFACE_POOL_SIZE).await.map_err(failed)?,
                 open(HEALTH_POOL_SIZE).await.map_err(failed)?,
                 open(SAMPLE_POOL_SIZE).await.map_err(failed)?,
+                open(LOOKUP_POOL_SIZE).await.map_err(failed)?,
             ),
             Side::Shared(size) => {
                 let shared = open(size).await.map_err(failed)?;
-                (shared.clone(), shared.clone(), shared)
+                (shared.clone(), shared.clone(), shared.clone(), shared)
             }
         };
         Ok(Self {
@@ -93,13 +101,20 @@ impl Pools {
             surface,
             health,
             sample,
+            lookup,
             dispatch,
         })
     }
 
     /// Closes every pool.
     pub async fn close(&self) {
-        let pools = [&self.dispatch, &self.surface, &self.health, &self.sample];
+        let pools = [
+            &self.dispatch,
+            &self.surface,
+            &self.health,
+            &self.sample,
+            &self.lookup,
+        ];
         for pool in pools.into_iter().chain(self.listen.as_ref()) {
             pool.close().await;
         }
@@ -131,7 +146,12 @@ impl Sizes {
     fn within(budget: Option<u32>, listens_elsewhere: bool) -> Self {
         let elsewhere = u32::from(listens_elsewhere);
         // The direct LISTEN connection takes the dispatcher's LISTEN slot.
-        let apart = POOL_SIZE + SURFACE_POOL_SIZE + HEALTH_POOL_SIZE + SAMPLE_POOL_SIZE + 1;
+        let apart = POOL_SIZE
+            + SURFACE_POOL_SIZE
+            + HEALTH_POOL_SIZE
+            + SAMPLE_POOL_SIZE
+            + LOOKUP_POOL_SIZE
+            + 1;
         match budget {
             Some(budget) if budget < apart => {
                 // Checked at start: at least MIN_CONNECTIONS, so that what is left after the
@@ -156,7 +176,9 @@ impl Sizes {
     #[cfg(test)]
     fn total(&self, listens_elsewhere: bool) -> u32 {
         let side = match self.side {
-            Side::Apart => SURFACE_POOL_SIZE + HEALTH_POOL_SIZE + SAMPLE_POOL_SIZE,
+            Side::Apart => {
+                SURFACE_POOL_SIZE + HEALTH_POOL_SIZE + SAMPLE_POOL_SIZE + LOOKUP_POOL_SIZE
+            }
             Side::Shared(size) => size,
         };
         self.dispatch + side + 1 + u32::from(listens_elsewhere)
@@ -200,14 +222,14 @@ mod tests {
         for elsewhere in [false, true] {
             let sizes = Sizes::within(None, elsewhere);
             assert_eq!(sizes.side, Side::Apart);
-            assert_eq!(sizes.total(elsewhere), 9);
+            assert_eq!(sizes.total(elsewhere), 11);
         }
     }
 
     #[test]
     fn every_budget_from_the_smallest_is_kept_with_room_for_each_pool() {
         for elsewhere in [false, true] {
-            for budget in MIN_CONNECTIONS..=12 {
+            for budget in MIN_CONNECTIONS..=14 {
                 let sizes = Sizes::within(Some(budget), elsewhere);
                 assert!(sizes.total(elsewhere) <= budget, "{budget}: {sizes:?}");
                 // The dispatcher's LISTEN connection and one for its statements.

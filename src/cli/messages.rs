@@ -45,13 +45,19 @@ pub fn checked(args: &MessagesArgs) -> anyhow::Result<Lookup> {
     }
 }
 
-pub async fn run(pool: &sqlx::PgPool, lookup: Lookup, args: &MessagesArgs) -> anyhow::Result<()> {
-    let found = match lookup {
+pub async fn run(
+    pool: &sqlx::PgPool,
+    lookup: Lookup,
+    args: &MessagesArgs,
+    actor: &str,
+) -> anyhow::Result<()> {
+    let (found, pending_searched_all) = match lookup {
         Lookup::Recipient(forms) => {
-            messages::by_recipient(pool, &forms, args.after, args.limit).await?
+            let page = messages::by_recipient(pool, &forms, args.after, args.limit, actor).await?;
+            (page.messages, page.pending_searched_all)
         }
         Lookup::Id(id) => match messages::message(pool, id).await? {
-            Some(message) => vec![message],
+            Some(message) => (vec![message], true),
             None => anyhow::bail!("no message {id}"),
         },
     };
@@ -63,6 +69,12 @@ pub async fn run(pool: &sqlx::PgPool, lookup: Lookup, args: &MessagesArgs) -> an
         for message in &found {
             out!("{}", crate::report::timeline(message))?;
         }
+    }
+    if !pending_searched_all {
+        eprintln!(
+            "note: only the first {} pending messages due were searched; one further back in the backlog is not listed",
+            messages::PENDING_SCAN_ROWS
+        );
     }
     Ok(())
 }

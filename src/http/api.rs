@@ -8,7 +8,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::AdminState;
 use super::api_error::{ApiError, CheckedQuery, ParseQuery, check_text};
@@ -16,7 +16,9 @@ use super::auth::Actor;
 use crate::store::admin::{
     self, Action, ActionError, DeadLetter, MessageDetail, MessageState, Selection,
 };
+use crate::store::messages::{LookupError, RecipientPage};
 use crate::store::{MAX_PAGE, messages, stats};
+use crate::telemetry::metrics::LookupResult;
 
 const DEFAULT_PAGE: i64 = 50;
 /// The most ids one bulk request names.
@@ -196,17 +198,69 @@ impl ParseQuery for RecipientQuery {
     }
 }
 
+impl RecipientQuery {
+    /// The id the next page starts below, when this page is full.
+    pub fn next_after(&self, page: &RecipientPage) -> Option<i64> {
+        (page.messages.len() as i64 == self.limit)
+            .then(|| page.messages.last().map(|m| m.id))
+            .flatten()
+    }
+}
+
 /// `GET /api/v1/messages?recipient=`: the messages to an address, newest first, each with
 /// its timeline.
 async fn by_recipient(
     State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
     CheckedQuery(query): CheckedQuery<RecipientQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let page = messages::by_recipient(&state.pool, &query.forms, query.after, query.limit).await?;
-    let next_after = (page.len() as i64 == query.limit)
-        .then(|| page.last().map(|m| m.id))
-        .flatten();
-    Ok(Json(json!({"messages": page, "next_after": next_after})))
+    let page = look_up(&state, &actor, &query).await?;
+    Ok(Json(json!({
+        "messages": page.messages,
+        "pending_searched_all": page.pending_searched_all,
+        "next_after": query.next_after(&page),
+    })))
+}
+
+/// A recipient lookup for an operator, the API's or the page's: on the lookups' own pool,
+/// audited (`store::messages::by_recipient`), counted, and logged without the address.
+pub(super) async fn look_up(
+    state: &AdminState,
+    actor: &Actor,
+    query: &RecipientQuery,
+) -> Result<RecipientPage, LookupError> {
+    let started = std::time::Instant::now();
+    let found = messages::by_recipient(
+        &state.lookups,
+        &query.forms,
+        query.after,
+        query.limit,
+        &actor.0,
+    )
+    .await;
+    let duration_ms = started.elapsed().as_millis();
+    let result = match &found {
+        Ok(page) => {
+            info!(
+                actor = %actor.0,
+                found = page.messages.len(),
+                pending_searched_all = page.pending_searched_all,
+                duration_ms,
+                "recipient lookup"
+            );
+            LookupResult::Answered
+        }
+        Err(e) => {
+            warn!(actor = %actor.0, error = %e, duration_ms, "recipient lookup refused");
+            match e {
+                LookupError::Busy(_) => LookupResult::Busy,
+                LookupError::TimedOut => LookupResult::TimedOut,
+                LookupError::Database(_) => LookupResult::Failed,
+            }
+        }
+    };
+    state.metrics.recipient_lookup(result);
+    found
 }
 
 async fn groups(State(state): State<AdminState>) -> Result<Json<Value>, ApiError> {

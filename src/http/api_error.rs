@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::store::admin::ActionError;
+use crate::store::messages::LookupError;
 
 /// An API error, rendered as JSON with a stable shape.
 #[derive(Debug)]
@@ -55,6 +56,21 @@ impl From<sqlx::Error> for ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "database_unavailable",
             message: "the database did not answer; try again".to_owned(),
+        }
+    }
+}
+
+impl From<LookupError> for ApiError {
+    fn from(error: LookupError) -> Self {
+        let code = match error {
+            LookupError::Busy(_) => "lookups_busy",
+            LookupError::TimedOut => "lookup_timed_out",
+            LookupError::Database(e) => return e.into(),
+        };
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code,
+            message: error.to_string(),
         }
     }
 }

@@ -24,6 +24,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
 use crate::background::health::Health;
+use crate::telemetry::metrics::Metrics;
 
 /// The largest admin request body: a bulk request of 10 000 ids fits.
 const MAX_ADMIN_BODY_BYTES: usize = 256 * 1024;
@@ -63,6 +64,9 @@ fn declared_longer_than(body: &axum::body::Body, limit: u64) -> bool {
 #[derive(Clone)]
 pub struct AdminState {
     pub pool: PgPool,
+    /// Recipient lookups' own connections (`app::pools`).
+    pub lookups: PgPool,
+    pub metrics: Arc<Metrics>,
     pub auth: Arc<auth::AdminAuth>,
     /// The kinds with templates, for the page's filter.
     pub kinds: Vec<String>,
@@ -71,6 +75,8 @@ pub struct AdminState {
 /// The admin API (Bearer token) and page (HTTP Basic), both behind the admin token.
 pub fn admin_router(
     pool: PgPool,
+    lookups: PgPool,
+    metrics: Arc<Metrics>,
     token: &SecretString,
     kinds: Vec<String>,
     hosts: auth::AdminHosts,
@@ -78,6 +84,8 @@ pub fn admin_router(
     let auth = Arc::new(auth::AdminAuth::new(token));
     let state = AdminState {
         pool,
+        lookups,
+        metrics,
         auth: Arc::clone(&auth),
         kinds,
     };

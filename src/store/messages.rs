@@ -1,12 +1,22 @@
 //! SQL for one message as an operator sees it: by id, or by recipient, with its timeline
 //! (`timeline`). Every read goes through one column list, so the two agree.
+//!
+//! The recipient lookup ("did this user get their email?", from the API, the admin page
+//! or the CLI) is bounded: it waits half a second at most for a connection (every one
+//! busy: try again), the server cancels it past [`LOOKUP_TIMEOUT`] or once its client has
+//! gone, and it reads at most [`PENDING_SCAN_ROWS`] pending rows. A replica runs it on a
+//! pool of its own (`app::pools`), so that the webhooks and the dispatcher never wait
+//! behind it.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{FromRow, PgPool};
+use std::time::Duration;
 
-use super::statements::{fetch_all_alone, fetch_optional_alone, query_as};
+use sqlx::{Connection as _, FromRow, PgConnection, PgPool};
+
+use super::admin::audit;
+use super::statements::{fetch_optional_alone, query_as, query_scalar};
 use super::timeline::{self, Event};
 
 /// What an operator sees of a message, for a `FROM outbox_messages` to follow. Its times
@@ -163,11 +173,27 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
     Ok(Some(message))
 }
 
+/// How long the server lets a recipient lookup's statements run.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most pending rows a lookup reads, the first due: ended rows come from indexes, but
+/// pending ones have none of their own (it would cost every enqueue), and a lookup over
+/// 300 000 pending rows took 3 to 4 s. The answer says whether it read them all.
+pub const PENDING_SCAN_ROWS: i64 = 10_000;
+/// How long a lookup waits for a connection (one may have to be opened) before it is
+/// refused as busy.
+const CONNECTION_WAIT: Duration = Duration::from_millis(500);
+/// How often the server checks, while a lookup runs, that its client is still there
+/// (`client_connection_check_interval`, PostgreSQL 14): a lookup whose HTTP client left is
+/// dropped, its connection closed, and the server ends the statement within this.
+const CLIENT_CHECK_MS: u32 = 250;
+
 /// The lookup of [`by_recipient`]: `$1` the addresses, `$2` the id to page below, `$3`
-/// how many. The matches are gathered first, whole (MATERIALIZED), and only then ordered
-/// and cut: asked for the newest 50 at once, the planner walks the primary key backwards
-/// and reads every row's payload (9.5 s on 2 million rows) instead of the index (under
-/// 1 ms). Public for the test that reads its plan.
+/// how many, `$4` how many pending rows to read. The matches are gathered first, whole
+/// (MATERIALIZED), and only then ordered and cut: asked for the newest 50 at once, the
+/// planner walks the primary key backwards and reads every row's payload (9.5 s on 2
+/// million rows) instead of the index (under 1 ms). Ended rows: the indexes of migrations
+/// 19 and 20, whose predicates these conditions repeat. Pending rows: the first `$4` of
+/// `outbox_messages_due_idx`. Public for the test that reads its plan.
 pub const BY_RECIPIENT: &str = concat!(
     "WITH ended AS MATERIALIZED ( \
              SELECT id FROM outbox_messages WHERE ",
@@ -183,10 +209,12 @@ pub const BY_RECIPIENT: &str = concat!(
     single_recipient!(),
     ") AND outbox_recipient_keys(payload) && $1 \
                AND ($2::bigint IS NULL OR id < $2) \
-         ), waiting AS MATERIALIZED ( \
-             SELECT id FROM outbox_messages WHERE ",
+         ), scanned AS MATERIALIZED ( \
+             SELECT id, payload FROM outbox_messages WHERE ",
     pending!(),
-    "      AND outbox_recipient_keys(payload) && $1 \
+    "      ORDER BY next_attempt_at, id LIMIT $4 \
+         ), waiting AS ( \
+             SELECT id FROM scanned WHERE outbox_recipient_keys(payload) && $1 \
                AND ($2::bigint IS NULL OR id < $2) \
          ), chosen AS ( \
              SELECT id FROM ended UNION ALL SELECT id FROM waiting \
@@ -196,30 +224,121 @@ pub const BY_RECIPIENT: &str = concat!(
     "FROM outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC"
 );
 
+/// Whether more than `$1` rows are pending, read from the due index as the lookup reads
+/// them.
+const MORE_PENDING_THAN: &str = concat!(
+    "SELECT count(*) > $1 FROM (SELECT FROM outbox_messages WHERE ",
+    pending!(),
+    " ORDER BY next_attempt_at, id LIMIT $1 + 1) AS p"
+);
+
+/// A page of the messages to an address.
+#[derive(Debug, Serialize)]
+pub struct RecipientPage {
+    pub messages: Vec<MessageDetail>,
+    /// Every pending message was searched; `false`: only the first [`PENDING_SCAN_ROWS`]
+    /// due (a backlog longer than that), so a pending message may be missing.
+    pub pending_searched_all: bool,
+}
+
+/// Why a recipient lookup gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("every connection for lookups is busy ({0} at once): try again in a moment")]
+    Busy(u32),
+    #[error(
+        "the lookup took longer than {}, and the database stopped it",
+        humantime::format_duration(LOOKUP_TIMEOUT)
+    )]
+    TimedOut,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
 /// The messages sent, or to be sent, to any of `addresses`, newest first, `limit` of them
-/// below the id `after`, each with its timeline. `addresses` are in the lookup's form
-/// (`outbox_recipient_keys`, migration 16): ended messages come from their indexes (a
-/// B-tree for those with one recipient, a GIN index for the rest: migrations 19 and 20,
-/// whose predicates these conditions repeat), pending ones from the pending rows
-/// (O(pending), as the gauges).
+/// below the id `after`, each with its timeline, within the lookup's bounds (the module's
+/// comment), recorded in the admin audit as `actor`'s `lookup` of the first address.
+/// `addresses` are in the lookup's form (`outbox_recipient_keys`, migration 16).
 pub async fn by_recipient(
     pool: &PgPool,
     addresses: &[String],
     after: Option<i64>,
     limit: i64,
-) -> Result<Vec<MessageDetail>, sqlx::Error> {
-    let mut messages: Vec<MessageDetail> = fetch_all_alone(
-        query_as(BY_RECIPIENT)
-            .bind(addresses)
-            .bind(after)
-            .bind(limit),
-        pool,
-    )
-    .await?;
+    actor: &str,
+) -> Result<RecipientPage, LookupError> {
+    let busy = || LookupError::Busy(pool.options().get_max_connections());
+    let connection = tokio::time::timeout(CONNECTION_WAIT, pool.acquire())
+        .await
+        .map_err(|_| busy())??;
+    let mut connection = CloseIfAbandoned(Some(connection));
+    let page = lookup(connection.get(), addresses, after, limit, actor).await;
+    connection.finished();
+    page.map_err(|e| match e.as_database_error().and_then(|d| d.code()) {
+        // query_canceled: the statement timeout.
+        Some(code) if code == "57014" => LookupError::TimedOut,
+        _ => LookupError::Database(e),
+    })
+}
+
+async fn lookup(
+    connection: &mut PgConnection,
+    addresses: &[String],
+    after: Option<i64>,
+    limit: i64,
+    actor: &str,
+) -> Result<RecipientPage, sqlx::Error> {
+    let timeout_ms = LOOKUP_TIMEOUT.as_millis();
+    let mut tx = connection
+        .begin_with(sqlx::AssertSqlSafe(format!(
+            "BEGIN; SET LOCAL statement_timeout = {timeout_ms}; \
+             SET LOCAL client_connection_check_interval = {CLIENT_CHECK_MS}"
+        )))
+        .await?;
+    let mut messages: Vec<MessageDetail> = query_as(BY_RECIPIENT)
+        .bind(addresses)
+        .bind(after)
+        .bind(limit)
+        .bind(PENDING_SCAN_ROWS)
+        .fetch_all(&mut *tx)
+        .await?;
+    let more_pending: bool = query_scalar(MORE_PENDING_THAN)
+        .bind(PENDING_SCAN_ROWS)
+        .fetch_one(&mut *tx)
+        .await?;
     let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
-    let mut events = timeline::events_of(pool, &ids).await?;
+    let mut events = timeline::events_on(&mut tx, &ids).await?;
+    let target = addresses.first().map_or("", String::as_str);
+    audit(&mut tx, actor, "lookup", target, messages.len(), None).await?;
+    tx.commit().await?;
     for message in &mut messages {
         message.events = events.remove(&message.id).unwrap_or_default();
     }
-    Ok(messages)
+    Ok(RecipientPage {
+        messages,
+        pending_searched_all: !more_pending,
+    })
+}
+
+/// A pooled connection that is closed, not returned to its pool, if the lookup on it is
+/// abandoned (its HTTP client left): returned, sqlx would wait for the statement to end
+/// before its next use; closed, the server notices within [`CLIENT_CHECK_MS`] and cancels
+/// the statement.
+struct CloseIfAbandoned(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+
+impl CloseIfAbandoned {
+    fn get(&mut self) -> &mut PgConnection {
+        self.0.as_mut().expect("taken only by finished")
+    }
+
+    fn finished(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for CloseIfAbandoned {
+    fn drop(&mut self) {
+        if let Some(connection) = self.0.as_mut() {
+            connection.close_on_drop();
+        }
+    }
 }

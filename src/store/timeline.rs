@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{FromRow, PgPool, Postgres, Transaction};
+use sqlx::{FromRow, PgConnection, PgPool, Postgres, Transaction};
 
-use super::statements::{fetch_all_alone, query, query_as};
+use super::statements::{on_its_own, query, query_as};
 use crate::message::actions::action_sent;
 
 /// The event of a message's enqueueing, read from its row.
@@ -59,15 +59,23 @@ pub async fn events_of(
     pool: &PgPool,
     ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Event>>, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    on_its_own(&mut connection, async |c| events_on(c, ids).await).await
+}
+
+/// [`events_of`], on `connection` (a transaction's, for the recipient lookup's bounds).
+pub async fn events_on(
+    connection: &mut PgConnection,
+    ids: &[i64],
+) -> Result<HashMap<i64, Vec<Event>>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let events: Vec<Event> = fetch_all_alone(
-        query_as(concat!(
-            "WITH e AS ( \
+    let events: Vec<Event> = query_as(concat!(
+        "WITH e AS ( \
                  SELECT id AS message_id, '",
-            enqueued!(),
-            "' AS event, outbox_on_the_calendar(created_at) AS at, NULL::text AS actor, \
+        enqueued!(),
+        "' AS event, outbox_on_the_calendar(created_at) AS at, NULL::text AS actor, \
                         NULL::text AS error_class, NULL::text AS reply, NULL::text AS detail, \
                         NULL::int4 AS duration_ms, 0 AS seq \
                  FROM outbox_messages WHERE id = ANY($1) \
@@ -79,8 +87,8 @@ pub async fn events_of(
                  FROM outbox_message_events WHERE message_id = ANY($1) \
                  UNION ALL \
                  SELECT id, '",
-            action_sent!(),
-            "', outbox_on_the_calendar(dispatched_at), sent_by, NULL, smtp_reply, NULL, \
+        action_sent!(),
+        "', outbox_on_the_calendar(dispatched_at), sent_by, NULL, smtp_reply, NULL, \
                         send_ms, 9223372036854775807 \
                  FROM outbox_messages WHERE id = ANY($1) AND dispatched_at IS NOT NULL \
              ) \
@@ -91,10 +99,9 @@ pub async fn events_of(
                     END AS smtp_code, \
                     reply AS smtp_reply, error_class, duration_ms, detail \
              FROM e ORDER BY message_id, at, seq"
-        ))
-        .bind(ids),
-        pool,
-    )
+    ))
+    .bind(ids)
+    .fetch_all(connection)
     .await?;
     let mut timelines: HashMap<i64, Vec<Event>> = HashMap::new();
     for event in events {

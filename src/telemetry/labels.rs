@@ -36,6 +36,37 @@ impl WebhookResult {
     }
 }
 
+/// What became of a recipient lookup: the `result` label of
+/// `outbox_recipient_lookups_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupResult {
+    Answered,
+    /// Every connection for lookups was in use: refused at once.
+    Busy,
+    /// The server stopped it at its statement timeout.
+    TimedOut,
+    /// The database failed otherwise.
+    Failed,
+}
+
+impl LookupResult {
+    pub const ALL: [LookupResult; 4] = [
+        LookupResult::Answered,
+        LookupResult::Busy,
+        LookupResult::TimedOut,
+        LookupResult::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LookupResult::Answered => "answered",
+            LookupResult::Busy => "busy",
+            LookupResult::TimedOut => "timed_out",
+            LookupResult::Failed => "failed",
+        }
+    }
+}
+
 /// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
 pub const OTHER_KIND: &str = "other";
 

@@ -18,7 +18,9 @@ use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
 mod otlp;
 mod sample;
 
-pub use super::labels::{BackgroundTask, DatabaseOperation, OTHER_KIND, WebhookResult};
+pub use super::labels::{
+    BackgroundTask, DatabaseOperation, LookupResult, OTHER_KIND, WebhookResult,
+};
 
 /// A metric's Prometheus type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +133,8 @@ metrics! {
         "Spam complaints received from a provider, by source; each suppresses its address.";
     WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
         "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
+    RECIPIENT_LOOKUPS = "outbox_recipient_lookups_total", Counter, None,
+        "Recipient lookups (the API's, the admin page's), by result: answered, busy (every connection for lookups in use: refused at once), timed_out (stopped by the server), failed.";
     LANE_OLDEST_READY_AGE = "outbox_lane_oldest_ready_age_seconds", Gauge, SECONDS,
         "Per lane (bulk: the kinds in OUTBOXD_BULK_KINDS; transactional: every other kind), how long its oldest message that is due now, and neither backing off nor leased, has waited to be claimed. Paused kinds are left out.";
     LANE_OLDEST_PENDING_AGE = "outbox_lane_oldest_pending_age_seconds", Gauge, SECONDS,
@@ -205,8 +209,12 @@ fn describe() {
     }
 }
 
-/// The bounce, complaint and webhook counters at 0 for every source that can report them.
+/// The bounce, complaint and webhook counters at 0 for every source that can report them,
+/// and the recipient lookups' for every result.
 fn register_feedback_counters() {
+    for result in LookupResult::ALL {
+        counter!(RECIPIENT_LOOKUPS, "result" => result.as_str()).increment(0);
+    }
     for source in FeedbackSource::ALL {
         if source == FeedbackSource::Operator {
             continue;
@@ -367,6 +375,10 @@ impl Metrics {
     pub fn webhook_request(&self, source: FeedbackSource, result: WebhookResult) {
         counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())
             .increment(1);
+    }
+
+    pub fn recipient_lookup(&self, result: LookupResult) {
+        counter!(RECIPIENT_LOOKUPS, "result" => result.as_str()).increment(1);
     }
 
     pub fn smtp_send(&self, duration: Duration) {

@@ -19,6 +19,7 @@ mod helpers;
 mod hostile;
 mod intake;
 mod lanes;
+mod lookups;
 mod migrations;
 mod observability;
 mod own_schema;

@@ -426,6 +426,10 @@ async fn metrics_follow_prometheus_conventions() {
             "result",
             metrics::WebhookResult::ALL.map(|r| r.as_str()).to_vec(),
         ),
+        (
+            "result",
+            metrics::LookupResult::ALL.map(|r| r.as_str()).to_vec(),
+        ),
     ];
     for (label, values) in defined {
         let row = values_of(label);

@@ -357,6 +357,7 @@ async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_
     .bind(vec!["cc-f@example.com".to_owned()])
     .bind(None::<i64>)
     .bind(50_i64)
+    .bind(outboxd::store::messages::PENDING_SCAN_ROWS)
     .fetch_one(&db.pool)
     .await
     .unwrap();

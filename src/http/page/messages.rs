@@ -12,10 +12,11 @@ use minijinja::{Value, context};
 
 use super::{database_unavailable, environment, html_page, style_nonce};
 use crate::http::api::RecipientQuery;
+use crate::http::api::look_up;
 use crate::http::api_error::ParseQuery as _;
 use crate::http::auth::Actor;
 use crate::http::{AdminState, plain};
-use crate::store::messages::{self, MessageDetail};
+use crate::store::messages::{self, LookupError, MessageDetail, PENDING_SCAN_ROWS};
 
 /// `GET /admin/messages?recipient=`: the search box, and what it found.
 pub(super) async fn search(
@@ -24,20 +25,24 @@ pub(super) async fn search(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     if query.is_empty() {
-        return show(&actor, &[], "", None);
+        return show(&actor, &[], &Searched::default());
     }
     let query = match RecipientQuery::parse(&query) {
         Ok(query) => query,
         Err(e) => return plain(StatusCode::BAD_REQUEST, format!("{e}\n")),
     };
-    match messages::by_recipient(&state.pool, &query.forms, query.after, query.limit).await {
-        Ok(found) => {
-            let next_after = (found.len() as i64 == query.limit)
-                .then(|| found.last().map(|m| m.id))
-                .flatten();
-            show(&actor, &found, &query.address, next_after)
-        }
-        Err(e) => database_unavailable(&e),
+    match look_up(&state, &actor, &query).await {
+        Ok(page) => show(
+            &actor,
+            &page.messages,
+            &Searched {
+                recipient: &query.address,
+                next_after: query.next_after(&page),
+                pending_searched_all: page.pending_searched_all,
+            },
+        ),
+        Err(LookupError::Database(e)) => database_unavailable(&e),
+        Err(refused) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("{refused}\n")),
     }
 }
 
@@ -54,22 +59,32 @@ pub(super) async fn one(
         );
     };
     match messages::message(&state.pool, id).await {
-        Ok(Some(message)) => show(&actor, &[message], "", None),
+        Ok(Some(message)) => show(&actor, &[message], &Searched::default()),
         Ok(None) => plain(StatusCode::NOT_FOUND, format!("no message {id}\n")),
         Err(e) => database_unavailable(&e),
     }
 }
 
-fn show(
-    actor: &Actor,
-    found: &[MessageDetail],
-    recipient: &str,
+/// What a search asked and how far it went: empty for one message's page.
+#[derive(Default)]
+struct Searched<'a> {
+    recipient: &'a str,
     next_after: Option<i64>,
-) -> Response {
+    /// `false`: only the first pending messages due were searched (a long backlog).
+    pending_searched_all: bool,
+}
+
+fn show(actor: &Actor, found: &[MessageDetail], searched: &Searched<'_>) -> Response {
     let nonce = style_nonce();
     let messages: Vec<Value> = found.iter().map(message_view).collect();
+    let Searched {
+        recipient,
+        next_after,
+        pending_searched_all,
+    } = *searched;
     let recipient_query: String =
         url::form_urlencoded::byte_serialize(recipient.as_bytes()).collect();
+    let pending_partly = !recipient.is_empty() && !pending_searched_all;
     let rendered = environment()
         .get_template("messages.html")
         .and_then(|template| {
@@ -80,6 +95,8 @@ fn show(
                 recipient_query,
                 messages,
                 next_after,
+                pending_partly,
+                pending_scan_rows => PENDING_SCAN_ROWS,
                 nonce => nonce.as_str(),
             })
         });
