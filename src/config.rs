@@ -293,7 +293,7 @@ impl RunArgs {
             shutdown_timeout: self.shutdown_timeout,
             dkim: self.deliverability.dkim()?,
             feedback: Arc::new(self.deliverability.feedback()?),
-            auto_pause: self.deliverability.auto_pause(),
+            auto_pause: self.deliverability.auto_pause()?,
         })
     }
 

@@ -50,7 +50,7 @@ async fn check(
     kind: &str,
     within: Duration,
 ) -> Result<Option<String>, sqlx::Error> {
-    let recent = pauses::recent_sends(pool, kind, rule.window, within).await?;
+    let recent = pauses::recent_sends(pool, kind, rule.judged_sends(), within).await?;
     let Some(reason) = rule.breach(&recent) else {
         return Ok(None);
     };

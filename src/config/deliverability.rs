@@ -82,16 +82,25 @@ pub struct DeliverabilityArgs {
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_KINDS", value_parser = parse_kinds, default_value = "")]
     pub auto_pause_kinds: BTreeSet<String>,
 
-    /// Hard bounces per send that pause such a kind (10%: where SES pauses an account).
+    /// Distinct hard-bounced recipients per send that pause such a kind, 5 at least (10%:
+    /// where SES pauses an account).
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_HARD_BOUNCE_RATE", default_value = "10%", value_parser = parse_share)]
     pub auto_pause_hard_bounce_rate: f64,
 
-    /// Spam complaints per send that pause such a kind (0.5%: where SES pauses an account).
+    /// Distinct complainers per send that pause such a kind, 5 at least (0.5%: where SES
+    /// pauses an account).
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_COMPLAINT_RATE", default_value = "0.5%", value_parser = parse_share)]
     pub auto_pause_complaint_rate: f64,
 
-    /// How many of a kind's latest sends (of the last day) are judged; a kind with fewer
-    /// is not judged.
+    /// Kinds outboxd never pauses by itself, whatever their bounces and complaints: mail a
+    /// user asks for and must get (sign-up verification, password resets, sign-in codes),
+    /// where an outsider's complaints could otherwise stop it for everyone. A kind may not
+    /// be in both lists.
+    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS", value_parser = parse_kinds, default_value = "account_verification")]
+    pub auto_pause_exempt_kinds: BTreeSet<String>,
+
+    /// How many of a kind's latest sends (of the last day) are judged, 100 at least; a
+    /// kind with fewer is not judged.
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_WINDOW", default_value_t = 500,
           value_parser = clap::value_parser!(u32).range(10..=100_000))]
     pub auto_pause_window: u32,
@@ -104,14 +113,26 @@ debug_showing_only!(DeliverabilityArgs as args {
 });
 
 impl DeliverabilityArgs {
-    /// The automatic pause, or `None` when no kind has it.
-    pub fn auto_pause(&self) -> Option<AutoPause> {
-        (!self.auto_pause_kinds.is_empty()).then(|| AutoPause {
+    /// The automatic pause, or `None` when no kind has it; refused when a kind is both to
+    /// be paused and exempt.
+    pub fn auto_pause(&self) -> anyhow::Result<Option<AutoPause>> {
+        if let Some(kind) = self
+            .auto_pause_kinds
+            .intersection(&self.auto_pause_exempt_kinds)
+            .next()
+        {
+            anyhow::bail!(
+                "{kind} is in both OUTBOXD_AUTO_PAUSE_KINDS and OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS \
+                 (whose default exempts account_verification: an outsider's complaints must not \
+                 stop sign-ups for everyone); remove it from one"
+            );
+        }
+        Ok((!self.auto_pause_kinds.is_empty()).then(|| AutoPause {
             kinds: self.auto_pause_kinds.clone(),
             hard_bounce_share: self.auto_pause_hard_bounce_rate,
             complaint_share: self.auto_pause_complaint_rate,
             window: self.auto_pause_window,
-        })
+        }))
     }
 }
 

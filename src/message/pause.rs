@@ -65,48 +65,71 @@ impl NewPause {
     }
 }
 
+/// The fewest sends a kind's judgement reads, whatever `OUTBOXD_AUTO_PAUSE_WINDOW` says: a
+/// share of a few dozen sends is mostly chance.
+pub const MIN_SENDS_JUDGED: u32 = 100;
+/// The fewest distinct recipients whose complaints can pause a kind. Complaints are counted
+/// by complainer, not by email: one person (or one outsider with a mailbox of their own)
+/// marking three of the emails they asked for as spam is one voice, and paused a sign-up
+/// kind for everyone.
+pub const MIN_COMPLAINERS: i64 = 5;
+/// The fewest distinct recipients whose hard bounces can pause a kind.
+pub const MIN_BOUNCED_RECIPIENTS: i64 = 5;
+
 /// Pausing a kind by itself when its recipients bounce or complain too much
-/// (`OUTBOXD_AUTO_PAUSE_KINDS`), as SES pauses an account: off for every kind not listed.
+/// (`OUTBOXD_AUTO_PAUSE_KINDS`), as SES pauses an account: off for every kind not listed,
+/// and never for an exempt kind (`OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoPause {
     pub kinds: BTreeSet<String>,
-    /// Hard bounces per send at which a kind is paused.
+    /// Hard-bounced recipients per send at which a kind is paused.
     pub hard_bounce_share: f64,
-    /// Spam complaints per send at which a kind is paused.
+    /// Complainers per send at which a kind is paused.
     pub complaint_share: f64,
-    /// How many of the kind's latest sends are judged; fewer are not judged at all.
+    /// How many of the kind's latest sends are judged ([`MIN_SENDS_JUDGED`] at least);
+    /// fewer are not judged at all.
     pub window: u32,
 }
 
-/// A kind's latest sends, and how many of them bounced hard or drew a complaint.
+/// A kind's latest sends, and how many distinct recipients among them bounced hard or
+/// complained.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct RecentSends {
     pub sends: i64,
-    pub hard_bounces: i64,
-    pub complaints: i64,
+    pub bounced_recipients: i64,
+    pub complainers: i64,
     /// Where the judged sends begin: the kind's last resume, or a day ago. A pause on this
     /// judgment is void once a later resume is on record.
     pub since: DateTime<Utc>,
 }
 
 impl AutoPause {
-    /// Why `recent` pauses its kind, or `None`: below both thresholds, or too few sends
-    /// to judge.
+    /// How many of a kind's latest sends are judged.
+    pub fn judged_sends(&self) -> u32 {
+        self.window.max(MIN_SENDS_JUDGED)
+    }
+
+    /// Why `recent` pauses its kind, or `None`: below both thresholds, too few sends to
+    /// judge, or too few distinct recipients bounced or complained.
     pub fn breach(&self, recent: &RecentSends) -> Option<String> {
-        if recent.sends < i64::from(self.window.max(1)) {
+        if recent.sends < i64::from(self.judged_sends()) {
             return None;
         }
         let share = |n: i64| n as f64 / recent.sends as f64;
-        let (what, seen, threshold) = if share(recent.complaints) >= self.complaint_share {
+        let (what, seen, threshold) = if recent.complainers >= MIN_COMPLAINERS
+            && share(recent.complainers) >= self.complaint_share
+        {
             (
-                "spam complaints",
-                share(recent.complaints),
+                "recipients who complained of spam",
+                share(recent.complainers),
                 self.complaint_share,
             )
-        } else if share(recent.hard_bounces) >= self.hard_bounce_share {
+        } else if recent.bounced_recipients >= MIN_BOUNCED_RECIPIENTS
+            && share(recent.bounced_recipients) >= self.hard_bounce_share
+        {
             (
-                "hard bounces",
-                share(recent.hard_bounces),
+                "recipients who bounced hard",
+                share(recent.bounced_recipients),
                 self.hard_bounce_share,
             )
         } else {
@@ -168,10 +191,10 @@ mod tests {
 
     #[test]
     fn a_kind_pauses_at_either_threshold_once_enough_was_sent_to_judge() {
-        let recent = |sends, hard_bounces, complaints| RecentSends {
+        let recent = |sends, bounced_recipients, complainers| RecentSends {
             sends,
-            hard_bounces,
-            complaints,
+            bounced_recipients,
+            complainers,
             since: DateTime::UNIX_EPOCH,
         };
         let rule = auto_pause();
@@ -179,14 +202,38 @@ mod tests {
         assert_eq!(rule.breach(&recent(100, 9, 0)), None);
         let bounced = rule.breach(&recent(100, 10, 0)).expect("bounces");
         assert!(
-            bounced.contains("hard bounces were 10.00% of the last 100"),
+            bounced.contains("recipients who bounced hard were 10.00% of the last 100"),
             "{bounced}"
         );
-        let complained = rule.breach(&recent(200, 0, 1)).expect("complaints");
+        let complained = rule.breach(&recent(1000, 0, 5)).expect("complaints");
         assert!(
-            complained.contains("spam complaints were 0.50%"),
+            complained.contains("complained of spam were 0.50%"),
             "{complained}"
         );
+    }
+
+    #[test]
+    fn a_few_recipients_cannot_pause_a_kind_whatever_their_share() {
+        let rule = AutoPause {
+            window: 10,
+            ..auto_pause()
+        };
+        assert_eq!(
+            rule.judged_sends(),
+            MIN_SENDS_JUDGED,
+            "the window has a floor"
+        );
+        let recent = |bounced_recipients, complainers| RecentSends {
+            sends: 100,
+            bounced_recipients,
+            complainers,
+            since: DateTime::UNIX_EPOCH,
+        };
+        // Three complaints from one mailbox are one complainer: 1% of 100, not enough.
+        assert_eq!(rule.breach(&recent(0, 1)), None);
+        assert_eq!(rule.breach(&recent(0, MIN_COMPLAINERS - 1)), None);
+        assert!(rule.breach(&recent(0, MIN_COMPLAINERS)).is_some());
+        assert_eq!(rule.breach(&recent(MIN_BOUNCED_RECIPIENTS - 1, 0)), None);
     }
 
     #[test]

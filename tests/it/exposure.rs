@@ -265,10 +265,11 @@ async fn readiness_names_each_right_the_role_lacks() {
         )
     };
     // Without the automatic pause, `run` needs RUN_RIGHTS; with it, AUTO_PAUSE_RIGHTS too,
-    // and with them it pauses a kind whose latest ten sends all bounced.
+    // and with them it pauses a kind whose latest hundred sends all bounced.
     sqlx::query(
         "INSERT INTO outbox_messages (kind, payload, next_attempt_at, dispatched_at, feedback) \
-         SELECT 'invoice_notice', '{}', now(), now(), 'hard_bounce' FROM generate_series(1, 10)",
+         SELECT 'invoice_notice', jsonb_build_object('to', 'b' || g || '@example.com'), now(), \
+                now(), 'hard_bounce' FROM generate_series(1, 100) AS g",
     )
     .execute(&db.pool)
     .await
@@ -277,7 +278,7 @@ async fn readiness_names_each_right_the_role_lacks() {
         "--auto-pause-kinds",
         "invoice_notice",
         "--auto-pause-window",
-        "10",
+        "100",
     ];
     for (flags, rights, each, work) in [
         (&[][..], Rights::default(), RUN_RIGHTS, Work::Deliver),

@@ -222,15 +222,15 @@ async fn the_admin_page_pauses_and_resumes_a_kind() {
     assert!(page().await.contains("No kind is paused"));
 }
 
-/// What the automatic pause judges of `kind`: its latest 20 sends.
+/// What the automatic pause judges of `kind`: its latest 100 sends.
 async fn recent_sends(db: &TestDb, kind: &str) -> outboxd::message::RecentSends {
-    outboxd::store::pauses::recent_sends(&db.pool, kind, 20, Duration::from_secs(5))
+    outboxd::store::pauses::recent_sends(&db.pool, kind, 100, Duration::from_secs(5))
         .await
         .expect("the latest sends")
 }
 
-/// A replica that checks `FLOWING` for bounces, once `FLOWING` has paused itself: five of
-/// its first twenty invitations went to mailboxes that do not exist, 25% hard bounces.
+/// A replica that checks `FLOWING` for bounces, once `FLOWING` has paused itself: ten of
+/// its first hundred invitations went to mailboxes that do not exist, 10% hard bounces.
 async fn a_kind_paused_by_its_bounces(db: &TestDb, smtp: &SmtpServer) -> Outboxd {
     let (url, smtp_url) = (db.url.clone(), smtp.url());
     let flags = [
@@ -243,15 +243,15 @@ async fn a_kind_paused_by_its_bounces(db: &TestDb, smtp: &SmtpServer) -> Outboxd
         "--auto-pause-kinds",
         FLOWING,
         "--auto-pause-window",
-        "20",
+        "100",
     ];
     let replica = Outboxd::start(&url, &flags, &[]).await;
-    db.insert_many(FLOWING, 15).await;
+    db.insert_many(FLOWING, 90).await;
     sqlx::query(
         "INSERT INTO outbox_messages (kind, payload) \
          SELECT $1, jsonb_build_object('to', 'unknown' || i || '@example.com', \
                 'inviter_name', 'Ada', 'workspace_name', 'W', 'accept_url', 'u') \
-         FROM generate_series(1, 5) AS i",
+         FROM generate_series(1, 10) AS i",
     )
     .bind(FLOWING)
     .execute(&db.pool)
@@ -279,7 +279,7 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
             .await
             .unwrap();
     assert!(
-        reason.contains("hard bounces were 25.00% of the last 20 sends"),
+        reason.contains("recipients who bounced hard were 10.00% of the last 100 sends"),
         "{reason}"
     );
     assert_eq!(by, "outboxd");
@@ -297,7 +297,7 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         .expect("outboxd dead-letters discard");
     assert!(discard.status.success(), "{discard:?}");
     let judged = recent_sends(&db, FLOWING).await;
-    assert_eq!((judged.sends, judged.hard_bounces), (20, 5));
+    assert_eq!((judged.sends, judged.bounced_recipients), (100, 10));
 
     db.insert_many(FLOWING, 10).await;
     db.insert_many(PAUSED, 3).await;
@@ -305,7 +305,7 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         db.sent_of(PAUSED).await == 3
     })
     .await;
-    assert_eq!(db.sent_of(FLOWING).await, 15, "a paused kind was sent");
+    assert_eq!(db.sent_of(FLOWING).await, 90, "a paused kind was sent");
 
     let resume = outboxd()
         .args(["resume", "--kind", FLOWING, "--database-url", &db.url])
@@ -313,12 +313,12 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
         .expect("outboxd resume");
     assert!(resume.status.success(), "{resume:?}");
     eventually(Duration::from_secs(30), "sent on resume", || async {
-        db.sent_of(FLOWING).await == 25
+        db.sent_of(FLOWING).await == 100
     })
     .await;
     let judged = recent_sends(&db, FLOWING).await;
     assert_eq!(
-        (judged.sends, judged.hard_bounces),
+        (judged.sends, judged.bounced_recipients),
         (10, 0),
         "the check judges only what was sent after the resume"
     );
@@ -363,7 +363,7 @@ async fn a_resume_committed_while_the_check_judges_the_sends_before_it_stands() 
     assert!(resume.status.success(), "{resume:?}");
 
     eventually(Duration::from_secs(30), "sent on resume", || async {
-        db.sent_of(FLOWING).await == 25
+        db.sent_of(FLOWING).await == 100
     })
     .await;
     let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_kind_pauses")
@@ -373,6 +373,52 @@ async fn a_resume_committed_while_the_check_judges_the_sends_before_it_stands() 
     assert_eq!(
         paused, 0,
         "the check paused the kind again on what the resume set aside"
+    );
+}
+
+#[tokio::test]
+async fn three_complaints_from_one_mailbox_are_one_voice_and_do_not_pause_a_kind() {
+    let db = TestDb::new().await;
+    // 500 sends; one outsider signed up three times with the same mailbox and marked each
+    // email as spam: 0.6% of the sends, past the 0.5% threshold if counted by email.
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, dispatched_at, feedback) \
+         SELECT $1, jsonb_build_object('to', CASE WHEN g <= 3 THEN 'Outsider@Example.com' \
+                ELSE 'user' || g || '@example.com' END), now() - make_interval(secs => g), \
+                CASE WHEN g <= 3 THEN 'complaint' END \
+         FROM generate_series(1, 500) AS g",
+    )
+    .bind(FLOWING)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let recent =
+        outboxd::store::pauses::recent_sends(&db.pool, FLOWING, 500, Duration::from_secs(5))
+            .await
+            .unwrap();
+    assert_eq!((recent.sends, recent.complainers), (500, 1));
+    let rule = outboxd::message::AutoPause {
+        kinds: [FLOWING.to_owned()].into(),
+        hard_bounce_share: 0.10,
+        complaint_share: 0.005,
+        window: 500,
+    };
+    assert_eq!(rule.breach(&recent), None);
+}
+
+#[test]
+fn a_kind_exempt_from_the_automatic_pause_cannot_be_listed_for_it() {
+    // account_verification is exempt by default: sign-ups must not stop for everyone
+    // because one outsider complained.
+    let output = outboxd()
+        .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
+        .args(["--auto-pause-kinds", "account_verification,newsletter"])
+        .output()
+        .expect("outboxd run");
+    let refusal = crate::helpers::refusal(&output);
+    assert!(
+        refusal.contains("account_verification is in both OUTBOXD_AUTO_PAUSE_KINDS and OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS"),
+        "{refusal}"
     );
 }
 
