@@ -63,6 +63,19 @@ impl NewMessage {
         if !self.payload.is_object() {
             return Err(InvalidMessage::PayloadNotObject);
         }
+        // PostgreSQL refuses a NUL in text and in jsonb, failing the caller's whole
+        // transaction with an error that names neither the field nor the message.
+        if let Some(path) = nul_in(&self.payload, "payload") {
+            return Err(InvalidMessage::Nul(path));
+        }
+        for (field, text) in [
+            ("idempotency_key", &self.idempotency_key),
+            ("traceparent", &self.traceparent),
+        ] {
+            if text.as_deref().is_some_and(|t| t.contains('\0')) {
+                return Err(InvalidMessage::Nul(field.to_owned()));
+            }
+        }
         if !(0..=MAX_PRIORITY).contains(&self.priority) {
             return Err(InvalidMessage::Priority(self.priority));
         }
@@ -111,6 +124,28 @@ pub enum InvalidMessage {
         field: &'static str,
         time: DateTime<Utc>,
     },
+    #[error("{0} holds a NUL character (\\u0000), which PostgreSQL cannot store")]
+    Nul(String),
+}
+
+/// Where in `value` (at `path`) a string or a key first holds a NUL, as `payload.items[2]`.
+fn nul_in(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::String(text) => text.contains('\0').then(|| path.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_in(item, &format!("{path}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            let at = format!("{path}.{}", key.replace('\0', "\\u0000"));
+            if key.contains('\0') {
+                Some(at)
+            } else {
+                nul_in(item, &at)
+            }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
 }
 
 /// Kind names double as template directory names, so they are kept to a safe alphabet.

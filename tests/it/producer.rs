@@ -65,19 +65,40 @@ async fn each_kind_of_bad_message_is_refused_before_the_database_sees_it() {
     key.idempotency_key = Some(String::new());
     let mut traceparent = good();
     traceparent.traceparent = Some("0".repeat(129));
+    let mut nul_deep = good();
+    nul_deep.payload["items"] = serde_json::json!(["ok", {"note": "a\u{0}b"}]);
+    let mut nul_key = good();
+    nul_key.payload["na\u{0}me"] = serde_json::json!(1);
+    let mut nul_idempotency = good();
+    nul_idempotency.idempotency_key = Some("order-1\u{0}".into());
     for (message, refused) in [
         (bad_kind, InvalidMessage::Kind("../etc".into())),
         (not_object, InvalidMessage::PayloadNotObject),
         (priority, InvalidMessage::Priority(-1)),
         (key, InvalidMessage::IdempotencyKey),
         (traceparent, InvalidMessage::Traceparent),
+        (
+            nul_deep,
+            InvalidMessage::Nul("payload.items[1].note".into()),
+        ),
+        (nul_key, InvalidMessage::Nul("payload.na\\u0000me".into())),
+        (
+            nul_idempotency,
+            InvalidMessage::Nul("idempotency_key".into()),
+        ),
     ] {
-        match outboxd_producer::enqueue(&db.pool, message).await {
+        // In the application's transaction, which the refusal must leave usable.
+        let mut tx = db.pool.begin().await.unwrap();
+        match outboxd_producer::enqueue(&mut *tx, message).await {
             Err(EnqueueError::Invalid(error)) => assert_eq!(error, refused),
             other => panic!("{refused:?}: {other:?}"),
         }
+        sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+        tx.rollback().await.unwrap();
     }
     assert_eq!(db.count("all").await, 0, "nothing was written");
+    let said = InvalidMessage::Nul("payload.items[1].note".into()).to_string();
+    assert!(said.contains("payload.items[1].note holds a NUL"), "{said}");
 }
 
 #[tokio::test]
