@@ -211,7 +211,8 @@ fn fail(error: &anyhow::Error) -> ExitCode {
     if reader_gone {
         return ExitCode::SUCCESS;
     }
-    eprintln!("error: {error:#}");
+    // What the database or an operator wrote may be in it (a role's name, a reason).
+    eprintln!("error: {}", crate::text::printable(&format!("{error:#}")));
     ExitCode::FAILURE
 }
 

@@ -36,7 +36,13 @@ impl std::fmt::Display for Finding {
             Verdict::Warn => "warn",
             Verdict::Fail => "fail",
         };
-        write!(f, "{verdict} {}: {}", self.check, self.said)
+        // What the database or a server said (a role's name, a reply) may hold anything.
+        write!(
+            f,
+            "{verdict} {}: {}",
+            self.check,
+            crate::text::printable(&self.said)
+        )
     }
 }
 

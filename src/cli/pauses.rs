@@ -6,6 +6,7 @@ use clap::Args;
 use crate::config::DatabaseArgs;
 use crate::message::{NewPause, validate_kind};
 use crate::store::pauses;
+use crate::text::printable;
 
 #[derive(Debug, Args)]
 pub struct PauseArgs {
@@ -48,7 +49,7 @@ pub async fn pause(pool: &sqlx::PgPool, new: &NewPause, actor: &str) -> anyhow::
         "paused {} (since {}): {}",
         pause.kind,
         pause.paused_at.to_rfc3339(),
-        pause.reason
+        printable(&pause.reason)
     )?;
     Ok(())
 }
@@ -75,10 +76,10 @@ pub async fn list(pool: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
         for pause in pauses {
             outln!(
                 "{}\tsince {}\tby {}\t{}",
-                pause.kind,
+                printable(&pause.kind),
                 pause.paused_at.to_rfc3339(),
-                pause.paused_by,
-                pause.reason
+                printable(&pause.paused_by),
+                printable(&pause.reason)
             )?;
         }
     }

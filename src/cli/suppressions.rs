@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use crate::config::DatabaseArgs;
 use crate::store::suppressions;
 use crate::suppression::{AddRequest, SuppressionReason, normalize_address};
+use crate::text::printable;
 
 #[derive(Debug, Args)]
 pub struct SuppressionsArgs {
@@ -83,14 +84,18 @@ pub async fn run(
             };
             let entry = request.entry(Utc::now()).map_err(anyhow::Error::msg)?;
             suppressions::add(pool, &entry, actor).await?;
-            outln!("suppressed {} ({})", entry.address, entry.reason)?;
+            outln!(
+                "suppressed {} ({})",
+                printable(&entry.address),
+                entry.reason
+            )?;
         }
         SuppressionsCommand::Remove { address } => {
             let address = normalize_address(&address).map_err(anyhow::Error::msg)?;
             if !suppressions::remove(pool, &address, actor).await? {
-                anyhow::bail!("{address} is not suppressed");
+                anyhow::bail!("{} is not suppressed", printable(&address));
             }
-            outln!("removed {address}")?;
+            outln!("removed {}", printable(&address))?;
         }
     }
     Ok(())

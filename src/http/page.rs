@@ -49,6 +49,18 @@ fn environment() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        // Every value the page shows is text someone else wrote (a pause's reason, an
+        // actor, a provider's reply): its control and reordering characters are shown as
+        // escapes, so that RIGHT-TO-LEFT OVERRIDE cannot make the page say what was not
+        // written; then HTML-escaped as usual.
+        env.set_formatter(|out, state, value| match value.as_str() {
+            Some(text) if !value.is_safe() => minijinja::escape_formatter(
+                out,
+                state,
+                &minijinja::Value::from(crate::text::printable_lines(text)),
+            ),
+            _ => minijinja::escape_formatter(out, state, value),
+        });
         for (name, text) in [
             ("style.html", include_str!("style.html")),
             ("admin.html", include_str!("admin.html")),

@@ -12,6 +12,7 @@ mod database_health;
 mod delivery;
 mod deploy;
 mod doctor;
+mod escaping;
 mod exposure;
 mod failures;
 mod found_pace;
