@@ -17,7 +17,7 @@ use crate::background::{auto_pause, recorder_upkeep, sampler, supervise};
 use crate::config::RunConfig;
 use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
-use crate::message::NewMessage;
+use crate::message::{MessageIds, NewMessage};
 use crate::render::Renderer;
 use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::text::mask_addresses;
@@ -53,13 +53,14 @@ pub struct App {
     admin_listener: Option<tokio::net::TcpListener>,
     admin_addr: Option<SocketAddr>,
     kinds: Vec<String>,
+    /// How this installation's Message-IDs read: the webhooks tell its rows by them.
+    message_ids: MessageIds,
 }
 
 impl App {
     /// Loads the templates, connects, and checks the schema: everything that can be
     /// wrong is found here, before the first message is claimed.
     pub async fn build(config: RunConfig) -> anyhow::Result<Self> {
-        let renderer = renderer(&config)?;
         let mailer = Mailer::new(config.smtp.clone())
             .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
         let (listener, admin_listener) = bind_listeners(&config).await?;
@@ -68,9 +69,11 @@ impl App {
             Some(listener) => Some(listener.local_addr()?),
             None => (config.admin_token.is_some() || config.feedback.any()).then_some(http_addr),
         };
+        let pools = Pools::open(&config.database).await?;
+        let message_ids = message_ids(&pools.dispatch, &config).await?;
+        let renderer = renderer(&config, message_ids.clone())?;
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
-        let pools = Pools::open(&config.database).await?;
         let shutdown = Shutdown::default();
         let metrics = Arc::new(Metrics::new(
             renderer.kinds(),
@@ -112,6 +115,7 @@ impl App {
             admin_listener,
             admin_addr,
             kinds,
+            message_ids,
         })
     }
 
@@ -156,6 +160,7 @@ impl App {
             self.pools.surface.clone(),
             Arc::clone(&self.config.feedback),
             Arc::clone(&self.metrics),
+            self.message_ids.clone(),
         );
         let admin = match (admin, webhooks) {
             (Some(admin), Some(webhooks)) => Some(admin.merge(webhooks)),
@@ -316,12 +321,19 @@ impl App {
     }
 }
 
+/// How this installation writes its Message-IDs: its tag (made by `outboxd migrate`) and
+/// the configured domain.
+async fn message_ids(pool: &PgPool, config: &RunConfig) -> anyhow::Result<MessageIds> {
+    let tag = store::installation::tag(pool).await?;
+    Ok(MessageIds::new(tag, config.message_id_domain.clone()))
+}
+
 /// The templates, parsed, with the limits and the DKIM key.
-pub fn renderer(config: &RunConfig) -> anyhow::Result<Renderer> {
+pub fn renderer(config: &RunConfig, message_ids: MessageIds) -> anyhow::Result<Renderer> {
     let renderer = Renderer::new(
         config.templates.as_deref(),
         config.from.clone(),
-        config.message_id_domain.clone(),
+        message_ids,
     )?
     .with_limits(config.limits);
     renderer

@@ -141,7 +141,7 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_TEMPLATES")]
     pub templates: Option<PathBuf>,
 
-    /// Domain of the deterministic Message-ID (<outbox-ID@DOMAIN>). Default: the sender's domain.
+    /// Domain of the deterministic Message-ID (<outbox-ID.TAG@DOMAIN>). Default: the sender's domain.
     #[arg(long, env = "OUTBOXD_MESSAGE_ID_DOMAIN")]
     pub message_id_domain: Option<String>,
 

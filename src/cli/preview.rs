@@ -9,6 +9,7 @@ use clap::{ArgGroup, Args};
 use lettre::message::Mailbox;
 
 use crate::config::DEV_FROM;
+use crate::message::{InstallationTag, MessageIds};
 use crate::render::Renderer;
 use crate::text::{printable, printable_lines};
 
@@ -53,7 +54,8 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
         .message_id_domain
         .clone()
         .unwrap_or_else(|| from.email.domain().to_owned());
-    let renderer = Renderer::new(args.templates.as_deref(), from, domain)?;
+    let message_ids = MessageIds::new(InstallationTag::preview(), domain);
+    let renderer = Renderer::new(args.templates.as_deref(), from, message_ids)?;
     let text = if args.payload == "-" {
         let mut text = String::new();
         std::io::stdin()

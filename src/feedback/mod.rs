@@ -16,6 +16,7 @@ pub mod standard;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::message::{MessageIds, Named};
 use crate::suppression::marks::{mark_complaint, mark_hard_bounce, mark_soft_bounce};
 use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, SuppressionReason};
 
@@ -160,8 +161,8 @@ pub struct Event {
     pub kind: EventKind,
     /// Normalized as the suppression list keeps addresses.
     pub address: String,
-    /// The outbox row, when the notification names it.
-    pub message_id: Option<i64>,
+    /// How the notification names its outbox row, if it does.
+    pub row: RowNames,
     /// What the provider said (a diagnostic code, a feedback type).
     pub detail: Option<String>,
 }
@@ -169,7 +170,9 @@ pub struct Event {
 impl Event {
     /// The suppression and the row's mark this event makes: hard bounces, complaints and
     /// unsubscribes suppress; soft and undetermined bounces only mark the row.
-    pub fn feedback(&self, source: FeedbackSource) -> Feedback {
+    /// `ids` tell this installation's rows from another's.
+    pub fn feedback(&self, source: FeedbackSource, ids: &MessageIds) -> Feedback {
+        let message_id = self.row.row(ids);
         let (mark, reason) = match self.kind {
             EventKind::Bounce(BounceType::Hard) => (
                 Some(mark_hard_bounce!()),
@@ -184,36 +187,46 @@ impl Event {
         Feedback {
             address: self.address.clone(),
             mark,
-            message_id: self.message_id,
+            message_id,
             detail: self.detail.clone(),
             suppression: reason.map(|reason| NewSuppression {
                 address: self.address.clone(),
                 reason,
                 source,
                 detail: self.detail.clone(),
-                message_id: self.message_id,
+                message_id,
                 until: None,
             }),
         }
     }
 }
 
-/// The outbox row an email came from, read from its `Message-ID` (`<outbox-42@domain>`)
-/// or its `X-Outbox-Id` header.
-pub fn outbox_id(message_id: Option<&str>, x_outbox_id: Option<&str>) -> Option<i64> {
-    let from_header = x_outbox_id.and_then(|value| value.trim().parse().ok());
-    from_header.or_else(|| {
-        let inner = message_id?
-            .trim()
-            .trim_start_matches('<')
-            .trim_end_matches('>');
-        inner
-            .strip_prefix("outbox-")?
-            .split_once('@')?
-            .0
-            .parse()
-            .ok()
-    })
+/// How a notification names the outbox row its email came from: the email's
+/// `Message-ID` (`<outbox-42.TAG@domain>`), and the id a header (`X-Outbox-Id`) or a
+/// field (Postmark's metadata, the Standard Webhooks body's `outbox_id`) gives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowNames {
+    pub message_id: Option<String>,
+    pub outbox_id: Option<i64>,
+}
+
+impl RowNames {
+    /// The row they name in this installation: none when the Message-ID is another
+    /// installation's (its bounce must not mark a row of this one that has the same id),
+    /// else the id given, else the Message-ID's.
+    pub fn row(&self, ids: &MessageIds) -> Option<i64> {
+        let named = self.message_id.as_deref().map(|m| ids.read(m));
+        match named {
+            Some(Named::Elsewhere) => None,
+            Some(Named::Row(id)) => self.outbox_id.or(Some(id)),
+            Some(Named::Nothing) | None => self.outbox_id,
+        }
+    }
+}
+
+/// An id as a header or a field writes it (`" 42 "`).
+fn parse_id(text: &str) -> Option<i64> {
+    text.trim().parse().ok()
 }
 
 /// An address from a notification, or why the notification is refused.
@@ -223,7 +236,8 @@ fn address(text: &str) -> Result<String, FeedbackError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Turnstile, outbox_id};
+    use super::{RowNames, Turnstile, parse_id};
+    use crate::message::{InstallationTag, MessageIds};
 
     #[tokio::test]
     async fn a_wait_given_up_on_leaves_the_line() {
@@ -246,13 +260,29 @@ mod tests {
     }
 
     #[test]
-    fn the_row_is_found_by_its_header_or_its_message_id() {
-        assert_eq!(outbox_id(Some("<outbox-42@mail.example>"), None), Some(42));
-        assert_eq!(outbox_id(None, Some(" 7 ")), Some(7));
-        assert_eq!(
-            outbox_id(Some("<0100018f@email.amazonses.com>"), None),
-            None
+    fn the_row_is_found_by_its_message_id_or_its_id_and_never_in_another_installation() {
+        let ids = MessageIds::new(
+            InstallationTag::parse("k3f9q2").unwrap(),
+            "mail.example".into(),
         );
-        assert_eq!(outbox_id(Some("<outbox-x@a>"), None), None);
+        let names = |message_id: Option<&str>, outbox_id| RowNames {
+            message_id: message_id.map(str::to_owned),
+            outbox_id,
+        };
+        assert_eq!(names(Some(&ids.of(42)), None).row(&ids), Some(42));
+        assert_eq!(
+            names(Some("<outbox-42@mail.example>"), None).row(&ids),
+            Some(42)
+        );
+        assert_eq!(names(None, Some(7)).row(&ids), Some(7));
+        assert_eq!(
+            names(Some("<0100018f@amazonses.com>"), Some(7)).row(&ids),
+            Some(7)
+        );
+        // Staging's bounce, through a provider account production shares.
+        let staging = "<outbox-42.a0b1c2@mail.example>";
+        assert_eq!(names(Some(staging), None).row(&ids), None);
+        assert_eq!(names(Some(staging), Some(42)).row(&ids), None);
+        assert_eq!(parse_id(" 7 "), Some(7));
     }
 }

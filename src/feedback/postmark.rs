@@ -9,7 +9,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::{Event, EventKind, FeedbackError, Notification, address};
+use super::{Event, EventKind, FeedbackError, Notification, RowNames, address};
 use crate::suppression::BounceType;
 
 /// The credentials Postmark must present.
@@ -79,7 +79,7 @@ pub fn notification(body: &[u8]) -> Result<Notification, FeedbackError> {
         .as_str()
         .or_else(|| record["Recipient"].as_str())
         .ok_or_else(|| FeedbackError::Invalid("no Email".to_owned()))?;
-    let message_id = match &record["Metadata"]["outbox_id"] {
+    let outbox_id = match &record["Metadata"]["outbox_id"] {
         Value::String(id) => id.trim().parse().ok(),
         Value::Number(id) => id.as_i64(),
         _ => None,
@@ -103,7 +103,10 @@ pub fn notification(body: &[u8]) -> Result<Notification, FeedbackError> {
         events: vec![Event {
             kind,
             address: address(email)?,
-            message_id,
+            row: RowNames {
+                message_id: None,
+                outbox_id,
+            },
             detail,
         }],
     })
@@ -120,7 +123,7 @@ mod tests {
         let events = notification(bounce).unwrap().events;
         assert_eq!(events[0].kind, EventKind::Bounce(BounceType::Hard));
         assert_eq!(events[0].address, "zed@example.com");
-        assert_eq!(events[0].message_id, Some(9));
+        assert_eq!(events[0].row.outbox_id, Some(9));
         let spam =
             br#"{"RecordType":"SpamComplaint","Type":"SpamComplaint","Email":"a@b.example"}"#;
         let spam = notification(spam).unwrap();

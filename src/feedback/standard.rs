@@ -24,7 +24,7 @@ use secrecy::{ExposeSecret, SecretSlice};
 use serde::Deserialize;
 use subtle::ConstantTimeEq as _;
 
-use super::{Event, EventKind, FeedbackError, address, outbox_id};
+use super::{Event, EventKind, FeedbackError, RowNames, address};
 use crate::suppression::BounceType;
 
 /// How far a request's timestamp may be from now.
@@ -203,14 +203,13 @@ pub fn events(body: &[u8]) -> Result<Vec<Event>, FeedbackError> {
             )));
         }
     };
-    let message_id = body
-        .data
-        .outbox_id
-        .or_else(|| outbox_id(body.data.message_id.as_deref(), None));
     Ok(vec![Event {
         kind,
         address: address(&body.data.email)?,
-        message_id,
+        row: RowNames {
+            message_id: body.data.message_id,
+            outbox_id: body.data.outbox_id,
+        },
         detail: body
             .data
             .detail

@@ -20,6 +20,7 @@ use crate::feedback::{
     Checks, EventKind, FeedbackError, FeedbackSettings, MAX_BODY_BYTES, Notification,
 };
 use crate::lock::lock;
+use crate::message::MessageIds;
 use crate::store;
 use crate::store::suppressions::FeedbackRecorded;
 use crate::suppression::FeedbackSource;
@@ -35,6 +36,7 @@ struct WebhookState {
     checks: Arc<WebhookChecks>,
     refusals: Arc<RefusalLog>,
     metrics: Arc<Metrics>,
+    message_ids: MessageIds,
 }
 
 /// The webhooks the settings turn on; `None` when none is.
@@ -42,6 +44,7 @@ pub fn router(
     pool: PgPool,
     settings: Arc<FeedbackSettings>,
     metrics: Arc<Metrics>,
+    message_ids: MessageIds,
 ) -> Option<Router> {
     if !settings.any() {
         return None;
@@ -67,6 +70,7 @@ pub fn router(
         checks: Arc::default(),
         refusals: Arc::default(),
         metrics,
+        message_ids,
     }))
 }
 
@@ -225,7 +229,10 @@ async fn record(
         Err(e) => return refuse(state, source, &e),
     };
     let events = &notification.events;
-    let reports: Vec<_> = events.iter().map(|event| event.feedback(source)).collect();
+    let reports: Vec<_> = events
+        .iter()
+        .map(|event| event.feedback(source, &state.message_ids))
+        .collect();
     let recorded = match store::suppressions::record_feedback(
         &state.pool,
         source,

@@ -16,7 +16,7 @@ use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 
-use crate::message::ClaimedMessage;
+use crate::message::{ClaimedMessage, MessageIds};
 use crate::text::debug_showing_only;
 
 mod addresses;
@@ -58,7 +58,7 @@ pub struct Renderer {
     env: Environment<'static>,
     kinds: BTreeSet<String>,
     from: Mailbox,
-    message_id_domain: String,
+    message_ids: MessageIds,
     limits: RenderLimits,
     /// The headers each kind declares in its `headers.txt`.
     declared: BTreeMap<String, Vec<DeclaredHeader>>,
@@ -138,7 +138,7 @@ impl Renderer {
     pub fn new(
         templates_dir: Option<&Path>,
         from: Mailbox,
-        message_id_domain: String,
+        message_ids: MessageIds,
     ) -> Result<Self, TemplateLoadError> {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
@@ -200,7 +200,7 @@ impl Renderer {
             env,
             kinds,
             from,
-            message_id_domain,
+            message_ids,
             limits: RenderLimits::default(),
             declared,
             dkim: None,
@@ -286,10 +286,9 @@ impl Renderer {
         self.kinds.iter().map(String::as_str)
     }
 
-    /// The Message-ID of a row: the same on every attempt, so a receiver can drop the
-    /// duplicate that a redelivery after a crash produces.
+    /// The Message-ID of a row ([`MessageIds::of`]).
     pub fn message_id(&self, id: i64) -> String {
-        format!("<outbox-{id}@{}>", self.message_id_domain)
+        self.message_ids.of(id)
     }
 
     /// Renders one row into an email ready to send.

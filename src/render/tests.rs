@@ -12,7 +12,10 @@ fn renderer_from(templates: Option<&std::path::Path>) -> Renderer {
     Renderer::new(
         templates,
         "Outbox <outbox@example.com>".parse().unwrap(),
-        "example.com".into(),
+        crate::message::MessageIds::new(
+            crate::message::InstallationTag::parse("k3f9q2").unwrap(),
+            "example.com".into(),
+        ),
     )
     .unwrap()
 }
@@ -50,7 +53,7 @@ fn headers_carry_the_row_id_and_a_deterministic_message_id() {
     let one = verification_of_ada(42);
     assert!(one.contains("X-Outbox-Id: 42\r\n"), "{one}");
     assert!(
-        one.contains("Message-ID: <outbox-42@example.com>\r\n"),
+        one.contains("Message-ID: <outbox-42.k3f9q2@example.com>\r\n"),
         "{one}"
     );
 }

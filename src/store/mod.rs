@@ -22,6 +22,7 @@ mod statements;
 pub mod admin;
 mod claim;
 pub mod inspect;
+pub mod installation;
 mod kept;
 mod listen;
 pub mod messages;

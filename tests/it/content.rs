@@ -570,7 +570,7 @@ fn preview_renders_an_email_as_it_would_be_sent_without_a_database_or_a_server()
     assert!(ok);
     assert!(shown.contains("Subject: Invoice INV-2026-0042"), "{shown}");
     assert!(
-        shown.contains("Message-ID: <outbox-0@localhost>"),
+        shown.contains("Message-ID: <outbox-0.preview@localhost>"),
         "{shown}"
     );
     assert!(

@@ -61,7 +61,11 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
     assert_eq!(m.rcpt_tos, ["ada@example.com"]);
     assert_eq!(m.mail_from, "outbox@example.test");
     assert_eq!(m.header("From"), Some("Outbox Test <outbox@example.test>"));
-    assert_eq!(m.message_id, format!("<outbox-{verify}@example.test>"));
+    let tag = db.installation_tag().await;
+    assert_eq!(
+        m.message_id,
+        format!("<outbox-{verify}.{tag}@example.test>")
+    );
     assert!(m.text.as_deref().unwrap().contains("Hello Ada,"));
     assert!(
         m.text
@@ -593,4 +597,35 @@ async fn a_pooled_connection_the_server_dropped_is_replaced_without_costing_an_a
     assert_eq!(second.messages().len(), 1);
     let row = db.row(id).await;
     assert!(row.dispatched && row.attempts == 0, "{row:?}");
+}
+
+#[tokio::test]
+async fn two_databases_migrated_apart_give_their_first_messages_different_message_ids() {
+    let smtp = SmtpServer::start();
+    let mut tags = Vec::new();
+    for _ in 0..2 {
+        let db = TestDb::empty().await;
+        let migrated = crate::helpers::outboxd()
+            .args(["migrate", "--database-url", &db.url])
+            .output()
+            .expect("outboxd migrate");
+        assert!(migrated.status.success(), "{migrated:?}");
+        let first = db
+            .enqueue("account_verification", verification("ada@example.com"))
+            .await;
+        assert_eq!(first, 1, "each database's first message");
+        let app = app(&db, Some(&smtp.url()), &[]).await;
+        app.dispatcher.dispatch_once().await.unwrap();
+        tags.push(db.installation_tag().await);
+    }
+    let received = smtp.wait_for(2, Duration::from_secs(30)).await;
+    let ids: Vec<&str> = received.iter().map(|m| m.message_id.as_str()).collect();
+    assert_ne!(
+        ids[0], ids[1],
+        "a receiver would drop the second as a duplicate"
+    );
+    assert_ne!(tags[0], tags[1]);
+    for (id, tag) in ids.iter().zip(&tags) {
+        assert!(id.starts_with(&format!("<outbox-1.{tag}@")), "{id}");
+    }
 }

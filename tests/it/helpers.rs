@@ -240,6 +240,14 @@ impl TestDb {
         .expect("insert")
     }
 
+    /// The installation tag `outboxd migrate` made for this database.
+    pub async fn installation_tag(&self) -> String {
+        sqlx::query_scalar("SELECT tag FROM outbox_installation")
+            .fetch_one(&self.pool)
+            .await
+            .expect("the installation tag")
+    }
+
     /// How many messages of `kind` were sent.
     pub async fn sent_of(&self, kind: &str) -> i64 {
         sqlx::query_scalar(

@@ -168,3 +168,43 @@ pub(crate) async fn rows_written_under_the_first_schema_are_delivered_after_migr
     assert_eq!(status, 200);
     assert!(body.contains("outbox_dead_letter_messages 1"), "{body}");
 }
+
+#[tokio::test]
+async fn the_installation_tag_migration_runs_while_an_application_holds_the_outbox_table() {
+    let db = TestDb::empty().await;
+    let migrations = &outboxd::store::MIGRATOR.migrations;
+    let tag_migration = migrations
+        .iter()
+        .position(|m| m.description.contains("installation tag"))
+        .expect("the installation tag migration");
+    let mut before = Migrator {
+        migrations: migrations[..tag_migration].to_vec().into(),
+        ..Migrator::DEFAULT
+    };
+    before.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
+    before
+        .run(&db.pool)
+        .await
+        .expect("the migrations before it");
+    // An application's migration holds the whole table, as a long ALTER would.
+    let mut held = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let url = db.url.clone();
+    let migrate = tokio::task::spawn_blocking(move || {
+        outboxd()
+            .args(["migrate", "--database-url", &url])
+            .output()
+            .expect("outboxd migrate")
+    });
+    let migrated = tokio::time::timeout(Duration::from_secs(30), migrate)
+        .await
+        .expect("migrate waited on the outbox table")
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+    held.rollback().await.unwrap();
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    assert_eq!(db.installation_tag().await.len(), 10);
+}

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use outboxd::store::suppressions;
 use outboxd::suppression::SuppressionReason;
 
-use crate::helpers::{HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, python};
+use crate::helpers::{
+    HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, python, verification,
+};
 
 const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:ses-feedback";
 const POSTMARK: &str = "postmark:correct-horse-battery";
@@ -227,7 +229,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         "bounce": {"bounceType": "Permanent", "bounceSubType": "General",
                    "bouncedRecipients": [{"emailAddress": "Gone@Example.com",
                                           "diagnosticCode": "smtp; 550 5.1.1 user unknown"}]},
-        "mail": {"commonHeaders": {"messageId": format!("<outbox-{id}@example.test>")}}});
+        "mail": {"commonHeaders": {"messageId": format!("<outbox-{id}.{}@example.test>", db.installation_tag().await)}}});
     let notification = host.message("Notification", &[("Message", &bounce.to_string())], "2");
     let answered = post(&addr, "/webhooks/sns", &[], &notification.to_string()).await;
     assert_eq!(answered.status, 200, "{}", answered.body);
@@ -236,6 +238,20 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         Some((SuppressionReason::HardBounce, "ses".to_owned()))
     );
     assert_eq!(feedback_of(&db, id).await.as_deref(), Some("hard_bounce"));
+    // Staging's bounce through a provider account production shares names a row of the
+    // same id in another installation: it suppresses its address but marks no row here.
+    let other = db
+        .enqueue("account_verification", verification("ann@example.com"))
+        .await;
+    let staging = json!({"notificationType": "Bounce",
+        "bounce": {"bounceType": "Permanent", "bouncedRecipients": [
+            {"emailAddress": "staging-gone@example.com", "diagnosticCode": "smtp; 550 5.1.1"}]},
+        "mail": {"commonHeaders": {"messageId": format!("<outbox-{other}.zz9zz9@example.test>")}}});
+    let notification = host.message("Notification", &[("Message", &staging.to_string())], "2");
+    let answered = post(&addr, "/webhooks/sns", &[], &notification.to_string()).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert!(suppressed(&db, "staging-gone@example.com").await.is_some());
+    assert_eq!(feedback_of(&db, other).await, None);
     // And the report is in the message's timeline, with who said it and what.
     let timeline = outboxd::store::messages::message(&db.pool, id)
         .await

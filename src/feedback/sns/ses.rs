@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::feedback::{Event, EventKind, FeedbackError, address, outbox_id};
+use crate::feedback::{Event, EventKind, FeedbackError, RowNames, address, parse_id};
 use crate::suppression::BounceType;
 
 /// The recipients an SES notification (or event) reports, with the row it names.
@@ -15,7 +15,7 @@ pub(super) fn ses_events(message: &str) -> Result<Vec<Event>, FeedbackError> {
         .or_else(|| ses.get("eventType"))
         .and_then(Value::as_str)
         .ok_or_else(|| FeedbackError::Invalid("no notificationType or eventType".to_owned()))?;
-    let message_id = row_of(&ses["mail"]);
+    let row = row_of(&ses["mail"]);
     let (kind, list, address_field) = match kind {
         "Bounce" => {
             let bounce_type = match ses["bounce"]["bounceType"].as_str() {
@@ -53,7 +53,7 @@ pub(super) fn ses_events(message: &str) -> Result<Vec<Event>, FeedbackError> {
             Ok(Event {
                 kind: kind.clone(),
                 address: address(text)?,
-                message_id,
+                row: row.clone(),
                 detail,
             })
         })
@@ -62,7 +62,7 @@ pub(super) fn ses_events(message: &str) -> Result<Vec<Event>, FeedbackError> {
 
 /// The outbox row of the `mail` object: its original headers, when SES was told to
 /// include them, or its common headers' Message-ID.
-fn row_of(mail: &Value) -> Option<i64> {
+fn row_of(mail: &Value) -> RowNames {
     let header = |wanted: &str| {
         mail["headers"].as_array()?.iter().find_map(|h| {
             h["name"]
@@ -71,10 +71,12 @@ fn row_of(mail: &Value) -> Option<i64> {
                 .and(h["value"].as_str())
         })
     };
-    outbox_id(
-        header("Message-ID").or_else(|| mail["commonHeaders"]["messageId"].as_str()),
-        header("X-Outbox-Id"),
-    )
+    RowNames {
+        message_id: header("Message-ID")
+            .or_else(|| mail["commonHeaders"]["messageId"].as_str())
+            .map(str::to_owned),
+        outbox_id: header("X-Outbox-Id").and_then(parse_id),
+    }
 }
 
 #[cfg(test)]
@@ -91,7 +93,10 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].kind, EventKind::Bounce(BounceType::Hard));
         assert_eq!(events[0].address, "gone@example.com");
-        assert_eq!(events[0].message_id, Some(12));
+        assert_eq!(
+            events[0].row.message_id.as_deref(),
+            Some("<outbox-12@mail.example>")
+        );
         assert!(
             ses_events(r#"{"notificationType":"Delivery"}"#)
                 .unwrap()
