@@ -21,6 +21,7 @@ pub const OBJECTS: &[&str] = &[
     "outbox_admin_audit",
     "outbox_kind_pauses",
     "outbox_message_events",
+    "outbox_installation",
     "outbox_recipient_keys",
     "outbox_single_recipient_key",
     "outbox_on_the_calendar",
