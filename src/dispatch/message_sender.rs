@@ -20,7 +20,7 @@ use super::pace::{Pace, Slots};
 use super::queue::OutcomeQueue;
 use super::recipients::{Filtered, Suppressed};
 use crate::mailer::Mailer;
-use crate::message::{ClaimedMessage, Outcome, ReleaseReason, RetryPolicy};
+use crate::message::{ClaimedMessage, RetryPolicy};
 use crate::render::{ReadPayload, Renderer};
 use crate::telemetry::{self, PanicContext};
 use crate::trace_context::parse_traceparent;
@@ -120,20 +120,20 @@ impl MessageSender {
                 .map(|to| crate::suppression::address_key(&to)),
             _ => None,
         };
+        // The pace hears every throttling reply, also one that costs a message that has met
+        // too many an attempt: else a long episode falls silent and the pace is forgotten
+        // while the relay still refuses.
+        match &attempt {
+            AttemptResult::SendFailed(e) if e.is_throttling() => self.pace.throttled(),
+            AttemptResult::Delivered(_) => self.pace.accepted(),
+            _ => {}
+        }
         let mut outcome = outcome_of(message, attempt, &self.retry);
         if let Some(address) = bounced.as_ref().filter(|_| self.suppress_hard_bounces) {
             // Its batch-mates to the same address are not sent either.
             batch.suppressed.bounced(address);
             outcome =
                 attempt::without_the_bounced(message, &batch.payloads[index], outcome, &self.retry);
-        }
-        match outcome {
-            Outcome::Release {
-                reason: ReleaseReason::Throttled,
-                ..
-            } => self.pace.throttled(),
-            Outcome::Sent { .. } => self.pace.accepted(),
-            _ => {}
         }
         Decided {
             index,

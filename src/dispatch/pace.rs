@@ -147,13 +147,16 @@ pub(super) struct Pace {
     booked_pace: Mutex<Option<f64>>,
 }
 
-/// A pace found from throttling replies: how far it may grow.
+/// A pace found from throttling replies: how far it may grow, and how fast.
 #[derive(Debug, Clone, Copy)]
 struct Found {
     /// The pace before its last cut, doubled each second the pace held sends back and the
     /// relay refused none.
     ceiling: f64,
     grown_at: Instant,
+    /// The ceiling has doubled since the last cut: past where the relay last refused, the
+    /// pace grows to each new ceiling within a second rather than creeping up to it.
+    probing: bool,
 }
 
 impl Found {
@@ -161,12 +164,19 @@ impl Found {
         Self {
             ceiling: pace_before.clamp(MIN_INCREASE, DISCOVERY_CEILING),
             grown_at: now,
+            probing: false,
         }
     }
 
-    /// Messages a second the pace grows by each second.
+    /// Messages a second the pace grows by each second: back towards where the relay
+    /// refused, a share of the ceiling; past it, the doubled ceiling's gap in a second.
     fn increase(self) -> f64 {
-        (DISCOVERY_INCREASE * self.ceiling).max(MIN_INCREASE)
+        let share = if self.probing {
+            0.5
+        } else {
+            DISCOVERY_INCREASE
+        };
+        (share * self.ceiling).max(MIN_INCREASE)
     }
 
     /// Doubles the ceiling when the pace has reached it, held sends back and met no
@@ -176,6 +186,7 @@ impl Found {
         if at_ceiling && now.saturating_duration_since(self.grown_at) >= CEILING_GROWTH_EVERY {
             self.ceiling = (2.0 * self.ceiling).min(DISCOVERY_CEILING);
             self.grown_at = now;
+            self.probing = true;
         }
     }
 }

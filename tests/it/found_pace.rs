@@ -149,3 +149,39 @@ async fn thirty_seconds_after_a_throttling_episode_the_found_pace_is_forgotten()
         "the found pace is forgotten"
     );
 }
+
+#[tokio::test]
+async fn the_pace_hears_throttling_that_costs_a_message_an_attempt() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start_with(
+        free_port(),
+        &["--throttle-every", "1", "--throttle-for", "3600"],
+    );
+    // Messages that have met as many throttling replies as cost no attempt: each further
+    // one is a retry, not a release, and must still slow the pace.
+    sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, throttled_releases) \
+         SELECT 'account_verification', jsonb_build_object('to', 'cap' || g || '@example.com', \
+                'name', 'Cap', 'verify_url', 'https://app.example/v'), 20 \
+         FROM generate_series(1, 30) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let flags = relay_flags(&smtp);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let outboxd = Outboxd::start(&db.url, &flags, &[]).await;
+    eventually(Duration::from_secs(30), "a pace found", || async {
+        metric_value(
+            &metrics(&outboxd).await,
+            "outbox_send_rate_limit_per_second",
+        )
+        .is_some_and(|pace| pace > 0.0)
+    })
+    .await;
+    let attempts: i64 = sqlx::query_scalar("SELECT sum(attempts) FROM outbox_messages")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(attempts > 0, "the refusals were the messages' retries");
+}
