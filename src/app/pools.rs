@@ -53,25 +53,7 @@ impl Pools {
         store::use_schema(database.schema());
         let options = database.options();
         let failed = |e| store::connect_error(e, options);
-        let (direct, pooled) = match database.listen_options() {
-            Some(direct) => {
-                let listen = store::connect(direct, 1)
-                    .await
-                    .map_err(|e| store::connect_error(e, direct))?;
-                (Some(listen), true)
-            }
-            None => {
-                let pooled = store::transaction_pooler_in_the_way(options)
-                    .await
-                    .map_err(failed)?;
-                if pooled {
-                    warn!(
-                        "a transaction pooler is in the way of DATABASE_URL: notifications do not come back through it, so outboxd does not LISTEN there and polls every 2s, and keeps no statement prepared; set OUTBOXD_LISTEN_DATABASE_URL to a direct connection for LISTEN"
-                    );
-                }
-                (None, pooled)
-            }
-        };
+        let (direct, pooled) = route(database).await?;
         if pooled {
             store::keep_no_statement_prepared();
         }
@@ -91,9 +73,14 @@ impl Pools {
                 open(SAMPLE_POOL_SIZE).await.map_err(failed)?,
                 open(LOOKUP_POOL_SIZE).await.map_err(failed)?,
             ),
-            Side::Shared(size) => {
+            Side::Shared { size, lookup_apart } => {
                 let shared = open(size).await.map_err(failed)?;
-                (shared.clone(), shared.clone(), shared.clone(), shared)
+                let lookup = if lookup_apart {
+                    open(1).await.map_err(failed)?
+                } else {
+                    shared.clone()
+                };
+                (shared.clone(), shared.clone(), shared, lookup)
             }
         };
         Ok(Self {
@@ -121,6 +108,28 @@ impl Pools {
     }
 }
 
+/// How the replica reaches the database: the direct LISTEN connection
+/// (`OUTBOXD_LISTEN_DATABASE_URL`), if any, and whether a transaction pooler is in the way
+/// of `DATABASE_URL`.
+async fn route(database: &DatabaseConfig) -> anyhow::Result<(Option<PgPool>, bool)> {
+    let options = database.options();
+    if let Some(direct) = database.listen_options() {
+        let listen = store::connect(direct, 1)
+            .await
+            .map_err(|e| store::connect_error(e, direct))?;
+        return Ok((Some(listen), true));
+    }
+    let pooled = store::transaction_pooler_in_the_way(options)
+        .await
+        .map_err(|e| store::connect_error(e, options))?;
+    if pooled {
+        warn!(
+            "a transaction pooler is in the way of DATABASE_URL: notifications do not come back through it, so outboxd does not LISTEN there and polls every 2s, and keeps no statement prepared; set OUTBOXD_LISTEN_DATABASE_URL to a direct connection for LISTEN"
+        );
+    }
+    Ok((None, pooled))
+}
+
 /// How many connections each pool may open.
 #[derive(Debug, PartialEq, Eq)]
 struct Sizes {
@@ -129,13 +138,15 @@ struct Sizes {
     side: Side,
 }
 
-/// The admin surface's, readiness's and the sampler's pools.
+/// The admin surface's, readiness's, the sampler's and the lookups' pools.
 #[derive(Debug, PartialEq, Eq)]
 enum Side {
     /// Each of its own: nothing one does can take another's connection.
     Apart,
-    /// One pool they share, of this size: under a connection budget.
-    Shared(u32),
+    /// Under a connection budget: one pool of this size shared by the admin surface,
+    /// readiness and the sampler, and the lookups' own connection when `lookup_apart`
+    /// (the budget leaves the shared pool 2 or more), else the lookups share it too.
+    Shared { size: u32, lookup_apart: bool },
 }
 
 impl Sizes {
@@ -159,9 +170,14 @@ impl Sizes {
                 // connection (when it listens there), one for its statements, and one shared.
                 let left = budget.saturating_sub(1 + elsewhere);
                 let dispatch = (POOL_SIZE - elsewhere).min(left.saturating_sub(1)).max(1);
+                let side = left.saturating_sub(dispatch).max(1);
+                let lookup_apart = side >= 2;
                 Self {
                     dispatch,
-                    side: Side::Shared(left.saturating_sub(dispatch).max(1)),
+                    side: Side::Shared {
+                        size: side - u32::from(lookup_apart),
+                        lookup_apart,
+                    },
                 }
             }
             _ => Self {
@@ -179,7 +195,7 @@ impl Sizes {
             Side::Apart => {
                 SURFACE_POOL_SIZE + HEALTH_POOL_SIZE + SAMPLE_POOL_SIZE + LOOKUP_POOL_SIZE
             }
-            Side::Shared(size) => size,
+            Side::Shared { size, lookup_apart } => size + u32::from(lookup_apart),
         };
         self.dispatch + side + 1 + u32::from(listens_elsewhere)
     }
@@ -235,8 +251,10 @@ mod tests {
                 // The dispatcher's LISTEN connection and one for its statements.
                 let listener = u32::from(!elsewhere);
                 assert!(sizes.dispatch > listener, "{budget}: {sizes:?}");
-                if let Side::Shared(size) = sizes.side {
+                if let Side::Shared { size, lookup_apart } = sizes.side {
                     assert!(size >= 1, "{budget}: {sizes:?}");
+                    // Lookups are apart from the webhooks from a budget of 7 on.
+                    assert_eq!(lookup_apart, budget >= 7, "{budget}");
                 }
             }
         }

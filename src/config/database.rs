@@ -36,8 +36,9 @@ pub struct DatabaseArgs {
     pub listen_database_url: Option<String>,
     /// The most database connections one replica opens, across all its pools (the LISTEN
     /// connection and OUTBOXD_LISTEN_DATABASE_URL's included): for a pooler or server with
-    /// few connections to spare. At least 4. Unset: 9, with readiness, the sampler and the
-    /// admin surface on pools of their own; under 9 they share one.
+    /// few connections to spare. At least 4. Unset: 11, with readiness, the sampler, the
+    /// admin surface and recipient lookups on pools of their own; under 11 the first three
+    /// share one.
     #[arg(long, env = "OUTBOXD_DATABASE_MAX_CONNECTIONS", global = true)]
     pub database_max_connections: Option<u32>,
     /// A schema of outboxd's own for its tables and functions, beside the application's:
