@@ -273,14 +273,19 @@ pub(super) async fn audit(
     Ok(())
 }
 
-/// The most recent admin actions.
+/// The most recent admin actions that change something: lookups, which change nothing
+/// and come by the dozen, are left out (they are in the table, for an audit of who looked
+/// at whose messages).
 pub async fn audit_log(pool: &PgPool, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
     fetch_all_alone(
-query_as(
-        "SELECT id, at, actor, action, target, rows, detail FROM outbox_admin_audit ORDER BY id DESC LIMIT $1",
+        query_as(concat!(
+            "SELECT id, at, actor, action, target, rows, detail FROM outbox_admin_audit \
+             WHERE action <> '",
+            audit_lookup!(),
+            "' ORDER BY id DESC LIMIT $1"
+        ))
+        .bind(limit),
+        pool,
     )
-    .bind(limit)
-    ,
- pool)
     .await
 }

@@ -122,3 +122,11 @@ macro_rules! address_key {
         )
     };
 }
+
+/// The audit log's `action` for a recipient lookup: written by the lookup, left out of the
+/// admin page's list of recent actions.
+macro_rules! audit_lookup {
+    () => {
+        "lookup"
+    };
+}
