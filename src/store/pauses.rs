@@ -148,7 +148,7 @@ pub async fn pause_automatically(
 
 /// `kind`'s latest `window` sends of the last day since it was last resumed (a resume
 /// re-arms the check: what was sent before it is not judged again), and how many distinct
-/// recipients (a message's envelope, `outbox_recipient_keys`) among them bounced hard
+/// recipient addresses (`outbox_recipient_keys`) among them bounced hard
 /// (reported by a provider, or answered at once by the relay, discarded since or not) or
 /// complained. Reads the sent rows' index from now back, the dead
 /// letters' and the discarded rows' (an operator's discard of the bounced dead letters
@@ -168,13 +168,13 @@ pub async fn recent_sends(
         audit_resume!(),
         "' AND target = $1 \
          ), latest AS ( \
-             (SELECT feedback, dispatched_at AS at, CASE WHEN feedback IS NOT NULL THEN outbox_recipient_keys(payload)::text END AS recipients \
+             (SELECT feedback, dispatched_at AS at, CASE WHEN feedback IS NOT NULL THEN outbox_recipient_keys(payload) END AS recipients \
               FROM outbox_messages \
               WHERE dispatched_at IS NOT NULL AND dispatched_at > (SELECT since FROM armed) \
                 AND kind = $1 \
               ORDER BY dispatched_at DESC LIMIT $2) \
              UNION ALL \
-             (SELECT feedback, dead_lettered_at, CASE WHEN feedback IS NOT NULL THEN outbox_recipient_keys(payload)::text END AS recipients \
+             (SELECT feedback, dead_lettered_at, CASE WHEN feedback IS NOT NULL THEN outbox_recipient_keys(payload) END AS recipients \
               FROM outbox_messages WHERE ",
         dead_letter!(),
         " AND dead_lettered_at > (SELECT since FROM armed) \
@@ -182,7 +182,7 @@ pub async fn recent_sends(
         mark_hard_bounce!(),
         "' AND kind = $1) \
              UNION ALL \
-             (SELECT feedback, dead_lettered_at, CASE WHEN feedback IS NOT NULL THEN outbox_recipient_keys(payload)::text END AS recipients \
+             (SELECT feedback, dead_lettered_at, CASE WHEN feedback IS NOT NULL THEN outbox_recipient_keys(payload) END AS recipients \
               FROM outbox_messages WHERE discarded_at IS NOT NULL AND discarded_at > (SELECT since FROM armed) \
                 AND dead_lettered_at > (SELECT since FROM armed) AND feedback = '",
         mark_hard_bounce!(),
@@ -190,10 +190,12 @@ pub async fn recent_sends(
              ORDER BY at DESC LIMIT $2 \
          ) \
          SELECT count(*) AS sends, \
-                count(DISTINCT recipients) FILTER (WHERE feedback = '",
+                (SELECT count(DISTINCT k) FROM latest AS l, unnest(l.recipients) AS k \
+                 WHERE l.feedback = '",
         mark_hard_bounce!(),
         "') AS bounced_recipients, \
-                count(DISTINCT recipients) FILTER (WHERE feedback = '",
+                (SELECT count(DISTINCT k) FROM latest AS l, unnest(l.recipients) AS k \
+                 WHERE l.feedback = '",
         mark_complaint!(),
         "') AS complainers, \
                 (SELECT since FROM armed) AS since \
