@@ -132,9 +132,11 @@ impl Reply {
     /// released without an attempt): a 4xx reply whose status is `4.7.x` (policy: Gmail's
     /// `421 4.7.0`, Microsoft's `451 4.7.500`, Yahoo's `421 4.7.0 [TSS04]`, Postfix's `450
     /// 4.7.1 ... too much mail`) with code `421`, `450`, `451`, `452` or `454`, unless it
-    /// speaks of greylisting or TLS (Microsoft's `421 4.7.66`); or, from a server that gives
-    /// no status, a 4xx reply that speaks of its rate (Amazon SES's `454 Throttling failure`,
-    /// Outlook.com's `421 RP-001 ... limits for how many messages`). A status of the
+    /// speaks of greylisting or TLS (Microsoft's `421 4.7.66`) or rejects one recipient
+    /// (Postfix's `450 4.7.1 <x>: Recipient address rejected`); or, from a server that
+    /// gives no status, a 4xx reply that speaks of its rate (Amazon SES's `454 Throttling
+    /// failure`, Outlook.com's `421 RP-001 ... limits for how many messages`, Exim's `421
+    /// Too many concurrent SMTP connections`). A status of the
     /// recipient's own (`4.1.x` address, `4.2.x` mailbox: Gmail's `450 4.2.1` for a
     /// recipient receiving too fast) or any other subject is the message's, never the
     /// pace's.
@@ -152,13 +154,20 @@ impl Reply {
             return false;
         }
         match self.status {
-            Some(status) => status.subject == 7 && matches!(code, 421 | 450 | 451 | 452 | 454),
+            // A 4.7.x about one recipient (Postfix's check_recipient_access DEFER) is the
+            // message's.
+            Some(status) => {
+                status.subject == 7
+                    && matches!(code, 421 | 450 | 451 | 452 | 454)
+                    && !self.says(&["recipient address rejected"])
+            }
             None => {
                 words.iter().any(|word| {
                     matches!(word.as_str(), "rate" | "ratelimit" | "ratelimited")
                         || word.starts_with("throttl")
                 }) || self.says(&[
                     "too many connections",
+                    "too many concurrent",
                     "too many messages",
                     "too much mail",
                     "how many messages",
