@@ -72,7 +72,7 @@ pub async fn run(
     }
     if !pending_searched_all {
         eprintln!(
-            "note: only the first {} pending messages due were searched; one further back in the backlog is not listed",
+            "note: only the first {0} pending messages due and the newest {0} were searched; one in the middle of the backlog is not listed",
             messages::PENDING_SCAN_ROWS
         );
     }

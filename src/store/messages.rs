@@ -2,9 +2,9 @@
 //! (`timeline`). Every read goes through one column list, so the two agree.
 //!
 //! The recipient lookup ("did this user get their email?", from the API, the admin page
-//! or the CLI) is bounded: it waits half a second at most for a connection (every one
-//! busy: try again), the server cancels it past [`LOOKUP_TIMEOUT`] or once its client has
-//! gone, and it reads at most [`PENDING_SCAN_ROWS`] pending rows. A replica runs it on a
+//! or the CLI) is bounded: it waits a second at most for a connection (every one busy:
+//! try again), it is stopped past [`LOOKUP_TIMEOUT`] or once its client has gone, and it
+//! reads a bounded share of the pending rows ([`PENDING_SCAN_ROWS`]). A replica runs it on a
 //! pool of its own (`app::pools`), so that the webhooks and the dispatcher never wait
 //! behind it.
 
@@ -13,10 +13,10 @@ use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
 
-use sqlx::{Connection as _, FromRow, PgConnection, PgPool};
+use sqlx::{FromRow, PgConnection, PgPool};
 
 use super::admin::audit;
-use super::statements::{fetch_optional_alone, query_as, query_scalar};
+use super::statements::{Bound, begin_bounded_on, fetch_optional_alone, query_as, query_scalar};
 use super::timeline::{self, Event};
 
 /// What an operator sees of a message, for a `FROM outbox_messages` to follow. Its times
@@ -173,27 +173,30 @@ pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sq
     Ok(Some(message))
 }
 
-/// How long the server lets a recipient lookup's statements run.
+/// How long a recipient lookup may take, all its statements together.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
-/// The most pending rows a lookup reads, the first due: ended rows come from indexes, but
-/// pending ones have none of their own (it would cost every enqueue), and a lookup over
-/// 300 000 pending rows took 3 to 4 s. The answer says whether it read them all.
+/// How many pending rows a lookup reads, twice over: the first this many due, and those
+/// among this many newest ids (the message just enqueued, which a question is usually
+/// about). Ended rows come from indexes; pending ones have none of their own (it would
+/// cost every enqueue), and a lookup of them all over 300 000 pending rows took 3 to 4 s.
+/// The answer says whether it read them all.
 pub const PENDING_SCAN_ROWS: i64 = 10_000;
 /// How long a lookup waits for a connection (one may have to be opened) before it is
 /// refused as busy.
-const CONNECTION_WAIT: Duration = Duration::from_millis(500);
-/// How often the server checks, while a lookup runs, that its client is still there
-/// (`client_connection_check_interval`, PostgreSQL 14): a lookup whose HTTP client left is
-/// dropped, its connection closed, and the server ends the statement within this.
-const CLIENT_CHECK_MS: u32 = 250;
+const CONNECTION_WAIT: Duration = Duration::from_secs(1);
+/// How often the server checks, while a lookup runs, that its client is still there: a
+/// lookup whose HTTP client left is dropped, its connection closed, and the server ends
+/// the statement within this.
+const CLIENT_CHECK: Duration = Duration::from_millis(250);
 
 /// The lookup of [`by_recipient`]: `$1` the addresses, `$2` the id to page below, `$3`
-/// how many, `$4` how many pending rows to read. The matches are gathered first, whole
-/// (MATERIALIZED), and only then ordered and cut: asked for the newest 50 at once, the
-/// planner walks the primary key backwards and reads every row's payload (9.5 s on 2
-/// million rows) instead of the index (under 1 ms). Ended rows: the indexes of migrations
-/// 19 and 20, whose predicates these conditions repeat. Pending rows: the first `$4` of
-/// `outbox_messages_due_idx`. Public for the test that reads its plan.
+/// how many, `$4` how many pending rows to read ([`PENDING_SCAN_ROWS`]). The matches are
+/// gathered first, whole (MATERIALIZED), and only then ordered and cut: asked for the
+/// newest 50 at once, the planner walks the primary key backwards and reads every row's
+/// payload (9.5 s on 2 million rows) instead of the index (under 1 ms). Ended rows: the
+/// indexes of migrations 19 and 20, whose predicates these conditions repeat. Pending
+/// rows: the first `$4` of `outbox_messages_due_idx`, and those among the newest `$4` ids
+/// (a range of the primary key). Public for the test that reads its plan.
 pub const BY_RECIPIENT: &str = concat!(
     "WITH ended AS MATERIALIZED ( \
              SELECT id FROM outbox_messages WHERE ",
@@ -210,12 +213,16 @@ pub const BY_RECIPIENT: &str = concat!(
     ") AND outbox_recipient_keys(payload) && $1 \
                AND ($2::bigint IS NULL OR id < $2) \
          ), scanned AS MATERIALIZED ( \
-             SELECT id, payload FROM outbox_messages WHERE ",
+             (SELECT id, payload FROM outbox_messages WHERE ",
     pending!(),
-    "      ORDER BY next_attempt_at, id LIMIT $4 \
+    "       ORDER BY next_attempt_at, id LIMIT $4) \
+             UNION ALL \
+             (SELECT id, payload FROM outbox_messages WHERE ",
+    pending!(),
+    "       AND id > (SELECT max(id) FROM outbox_messages) - $4) \
          ), waiting AS ( \
-             SELECT id FROM scanned WHERE outbox_recipient_keys(payload) && $1 \
-               AND ($2::bigint IS NULL OR id < $2) \
+             SELECT DISTINCT id FROM scanned \
+             WHERE outbox_recipient_keys(payload) && $1 AND ($2::bigint IS NULL OR id < $2) \
          ), chosen AS ( \
              SELECT id FROM ended UNION ALL SELECT id FROM waiting \
              ORDER BY id DESC LIMIT $3 \
@@ -225,7 +232,7 @@ pub const BY_RECIPIENT: &str = concat!(
 );
 
 /// Whether more than `$1` rows are pending, read from the due index as the lookup reads
-/// them.
+/// them: then the lookup did not read them all.
 const MORE_PENDING_THAN: &str = concat!(
     "SELECT count(*) > $1 FROM (SELECT FROM outbox_messages WHERE ",
     pending!(),
@@ -236,8 +243,8 @@ const MORE_PENDING_THAN: &str = concat!(
 #[derive(Debug, Serialize)]
 pub struct RecipientPage {
     pub messages: Vec<MessageDetail>,
-    /// Every pending message was searched; `false`: only the first [`PENDING_SCAN_ROWS`]
-    /// due (a backlog longer than that), so a pending message may be missing.
+    /// Every pending message was searched; `false`: a backlog longer than a lookup reads
+    /// ([`PENDING_SCAN_ROWS`]), so a pending message may be missing.
     pub pending_searched_all: bool,
 }
 
@@ -247,7 +254,7 @@ pub enum LookupError {
     #[error("every connection for lookups is busy ({0} at once): try again in a moment")]
     Busy(u32),
     #[error(
-        "the lookup took longer than {}, and the database stopped it",
+        "the lookup took longer than {}, and was stopped",
         humantime::format_duration(LOOKUP_TIMEOUT)
     )]
     TimedOut,
@@ -270,14 +277,27 @@ pub async fn by_recipient(
     let connection = tokio::time::timeout(CONNECTION_WAIT, pool.acquire())
         .await
         .map_err(|_| busy())??;
-    let mut connection = CloseIfAbandoned(Some(connection));
-    let page = lookup(connection.get(), addresses, after, limit, actor).await;
-    connection.finished();
-    page.map_err(|e| match e.as_database_error().and_then(|d| d.code()) {
-        // query_canceled: the statement timeout.
-        Some(code) if code == "57014" => LookupError::TimedOut,
-        _ => LookupError::Database(e),
-    })
+    let mut connection = CloseIfAbandoned {
+        connection,
+        finished: false,
+    };
+    // The server's timeout bounds each statement; this, all of them together. Past it the
+    // lookup is dropped, its connection closed, and the server ends the statement.
+    let page = tokio::time::timeout(
+        LOOKUP_TIMEOUT,
+        lookup(&mut connection.connection, addresses, after, limit, actor),
+    )
+    .await;
+    connection.finished = page.is_ok();
+    match page {
+        Err(_elapsed) => Err(LookupError::TimedOut),
+        Ok(Ok(page)) => Ok(page),
+        // query_canceled: the server's statement timeout.
+        Ok(Err(e)) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("57014") => {
+            Err(LookupError::TimedOut)
+        }
+        Ok(Err(e)) => Err(LookupError::Database(e)),
+    }
 }
 
 async fn lookup(
@@ -287,13 +307,11 @@ async fn lookup(
     limit: i64,
     actor: &str,
 ) -> Result<RecipientPage, sqlx::Error> {
-    let timeout_ms = LOOKUP_TIMEOUT.as_millis();
-    let mut tx = connection
-        .begin_with(sqlx::AssertSqlSafe(format!(
-            "BEGIN; SET LOCAL statement_timeout = {timeout_ms}; \
-             SET LOCAL client_connection_check_interval = {CLIENT_CHECK_MS}"
-        )))
-        .await?;
+    let bounds = [
+        Bound::Statement(LOOKUP_TIMEOUT),
+        Bound::ClientGone(CLIENT_CHECK),
+    ];
+    let mut tx = begin_bounded_on(connection, &bounds).await?;
     let mut messages: Vec<MessageDetail> = query_as(BY_RECIPIENT)
         .bind(addresses)
         .bind(after)
@@ -308,7 +326,15 @@ async fn lookup(
     let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
     let mut events = timeline::events_on(&mut tx, &ids).await?;
     let target = addresses.first().map_or("", String::as_str);
-    audit(&mut tx, actor, "lookup", target, messages.len(), None).await?;
+    audit(
+        &mut tx,
+        actor,
+        audit_lookup!(),
+        target,
+        messages.len(),
+        None,
+    )
+    .await?;
     tx.commit().await?;
     for message in &mut messages {
         message.events = events.remove(&message.id).unwrap_or_default();
@@ -319,26 +345,19 @@ async fn lookup(
     })
 }
 
-/// A pooled connection that is closed, not returned to its pool, if the lookup on it is
-/// abandoned (its HTTP client left): returned, sqlx would wait for the statement to end
-/// before its next use; closed, the server notices within [`CLIENT_CHECK_MS`] and cancels
-/// the statement.
-struct CloseIfAbandoned(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
-
-impl CloseIfAbandoned {
-    fn get(&mut self) -> &mut PgConnection {
-        self.0.as_mut().expect("taken only by finished")
-    }
-
-    fn finished(mut self) {
-        self.0.take();
-    }
+/// A pooled connection that is closed, not returned to its pool, if the lookup on it did
+/// not finish (its HTTP client left, or its time ran out): returned, sqlx would wait for
+/// the statement to end before its next use; closed, the server notices within
+/// [`CLIENT_CHECK`] and cancels the statement.
+struct CloseIfAbandoned {
+    connection: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    finished: bool,
 }
 
 impl Drop for CloseIfAbandoned {
     fn drop(&mut self) {
-        if let Some(connection) = self.0.as_mut() {
-            connection.close_on_drop();
+        if !self.finished {
+            self.connection.close_on_drop();
         }
     }
 }

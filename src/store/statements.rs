@@ -58,25 +58,57 @@ pub enum Bound {
     /// Waiting longer than this for a lock another transaction holds: an application's
     /// transaction left open must not hold one of outboxd's connections as long.
     Lock(Duration),
+    /// Its client gone, checked this often (`client_connection_check_interval`, PostgreSQL
+    /// 14 and later; older servers go without): a statement whose caller left ends then,
+    /// not at its timeout.
+    ClientGone(Duration),
+}
+
+impl Bound {
+    /// The statement that sets it for the transaction alone.
+    fn set_local(self) -> String {
+        let millis = |within: Duration| within.as_millis().clamp(1, i32::MAX as u128);
+        match self {
+            Bound::Statement(within) => {
+                format!("SET LOCAL statement_timeout = {}", millis(within))
+            }
+            Bound::Lock(within) => format!("SET LOCAL lock_timeout = {}", millis(within)),
+            Bound::ClientGone(every) => format!(
+                "SELECT set_config('client_connection_check_interval', '{}', true) \
+                 WHERE current_setting('server_version_num')::int >= 140000",
+                millis(every)
+            ),
+        }
+    }
+}
+
+/// `BEGIN` and each bound's setting, in one round trip.
+fn begin_with_bounds(bounds: &[Bound]) -> sqlx::AssertSqlSafe<String> {
+    let mut sql = String::from("BEGIN");
+    for bound in bounds {
+        sql.push_str("; ");
+        sql.push_str(&bound.set_local());
+    }
+    sqlx::AssertSqlSafe(sql)
 }
 
 /// A transaction on a connection from `pool` whose statements the server cancels past
-/// `bound`. The timeout is the transaction's own (`SET LOCAL`, sent with `BEGIN` in one
-/// round trip), so that it never reaches another session, as it would through a pooler in
-/// transaction mode.
+/// `bound`. The bounds are the transaction's own (`SET LOCAL`, sent with `BEGIN` in one
+/// round trip), so that they never reach another session, as they would through a pooler
+/// in transaction mode.
 pub async fn begin_bounded(
     pool: &PgPool,
     bound: Bound,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    let (setting, within) = match bound {
-        Bound::Statement(within) => ("statement_timeout", within),
-        Bound::Lock(within) => ("lock_timeout", within),
-    };
-    let millis = within.as_millis().clamp(1, i32::MAX as u128);
-    pool.begin_with(sqlx::AssertSqlSafe(format!(
-        "BEGIN; SET LOCAL {setting} = {millis}"
-    )))
-    .await
+    pool.begin_with(begin_with_bounds(&[bound])).await
+}
+
+/// [`begin_bounded`] on a connection the caller holds, with several bounds.
+pub async fn begin_bounded_on<'c>(
+    connection: &'c mut PgConnection,
+    bounds: &[Bound],
+) -> Result<Transaction<'c, Postgres>, sqlx::Error> {
+    connection.begin_with(begin_with_bounds(bounds)).await
 }
 
 /// Executes `statement` on a connection from `pool`, on its own (see [`on_its_own`]).
