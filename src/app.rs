@@ -403,7 +403,7 @@ pub fn sample_messages() -> Vec<NewMessage> {
 async fn watch_signals(shutdown: Shutdown, bound: Duration) {
     wait_for_signal().await;
     info!(
-        bound = %humantime::format_duration(bound),
+        bound = %crate::text::duration(bound),
         "shutting down: no new claims; finishing sends in flight"
     );
     shutdown.stop.cancel();

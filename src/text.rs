@@ -4,6 +4,34 @@
 
 use std::borrow::Cow;
 
+/// A duration as a person reads it in a log line: `850ms`, `3.1s`, `2m 5s`, `1h 2m`,
+/// `2d 3h`; not `3s 127ms 604us 961ns`.
+pub fn duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0 => format!("{}ms", d.as_millis()),
+        1..60 => {
+            let tenths = (d.as_millis() + 50) / 100;
+            if tenths.is_multiple_of(10) {
+                format!("{}s", tenths / 10)
+            } else {
+                format!("{}.{}s", tenths / 10, tenths % 10)
+            }
+        }
+        60..3600 => two_units(secs / 60, "m", secs % 60, "s"),
+        3600..86400 => two_units(secs / 3600, "h", secs % 3600 / 60, "m"),
+        _ => two_units(secs / 86400, "d", secs % 86400 / 3600, "h"),
+    }
+}
+
+fn two_units(big: u64, big_unit: &str, small: u64, small_unit: &str) -> String {
+    if small == 0 {
+        format!("{big}{big_unit}")
+    } else {
+        format!("{big}{big_unit} {small}{small_unit}")
+    }
+}
+
 /// The first `max_chars` characters of `text`, cut on a character boundary.
 pub fn cut(text: &str, max_chars: usize) -> &str {
     match text.char_indices().nth(max_chars) {
@@ -166,6 +194,22 @@ pub fn mask_addresses(text: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        use std::time::Duration;
+        for (d, said) in [
+            (Duration::from_millis(850), "850ms"),
+            (Duration::from_nanos(3_127_604_961), "3.1s"),
+            (Duration::from_secs(2), "2s"),
+            (Duration::from_secs(125), "2m 5s"),
+            (Duration::from_secs(3600), "1h"),
+            (Duration::from_secs(3720), "1h 2m"),
+            (Duration::from_secs(2 * 86400 + 3 * 3600 + 5), "2d 3h"),
+        ] {
+            assert_eq!(duration(d), said);
+        }
+    }
+
     #[test]
     fn a_nul_from_a_server_is_not_stored() {
         assert_eq!(

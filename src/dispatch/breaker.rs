@@ -57,7 +57,7 @@ impl CircuitBreaker {
                     until: Instant::now() + retry_in,
                     failures,
                 };
-                warn!(error = %e, retry_in = %humantime::format_duration(retry_in), "SMTP server still unreachable");
+                warn!(error = %e, retry_in = %crate::text::duration(retry_in), "SMTP server still unreachable");
                 Some(retry_in)
             }
         }
@@ -72,7 +72,7 @@ impl CircuitBreaker {
             failures: 1,
         };
         error!(
-            retry_in = %humantime::format_duration(retry_in),
+            retry_in = %crate::text::duration(retry_in),
             "SMTP server unreachable: circuit open, claiming paused; messages keep their attempts"
         );
     }

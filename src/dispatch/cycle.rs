@@ -105,8 +105,8 @@ impl Dispatcher {
         let mut database_failures = 0_u32;
         info!(
             worker_id = %self.settings.worker_id,
-            poll_interval = %humantime::format_duration(self.settings.poll_interval),
-            linger = %humantime::format_duration(self.settings.linger),
+            poll_interval = %crate::text::duration(self.settings.poll_interval),
+            linger = %crate::text::duration(self.settings.linger),
             batch_size = self.settings.batch_size,
             concurrency = self.settings.concurrency,
             "dispatcher started"
@@ -120,13 +120,7 @@ impl Dispatcher {
             // Every wait ends within a poll interval, so the heartbeat the liveness probe
             // reads keeps beating through SMTP and database outages.
             self.metrics.cycle_completed();
-            // Outcomes held for locked rows are tried again every second, even when idle:
-            // an application's commit sends no notification.
-            let poll = wakeups.poll_interval(self.settings.poll_interval);
-            let wait = match self.recorder.holds_locked() {
-                true => wait.min(poll).min(LOCKED_RETRY),
-                false => wait.min(poll),
-            };
+            let wait = self.bounded_wait(&mut wakeups, wait, notified);
             let woken = wakeups
                 .wait(wait, notified, &self.shutdown.stop, self.claimer.floor())
                 .await;
@@ -180,6 +174,24 @@ impl Dispatcher {
         self.recorder.held_outcomes()
     }
 
+    /// `wait`, ended sooner by the poll interval, by the next try of outcomes held for
+    /// locked rows (an application's commit sends no notification), and, in an ordinary
+    /// wait, by the soonest retry or `not_before` row known to fall due.
+    fn bounded_wait(&self, wakeups: &mut Wakeups, wait: Duration, notified: bool) -> Duration {
+        let poll = wakeups.poll_interval(self.settings.poll_interval);
+        let mut wait = wait.min(poll);
+        if self.recorder.holds_locked() {
+            wait = wait.min(LOCKED_RETRY);
+        }
+        if let Some(retry) = self.recorder.take_next_retry() {
+            wakeups.expect(retry);
+        }
+        match wakeups.until_due().filter(|_| notified) {
+            Some(due) => wait.min(due),
+            None => wait,
+        }
+    }
+
     /// How long to wait after a drain, and whether a notification ends the wait; `None`
     /// when stopping.
     fn next_wait(
@@ -208,7 +220,7 @@ impl Dispatcher {
                 let retry_in = OUTAGE_BACKOFF.delay_after(*database_failures);
                 error!(
                     error = %e,
-                    retry_in = %humantime::format_duration(retry_in),
+                    retry_in = %crate::text::duration(retry_in),
                     "dispatch cycle failed; retrying"
                 );
                 (retry_in, false)

@@ -46,7 +46,7 @@ pub(super) fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: 
             outbox.id = id,
             outbox.kind = %kind,
             attempts,
-            retry_in = %humantime::format_duration(*delay),
+            retry_in = %crate::text::duration(*delay),
             error = %mask_addresses(error),
             "send failed; will retry"
         ),

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use tokio::time::Instant;
 use tracing::{Instrument as _, debug, warn};
 
 use super::DispatchError;
@@ -13,6 +14,7 @@ use super::batch::{BatchReport, Decided};
 use super::held::{Held, HeldOutcomes, LockWaiter};
 use super::outcome_log::{latency, log_outcome};
 use super::queue::{Chunk, OutcomeQueue};
+use crate::lock::lock;
 use crate::message::{ClaimedBatch, Delivery, Outcome};
 use crate::store::{self, KeptConnection};
 use crate::suppression::{BounceType, FeedbackSource};
@@ -26,6 +28,9 @@ pub(super) struct Recorder {
     /// The replica's worker id: which replica sent a message, or met a failure with it.
     worker_id: String,
     held: Held,
+    /// When the soonest retry this replica wrote falls due: the loop wakes then rather
+    /// than at the next poll. Shared because outcomes are written from the sends' tasks.
+    next_retry: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Recorder {
@@ -41,6 +46,22 @@ impl Recorder {
             suppress_hard_bounces: suppress,
             worker_id,
             held: Held::default(),
+            next_retry: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// When the soonest retry written since the last call falls due.
+    pub fn take_next_retry(&self) -> Option<Instant> {
+        lock(&self.next_retry).take()
+    }
+
+    /// Counts a written outcome; a retry's due time is remembered for the loop.
+    fn count(&self, report: &mut BatchReport, outcome: &Outcome) {
+        report.count(outcome);
+        if let Outcome::Retry { delay, .. } = outcome {
+            let due = Instant::now() + *delay;
+            let mut next = lock(&self.next_retry);
+            *next = Some(next.map_or(due, |next| next.min(due)));
         }
     }
 
@@ -274,7 +295,7 @@ impl Recorder {
             if bounced.is_some() {
                 self.metrics.bounce(FeedbackSource::Smtp, BounceType::Hard);
             }
-            report.count(outcome);
+            self.count(&mut report, outcome);
             log_outcome(message, outcome, sent_latency);
         }
         self.hold_locked(HeldOutcomes::locked(claimed, locked, span), first);

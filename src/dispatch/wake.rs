@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -26,6 +27,10 @@ pub(super) const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy {
 /// How long past the linger its reply may take before the listening connection is given
 /// up as hung.
 const LINGER_GRACE: Duration = Duration::from_secs(5);
+/// How long after a row's due time the loop looks for it: the database's clock stamped
+/// it a moment after this replica decided it (a retry), or this replica's clock may lag
+/// the database's by a little (a `not_before`).
+const DUE_SLACK: Duration = Duration::from_millis(100);
 
 /// The dedicated LISTEN connection, reconnected whenever it is lost.
 pub(super) struct Wakeups {
@@ -37,6 +42,9 @@ pub(super) struct Wakeups {
     cut_short_warned: bool,
     /// Whether a notification sent comes back.
     check: NotificationCheck,
+    /// The soonest time a row this replica knows of falls due (a retry it wrote, a
+    /// `not_before` it was told of): the wait ends then, not at the next poll.
+    next_due: Option<Instant>,
 }
 
 /// How a wait ended.
@@ -60,7 +68,32 @@ impl Wakeups {
             metrics,
             listener: None,
             cut_short_warned: false,
+            next_due: None,
         }
+    }
+
+    /// A row falls due at `due`: wake then.
+    pub fn expect(&mut self, due: Instant) {
+        let due = due + DUE_SLACK;
+        self.next_due = Some(self.next_due.map_or(due, |next| next.min(due)));
+    }
+
+    /// How long until the soonest row known falls due; `None` when none is, or it has
+    /// passed (the drain just now looked for it).
+    pub fn until_due(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        self.next_due = self.next_due.filter(|due| *due > now);
+        self.next_due.map(|due| due - now)
+    }
+
+    /// What notifications said: the floor hears every due time, the wait the soonest
+    /// still to come.
+    fn heard(&mut self, heard: Heard, floor: &ClaimFloor) {
+        if let Some(later) = heard.soonest_later {
+            let ahead = (later - chrono::Utc::now()).to_std().unwrap_or_default();
+            self.expect(Instant::now() + ahead);
+        }
+        floor.heard(heard);
     }
 
     /// The longest wait between claims: the poll interval, or the fallback poll while
@@ -113,7 +146,7 @@ impl Wakeups {
                         Ok(heard) => {
                             self.check.heard(&heard, &self.metrics);
                             let new = heard.of_messages();
-                            floor.heard(heard);
+                            self.heard(heard, floor);
                             if notified && new {
                                 return Woken::Heard;
                             }
@@ -158,7 +191,7 @@ impl Wakeups {
         let mut heard = Heard::default();
         take_buffered(listener, &mut heard);
         self.check.heard(&heard, &self.metrics);
-        floor.heard(heard);
+        self.heard(heard, floor);
     }
 
     /// The listening connection failed: listen again before the next look; meanwhile the

@@ -23,6 +23,7 @@ mod lanes;
 mod lookups;
 mod migrations;
 mod observability;
+mod on_time;
 mod own_schema;
 mod pauses;
 mod policy;
