@@ -23,7 +23,7 @@ class Outboxd:
         self.bench = bench
 
     def prepare(self, url):
-        subprocess.run([self.bench.BIN, "migrate", "--database-url", url], check=True,
+        subprocess.run([self.bench.BIN, "migrate", "--create-database", "--database-url", url], check=True,
                        capture_output=True)
 
     def insert(self, conn, g):

@@ -308,7 +308,7 @@ def scenario_database(args):
     fail meanwhile, as the application's would); outboxd rides it out."""
     flags = ["--smtp-timeout", "2s", "--lease", "30s"]
     with bench.private_cluster() as (url, start_db, stop_db), smtp_server() as (port, spool, _, _):
-        subprocess.run([bench.BIN, "migrate", "--database-url", url], check=True, capture_output=True)
+        subprocess.run([bench.BIN, "migrate", "--create-database", "--database-url", url], check=True, capture_output=True)
         proc = start_outboxd(url, port, flags, "r0")
         before = steady_inserts(url, "before", 50, time.time() + 10)
         stop_db()

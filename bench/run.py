@@ -77,7 +77,7 @@ def psql(url, sql, *flags):
 def database(name):
     psql(ADMIN_URL, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     url = db_url(name)
-    subprocess.run([BIN, "migrate", "--database-url", url], check=True, capture_output=True)
+    subprocess.run([BIN, "migrate", "--create-database", "--database-url", url], check=True, capture_output=True)
     try:
         yield url
     finally:
@@ -592,7 +592,7 @@ def measure_longtx(args):
     import psycopg
     window = args.longtx_window
     with private_cluster("shared_preload_libraries=pg_stat_statements") as (url, _, _), smtp_sink() as port:
-        subprocess.run([BIN, "migrate", "--database-url", url], check=True, capture_output=True)
+        subprocess.run([BIN, "migrate", "--create-database", "--database-url", url], check=True, capture_output=True)
         psql(url, "CREATE EXTENSION pg_stat_statements")
         # No linger: the latency columns show what the open transaction adds, not the wait
         # that trades latency for CPU (BENCHMARKS.md, Steady traffic).

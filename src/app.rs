@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use metrics_exporter_prometheus::PrometheusHandle;
+use secrecy::ExposeSecret as _;
 use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -261,10 +262,26 @@ impl App {
         )))
     }
 
-    /// Delivers until SIGTERM or Ctrl-C, then drains within the shutdown bound.
-    pub async fn run(mut self) -> anyhow::Result<()> {
-        if self.mailer.is_enabled() {
-            info!(smtp = ?self.config.smtp, "delivering over SMTP");
+    /// Says, in words, what this replica reads, where it sends, and what it serves.
+    fn log_start(&self) {
+        info!(
+            database = %self.config.database.location(),
+            kinds = %self.kinds.join(", "),
+            message_ids = %self.message_ids.of(0).replace("outbox-0.", "outbox-ID."),
+            "reading the outbox"
+        );
+        if let Some(smtp) = self
+            .config
+            .smtp
+            .as_ref()
+            .filter(|_| self.mailer.is_enabled())
+        {
+            info!(
+                relay = %crate::text::redact_url(smtp.url.expose_secret()),
+                connections = smtp.pool_size,
+                timeout = %crate::text::duration(smtp.timeout),
+                "delivering over SMTP"
+            );
         } else {
             warn!(
                 "OUTBOXD_SMTP_URL is not set: NO EMAIL WILL BE SENT. Messages are only logged and \
@@ -289,6 +306,11 @@ impl App {
                 );
             }
         }
+    }
+
+    /// Delivers until SIGTERM or Ctrl-C, then drains within the shutdown bound.
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        self.log_start();
         let background_stop = CancellationToken::new();
         let background = self.spawn_background(background_stop.clone());
         tokio::spawn(watch_signals(
@@ -361,8 +383,7 @@ async fn bind_listeners(
 
 /// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.
 pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
-    let pool =
-        store::create_and_migrate(config.database.options(), config.database.schema()).await?;
+    let pool = store::migrate_database(&config.database, store::Create::IfMissing).await?;
     for message in sample_messages() {
         let kind = message.kind.clone();
         let id = store::enqueue_alone(&pool, message)

@@ -49,8 +49,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the database if it does not exist, and apply the schema.
-    Migrate(DatabaseArgs),
+    /// Apply the schema to DATABASE_URL's database (created first with --create-database).
+    Migrate(MigrateArgs),
     /// Deliver outbox messages until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
     /// Insert one message into the outbox, as a producer would; prints its id.
@@ -75,6 +75,16 @@ pub enum Command {
     Preview(preview::PreviewArgs),
     /// Check a deployment: one line per check (ok, warn or fail); exits 1 when any fails.
     Doctor(Box<doctor::DoctorArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Create DATABASE_URL's database first when it does not exist (otherwise a database
+    /// that does not exist is refused: a mistyped name must not make a new, empty one).
+    #[arg(long)]
+    pub create_database: bool,
 }
 
 #[derive(Debug, Args)]
@@ -219,54 +229,50 @@ fn fail(error: &anyhow::Error) -> ExitCode {
 /// Runs one subcommand.
 pub async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Migrate(args) => {
-            let database = args.validate()?;
-            let pool = store::create_and_migrate(database.options(), database.schema()).await?;
-            pool.close().await;
-            tracing::info!(database = ?database, "schema is up to date");
-            Ok(())
-        }
+        Command::Migrate(args) => migrate(args).await,
         Command::Run(args) => app::App::build(args.validate()?).await?.run().await,
-        Command::Demo(args) => app::demo(args.validate()?).await,
-        Command::DeadLetters(args) => {
-            with_database(&args.database, async |pool| {
-                dead_letters(pool, args.command).await
-            })
-            .await
+        Command::Demo(mut args) => {
+            args.database = args.database.or_demo_database();
+            app::demo(args.validate()?).await
         }
+        Command::DeadLetters(args) => dead_letters_command(args).await,
         Command::Preview(args) => preview::run(args),
         Command::Doctor(args) => doctor::run(*args).await,
         Command::Suppressions(args) => {
-            with_database(&args.database, async |pool| {
+            let output = Output::unless_json(args.json());
+            with_database(&args.database, output, async |pool| {
                 suppressions::run(pool, args.command, &cli_actor()).await
             })
             .await
         }
         Command::Pause(args) => {
             let new = pauses::checked_pause(&args)?;
-            with_database(&args.database, async |pool| {
+            with_database(&args.database, Output::ForPeople, async |pool| {
                 pauses::pause(pool, &new, &cli_actor()).await
             })
             .await
         }
         Command::Resume(args) => {
             pauses::checked_resume(&args)?;
-            with_database(&args.database, async |pool| {
+            with_database(&args.database, Output::ForPeople, async |pool| {
                 pauses::resume(pool, &args.kind, &cli_actor()).await
             })
             .await
         }
         Command::Messages(args) => {
             let lookup = messages::checked(&args)?;
-            with_database(&args.database, async |pool| {
+            let output = Output::unless_json(args.json);
+            with_database(&args.database, output, async |pool| {
                 messages::run(pool, lookup, &args, &cli_actor()).await
             })
             .await
         }
         Command::Pauses(args) => {
-            with_database(&args.database, async |pool| {
-                pauses::list(pool, args.json).await
-            })
+            with_database(
+                &args.database,
+                Output::unless_json(args.json),
+                async |pool| pauses::list(pool, args.json).await,
+            )
             .await
         }
         Command::Stats(args) => stats(args).await,
@@ -274,8 +280,34 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
     }
 }
 
+async fn dead_letters_command(args: DeadLettersArgs) -> anyhow::Result<()> {
+    let output = match &args.command {
+        DeadLettersCommand::List { json, .. } => Output::unless_json(*json),
+        DeadLettersCommand::Show { .. } => Output::ForScripts,
+        _ => Output::ForPeople,
+    };
+    let command = args.command;
+    with_database(&args.database, output, async |pool| {
+        dead_letters(pool, command).await
+    })
+    .await
+}
+
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let database = args.database.validate()?;
+    let create = match args.create_database {
+        true => store::Create::IfMissing,
+        false => store::Create::Never,
+    };
+    let pool = store::migrate_database(&database, create).await?;
+    pool.close().await;
+    tracing::info!(database = %database.location(), "schema is up to date");
+    Ok(())
+}
+
 async fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let stats = with_database(&args.database, async |pool| {
+    let output = Output::unless_json(args.json);
+    let stats = with_database(&args.database, output, async |pool| {
         Ok(store::stats::stats(pool).await?)
     })
     .await?;
@@ -304,13 +336,38 @@ async fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects to the database `args` name (checking its schema), runs `work`, and closes
-/// the pool whatever came of it: the commands that work directly in the database.
+/// Who reads a command's output: a person, whom its first line tells which database it
+/// read (`database 127.0.0.1:5432/app`), or a script (JSON, `enqueue`'s id), whose output
+/// stays what it parses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    ForPeople,
+    ForScripts,
+}
+
+impl Output {
+    fn unless_json(json: bool) -> Self {
+        if json {
+            Output::ForScripts
+        } else {
+            Output::ForPeople
+        }
+    }
+}
+
+/// Connects to the database `args` name (checking its schema), says which it is when a
+/// person reads the output, runs `work`, and closes the pool whatever came of it: the
+/// commands that work directly in the database.
 async fn with_database<T>(
     args: &DatabaseArgs,
+    output: Output,
     work: impl AsyncFnOnce(&sqlx::PgPool) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let pool = app::connect_checked(&args.validate()?).await?;
+    let database = args.validate()?;
+    let pool = app::connect_checked(&database).await?;
+    if output == Output::ForPeople {
+        outln!("database {}", database.location())?;
+    }
     let result = work(&pool).await;
     pool.close().await;
     result

@@ -17,6 +17,13 @@ pub struct SuppressionsArgs {
     pub command: SuppressionsCommand,
 }
 
+impl SuppressionsArgs {
+    /// Whether the output is JSON, for a script.
+    pub fn json(&self) -> bool {
+        matches!(self.command, SuppressionsCommand::List { json: true, .. })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SuppressionsCommand {
     /// Suppressed addresses, in address order.

@@ -14,15 +14,19 @@ use crate::text::redact_url;
 /// The smallest connection budget outboxd works with.
 pub const MIN_CONNECTIONS: u32 = 4;
 
-/// The database a fresh machine with a local PostgreSQL can use as it is.
+/// The database `outboxd demo` uses when `DATABASE_URL` is not set: one a fresh machine with
+/// a local PostgreSQL can use as it is. No other subcommand falls back to it: a mistyped
+/// or forgotten `DATABASE_URL` must not read or write a database nobody meant.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outboxd";
 
 /// Where the database is.
 #[derive(Args, Clone)]
 pub struct DatabaseArgs {
-    /// PostgreSQL connection URL. The password, if any, is never logged.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true, global = true)]
-    pub database_url: String,
+    /// PostgreSQL connection URL of the database that holds the outbox table (the
+    /// application's). Required, but by `outboxd demo`. The password, if any, is never
+    /// logged.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
     /// A direct connection to the same database, for LISTEN: where DATABASE_URL goes
     /// through a transaction pooler (PgBouncer in transaction mode, most managed poolers),
     /// notifications cannot come back through it. When set, outboxd also keeps no statement
@@ -52,7 +56,10 @@ pub struct DatabaseArgs {
 impl std::fmt::Debug for DatabaseArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseArgs")
-            .field("database_url", &redact_url(&self.database_url))
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(redact_url),
+            )
             .field(
                 "listen_database_url",
                 &self.listen_database_url.as_deref().map(redact_url),
@@ -101,11 +108,27 @@ impl DatabaseConfig {
     pub fn schema(&self) -> Option<&Schema> {
         self.schema.as_ref()
     }
+
+    /// Where outboxd's tables are, as the CLI and the logs name them: `host:port/database`,
+    /// and the schema when one is set; never the password.
+    pub fn location(&self) -> String {
+        let at = crate::store::location(&self.options);
+        match &self.schema {
+            Some(schema) => format!("{at} (schema {})", schema.name()),
+            None => at,
+        }
+    }
 }
 
 impl DatabaseArgs {
+    /// `outboxd demo`'s database when none is given.
+    pub fn or_demo_database(mut self) -> Self {
+        self.database_url
+            .get_or_insert_with(|| DEFAULT_DATABASE_URL.to_owned());
+        self
+    }
+
     pub fn validate(&self) -> anyhow::Result<DatabaseConfig> {
-        let options = postgres_options("--database-url / DATABASE_URL", &self.database_url)?;
         let listen = self
             .listen_database_url
             .as_deref()
@@ -126,8 +149,14 @@ impl DatabaseArgs {
                     .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SCHEMA: {e}"))
             })
             .transpose()?;
+        let Some(url) = self.database_url.as_deref() else {
+            bail!(
+                "DATABASE_URL is not set: give --database-url or DATABASE_URL, the database that holds (or will hold) the outbox table, e.g. postgres://app@db.internal:5432/app"
+            );
+        };
+        let options = postgres_options("--database-url / DATABASE_URL", url)?;
         Ok(DatabaseConfig {
-            url: SecretString::from(self.database_url.clone()),
+            url: SecretString::from(url.to_owned()),
             options,
             listen,
             max_connections: self.database_max_connections,

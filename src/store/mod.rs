@@ -135,32 +135,38 @@ pub async fn enqueue_alone(pool: &PgPool, message: NewMessage) -> Result<i64, En
     statements::on_its_own(&mut connection, async |c| enqueue(c, message).await).await
 }
 
-/// Creates the database if it does not exist yet (so that `outboxd migrate` works on a
-/// fresh server), then applies the migrations, in `schema` when one is given.
-pub async fn create_and_migrate(
-    options: &PgConnectOptions,
-    schema: Option<&Schema>,
+/// Whether `outboxd migrate` may create the database it was pointed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    /// `--create-database`, and `outboxd demo`.
+    IfMissing,
+    /// A database that does not exist is refused: a mistyped name must not make a new one.
+    Never,
+}
+
+/// Applies the migrations to `database`, in its schema when one is given; creates the
+/// database first when it does not exist and `create` allows.
+pub async fn migrate_database(
+    database: &crate::config::DatabaseConfig,
+    create: Create,
 ) -> anyhow::Result<PgPool> {
     use anyhow::Context as _;
+    let (options, schema) = (database.options(), database.schema());
     use_schema(schema);
-    let database = options.get_database().unwrap_or("postgres").to_owned();
+    let name = options.get_database().unwrap_or("postgres").to_owned();
     let pool = match connect(options, 2).await {
         Ok(pool) => pool,
+        Err(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some("3D000") && create == Create::Never =>
+        {
+            anyhow::bail!(
+                "database {name:?} does not exist on {}:{}: create it (CREATE DATABASE), or run outboxd migrate --create-database",
+                options.get_host(),
+                options.get_port()
+            );
+        }
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("3D000") => {
-            let admin = connect(&options.clone().database("postgres"), 1)
-                .await
-                .context(
-                    "could not connect to the `postgres` database to create the outbox database",
-                )?;
-            query(sqlx::AssertSqlSafe(format!(
-                "CREATE DATABASE \"{}\"",
-                database.replace('"', "\"\"")
-            )))
-            .execute(&admin)
-            .await
-            .with_context(|| format!("could not create database {database}"))?;
-            admin.close().await;
-            tracing::info!(database, "created the database");
+            create_database(options, &name).await?;
             connect(options, 2).await?
         }
         Err(e) => return Err(connect_error(e, options)),
@@ -181,8 +187,51 @@ pub async fn create_and_migrate(
     Ok(pool)
 }
 
+/// How long the first connection may take before the server is taken for unreachable.
+const FIRST_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Tries one connection, so that a server that refuses or a role that does not exist is
+/// told at once in its own words, not after the pool's ten seconds as "pool timed out".
+async fn try_one_connection(options: &PgConnectOptions) -> Result<(), sqlx::Error> {
+    use sqlx::Connection as _;
+    let connected = tokio::time::timeout(
+        FIRST_CONNECTION_TIMEOUT,
+        sqlx::PgConnection::connect_with(options),
+    )
+    .await
+    .map_err(|_| {
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no answer within {}",
+                crate::text::duration(FIRST_CONNECTION_TIMEOUT)
+            ),
+        ))
+    })??;
+    connected.close().await
+}
+
+/// `CREATE DATABASE name`, through the server's `postgres` database.
+async fn create_database(options: &PgConnectOptions, name: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let admin = connect(&options.clone().database("postgres"), 1)
+        .await
+        .context("could not connect to the `postgres` database to create the outbox database")?;
+    query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE \"{}\"",
+        name.replace('"', "\"\"")
+    )))
+    .execute(&admin)
+    .await
+    .with_context(|| format!("could not create database {name}"))?;
+    admin.close().await;
+    tracing::info!(database = name, "created the database");
+    Ok(())
+}
+
 /// Opens a pool, failing fast when the server cannot be reached.
 pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sqlx::Error> {
+    try_one_connection(options).await?;
     pool_options(size)
         .after_connect(|connection, _| Box::pin(without_jit(connection)))
         .connect_with(options.clone())
@@ -194,9 +243,9 @@ pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sq
 /// no statement is kept prepared (sqlx then prepares each one unnamed, in the transaction
 /// that runs it), and no setting is made for a session the next transaction may not get.
 pub async fn connect_pooled(options: &PgConnectOptions, size: u32) -> Result<PgPool, sqlx::Error> {
-    pool_options(size)
-        .connect_with(options.clone().statement_cache_capacity(0))
-        .await
+    let options = options.clone().statement_cache_capacity(0);
+    try_one_connection(&options).await?;
+    pool_options(size).connect_with(options).await
 }
 
 fn pool_options(size: u32) -> PgPoolOptions {
@@ -220,10 +269,26 @@ async fn without_jit(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Er
     Ok(())
 }
 
-/// A connection failure, told as one line that names where it tried (never the password).
+/// A connection failure, told as one line that names where it tried (never the password)
+/// and what the server or the network said, in their own words: `connection refused`,
+/// `role "app" does not exist` (PostgreSQL's message alone, not the source line sqlx adds).
 pub fn connect_error(error: sqlx::Error, options: &PgConnectOptions) -> anyhow::Error {
+    let said = match &error {
+        sqlx::Error::Database(e) => e.message().to_owned(),
+        sqlx::Error::Io(e) => e.to_string(),
+        other => other.to_string(),
+    };
     anyhow::anyhow!(
-        "could not connect to PostgreSQL at {}:{}/{}: {error}",
+        "could not connect to PostgreSQL at {}: {said}",
+        location(options)
+    )
+}
+
+/// Where `options` connect, as the CLI and the logs name a database: `host:port/database`
+/// (or the socket's directory), never the password.
+pub fn location(options: &PgConnectOptions) -> String {
+    format!(
+        "{}:{}/{}",
         options.get_host(),
         options.get_port(),
         options.get_database().unwrap_or("postgres")

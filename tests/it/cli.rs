@@ -235,6 +235,57 @@ async fn an_unreachable_database_gives_one_clear_error_line() {
 }
 
 #[tokio::test]
+async fn a_database_that_refuses_or_a_role_that_does_not_exist_is_said_at_once_in_its_words() {
+    let db = TestDb::new().await;
+    let nobody = db.url.replacen("postgres@", "nobody_here@", 1);
+    for (url, says) in [
+        ("postgres://postgres@127.0.0.1:1/app", "Connection refused"),
+        (nobody.as_str(), "role \"nobody_here\" does not exist"),
+    ] {
+        let started = std::time::Instant::now();
+        let output = outboxd()
+            .args(["stats", "--database-url", url])
+            .output()
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2), "{url}");
+        assert_refused(&output, says);
+        assert!(!stderr(&output).contains("at line"), "{}", stderr(&output));
+    }
+}
+
+#[tokio::test]
+async fn every_command_a_person_reads_names_the_database_and_only_demo_has_a_default() {
+    let db = TestDb::new().await;
+    let output = outboxd()
+        .args(["stats", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        said.lines().next(),
+        Some(format!("database 127.0.0.1:5432/{}", db.name).as_str()),
+        "{said}"
+    );
+    // For scripts, JSON alone.
+    let json = outboxd()
+        .args(["stats", "--json", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(serde_json::from_slice::<serde_json::Value>(&json.stdout).is_ok());
+    // Without DATABASE_URL nothing falls back to a database nobody meant.
+    for command in [
+        &["stats"][..],
+        &["dead-letters", "list"],
+        &["pauses"],
+        &["run"],
+    ] {
+        let output = outboxd().args(command).output().unwrap();
+        assert_refused(&output, "DATABASE_URL is not set");
+    }
+}
+
+#[tokio::test]
 async fn a_missing_schema_gives_one_clear_error_line() {
     let db = TestDb::empty().await;
     let output = outboxd()
@@ -264,10 +315,17 @@ async fn a_missing_schema_gives_one_clear_error_line() {
 #[tokio::test]
 async fn migrate_creates_the_database_and_the_schema_and_enqueue_inserts_a_row() {
     let db = TestDb::empty().await;
-    // `migrate` also creates a database that does not exist yet.
+    // `migrate` creates a database that does not exist yet only when told to: a mistyped
+    // name must not make a new, empty one.
     let fresh_url = db.url.replace(&db.name, &format!("{}_new", db.name));
-    let output = outboxd()
+    let refused = outboxd()
         .args(["migrate", "--database-url", &fresh_url])
+        .output()
+        .unwrap();
+    assert_refused(&refused, "does not exist on 127.0.0.1:5432: create it");
+    assert!(stderr(&refused).contains("--create-database"));
+    let output = outboxd()
+        .args(["migrate", "--create-database", "--database-url", &fresh_url])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
@@ -414,7 +472,19 @@ async fn sigterm_stops_a_running_dispatcher_cleanly() {
     sigterm(&child);
     let output = wait_with_timeout(child, Duration::from_secs(15));
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(stderr(&output).contains("dispatcher stopped"));
+    let logged = stderr(&output);
+    assert!(logged.contains("dispatcher stopped"));
+    // Its start says, in words, which database it reads and the kinds it knows.
+    let start = logged
+        .lines()
+        .find(|l| l.contains("reading the outbox"))
+        .unwrap_or_else(|| panic!("{logged}"));
+    assert!(
+        start.contains(&format!("database=127.0.0.1:5432/{}", db.name))
+            && start.contains("kinds=account_verification, invoice_notice, workspace_invite"),
+        "{start}"
+    );
+    assert!(!logged.contains("SmtpSettings {"), "a Debug dump: {logged}");
 }
 
 #[tokio::test]

@@ -616,7 +616,7 @@ async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
     let cluster = crate::helpers::PrivateCluster::start();
     let url = cluster.url("outboxd");
     let migrated = crate::helpers::outboxd()
-        .args(["migrate", "--database-url", &url])
+        .args(["migrate", "--create-database", "--database-url", &url])
         .output()
         .unwrap();
     assert!(
