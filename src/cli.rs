@@ -411,18 +411,23 @@ async fn dead_letters(pool: &sqlx::PgPool, command: DeadLettersCommand) -> anyho
 }
 
 async fn apply(pool: &sqlx::PgPool, action: Action, selection: Selection) -> anyhow::Result<()> {
-    if let Selection::Ids(ids) = &selection
+    let changed = if let Selection::Ids(ids) = &selection
         && let [id] = ids.as_slice()
     {
         admin::apply_one(pool, action, *id, &cli_actor()).await?;
         outln!("{} message {id}", action.past_tense())?;
-        return Ok(());
+        vec![*id]
+    } else {
+        let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
+        outln!(
+            "{} {} dead letters ({selection})",
+            action.past_tense(),
+            changed.len()
+        )?;
+        changed
+    };
+    for undone in admin::left_undone(pool, action, &changed).await? {
+        eprintln!("warning: {}", undone.warning());
     }
-    let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
-    outln!(
-        "{} {} dead letters ({selection})",
-        action.past_tense(),
-        changed.len()
-    )?;
     Ok(())
 }

@@ -281,7 +281,21 @@ async fn one(
     let id = parse_id(&id)?;
     admin::apply_one(&state.pool, action, id, &actor.0).await?;
     info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
-    Ok(Json(json!({"id": id, action.past_tense(): 1})))
+    let warnings = warnings(&state, action, &[id]).await?;
+    Ok(Json(
+        json!({"id": id, action.past_tense(): 1, "warnings": warnings}),
+    ))
+}
+
+/// What the action left undone, as sentences that name the remedy: a retried message
+/// whose recipient is suppressed will end suppressed.
+async fn warnings(
+    state: &AdminState,
+    action: Action,
+    ids: &[i64],
+) -> Result<Vec<String>, ApiError> {
+    let undone = admin::left_undone(&state.pool, action, ids).await?;
+    Ok(undone.iter().map(|u| u.warning()).collect())
 }
 
 /// The filter of a bulk request: exactly one of `ids`, `kind`, `group` or `"all": true`.
@@ -350,5 +364,8 @@ async fn bulk(
     let selection = request.selection()?;
     let changed = admin::apply(&state.pool, action, &selection, &actor.0).await?;
     info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
-    Ok(Json(json!({action.past_tense(): changed.len()})))
+    let warnings = warnings(&state, action, &changed).await?;
+    Ok(Json(
+        json!({action.past_tense(): changed.len(), "warnings": warnings}),
+    ))
 }

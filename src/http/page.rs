@@ -330,6 +330,20 @@ fn back_to(pairs: &[(&str, &str)], notice: &str) -> Response {
     Redirect::to(&format!("/admin?{}", url.finish())).into_response()
 }
 
+/// The notice `said`, and what the action left undone (a retried message whose recipient
+/// is suppressed), with the remedy.
+async fn with_warnings(state: &AdminState, action: Action, ids: &[i64], said: String) -> String {
+    match admin::left_undone(&state.pool, action, ids).await {
+        Ok(undone) => undone.iter().fold(said, |notice, u| {
+            format!("{notice} Warning: {}.", u.warning())
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the suppressions of the messages retried");
+            said
+        }
+    }
+}
+
 /// What an action did, as the page's notice says it.
 fn done(action: Action) -> &'static str {
     match action {
@@ -357,7 +371,11 @@ async fn one(
     match admin::apply_one(&state.pool, action, id, &actor.0).await {
         Ok(()) => {
             info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
-            back(&form.kind, &format!("{} message {id}.", done(action)))
+            let said = format!("{} message {id}.", done(action));
+            back(
+                &form.kind,
+                &with_warnings(&state, action, &[id], said).await,
+            )
         }
         Err(e @ (ActionError::NotFound(_) | ActionError::NotDeadLettered { .. })) => {
             back(&form.kind, &format!("Could not {}: {e}.", action.as_str()))
@@ -387,10 +405,8 @@ async fn bulk(
     match admin::apply(&state.pool, action, &selection, &actor.0).await {
         Ok(changed) => {
             info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
-            back(
-                "",
-                &format!("{} {} messages ({selection}).", done(action), changed.len()),
-            )
+            let said = format!("{} {} messages ({selection}).", done(action), changed.len());
+            back("", &with_warnings(&state, action, &changed, said).await)
         }
         Err(e) => database_unavailable(&e),
     }

@@ -251,6 +251,20 @@ pub async fn apply_one(
     }
 }
 
+/// What an action on the dead letters `ids` leaves undone: after a retry, their recipients
+/// that are suppressed (the messages will end `suppressed`, not sent); nothing after a
+/// discard.
+pub async fn left_undone(
+    pool: &PgPool,
+    action: Action,
+    ids: &[i64],
+) -> Result<Vec<super::suppressions::SuppressedRecipient>, sqlx::Error> {
+    match action {
+        Action::Retry => super::suppressions::suppressed_recipients_of(pool, ids).await,
+        Action::Discard => Ok(Vec::new()),
+    }
+}
+
 pub(super) async fn audit(
     tx: &mut Transaction<'_, Postgres>,
     actor: &str,

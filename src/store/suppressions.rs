@@ -75,6 +75,59 @@ pub async fn suppressed_among<'e>(
         .collect())
 }
 
+/// A recipient of a message on the suppression list: retrying the message sends it
+/// nowhere, it ends `suppressed` at its next claim.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct SuppressedRecipient {
+    pub message_id: i64,
+    pub address: String,
+    pub reason: String,
+}
+
+impl SuppressedRecipient {
+    /// What an operator who retried the message is told, with the command that lifts the
+    /// suppression.
+    pub fn warning(&self) -> String {
+        format!(
+            "message {} goes to {}, who is suppressed ({}): it will end suppressed, not sent; \
+             lift the suppression first with `outboxd suppressions remove {}` (or the API's \
+             DELETE /api/v1/suppressions/ADDRESS, or the admin page)",
+            self.message_id,
+            crate::text::printable(&self.address),
+            self.reason,
+            crate::text::printable(&self.address)
+        )
+    }
+}
+
+/// The most suppressed recipients [`suppressed_recipients_of`] returns.
+const MAX_SUPPRESSED_SHOWN: i64 = 20;
+
+/// The recipients of the messages `ids` that are suppressed now, the first
+/// [`MAX_SUPPRESSED_SHOWN`] by message: what a retry of them would not reach.
+pub async fn suppressed_recipients_of(
+    pool: &PgPool,
+    ids: &[i64],
+) -> Result<Vec<SuppressedRecipient>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    fetch_all_alone(
+        query_as(concat!(
+            "SELECT m.id AS message_id, s.address, s.reason \
+             FROM outbox_messages AS m \
+             CROSS JOIN LATERAL unnest(outbox_recipient_keys(m.payload)) AS k(address) \
+             JOIN outbox_suppressions AS s ON s.address = k.address AND ",
+            active_suppression!("s."),
+            " WHERE m.id = ANY($1) ORDER BY m.id, s.address LIMIT $2"
+        ))
+        .bind(ids)
+        .bind(MAX_SUPPRESSED_SHOWN),
+        pool,
+    )
+    .await
+}
+
 /// The list in address order; `search` matches any part of the address, its ASCII letters
 /// in either case as the normal form has them, and `after` is the last address of the
 /// previous page.

@@ -59,7 +59,7 @@ pub(crate) fn basic(user: &str, password: &str) -> String {
 }
 
 /// A dead letter as the dispatcher leaves one, written directly for speed.
-async fn dead_letter(db: &TestDb, kind: &str, error_class: &str, to: &str) -> i64 {
+pub(crate) async fn dead_letter(db: &TestDb, kind: &str, error_class: &str, to: &str) -> i64 {
     sqlx::query_scalar(
         "INSERT INTO outbox_messages (kind, payload, attempts, last_error, error_class, dead_lettered_at) \
          VALUES ($1, $2, 1, 'permanent error (550): no such user', $3, now()) RETURNING id",

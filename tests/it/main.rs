@@ -17,6 +17,7 @@ mod exposure;
 mod failures;
 mod found_pace;
 mod helpers;
+mod honest_answers;
 mod hostile;
 mod intake;
 mod lanes;

@@ -1,0 +1,79 @@
+//! Answers that say why: a retry of a dead letter whose recipient is suppressed says it
+//! will not be sent and names the command that lifts the suppression, through the CLI,
+//! the API and the admin page.
+
+use crate::admin::{TOKEN, admin_app, api, basic, csrf_in, dead_letter};
+use crate::helpers::{TestDb, http_full, outboxd};
+
+async fn suppress(db: &TestDb, address: &str) {
+    sqlx::query(
+        "INSERT INTO outbox_suppressions (address, reason, source) \
+         VALUES ($1, 'hard_bounce', 'smtp')",
+    )
+    .bind(address)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn retrying_a_dead_letter_whose_recipient_is_suppressed_warns_and_names_the_remedy() {
+    let db = TestDb::new().await;
+    suppress(&db, "gone@example.com").await;
+    let remedy = "outboxd suppressions remove gone@example.com";
+
+    // The command line: the retry is done, and standard error says what will happen.
+    let first = dead_letter(&db, "invoice_notice", "smtp_550", "gone@example.com").await;
+    let output = outboxd()
+        .args(["dead-letters", "retry", &first.to_string(), "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let warned = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        warned.contains(&format!("warning: message {first} goes to gone@example.com, who is suppressed (hard_bounce)"))
+            && warned.contains(remedy),
+        "{warned}"
+    );
+
+    // The API: in the answer's warnings.
+    let (_app, addr) = admin_app(&db, None, &[]).await;
+    let second = dead_letter(&db, "invoice_notice", "smtp_550", "Gone@Example.com").await;
+    let answered = api(&addr, "POST", &format!("/api/v1/dead-letters/{second}/retry"), None).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    let warnings = answered.json()["warnings"].clone();
+    assert!(warnings[0].as_str().unwrap().contains(remedy), "{warnings}");
+    // A retry of a recipient not suppressed warns of nothing.
+    let fine = dead_letter(&db, "invoice_notice", "smtp_550", "here@example.com").await;
+    let answered = api(&addr, "POST", &format!("/api/v1/dead-letters/{fine}/retry"), None).await;
+    assert_eq!(answered.json()["warnings"], serde_json::json!([]));
+
+    // The admin page: in the notice after the retry.
+    let third = dead_letter(&db, "invoice_notice", "smtp_550", "gone@example.com").await;
+    let auth = basic("ops", TOKEN);
+    let page = http_full(&addr, "GET", "/admin", &[("Authorization", auth.as_str())], "")
+        .await
+        .unwrap();
+    let form = format!("csrf={}&kind=", csrf_in(&page.body));
+    let posted = http_full(
+        &addr,
+        "POST",
+        &format!("/admin/dead-letters/{third}/retry"),
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("Origin", &format!("http://{addr}")),
+        ],
+        &form,
+    )
+    .await
+    .unwrap();
+    let location = posted
+        .header("location")
+        .unwrap_or_else(|| panic!("{}: {}", posted.status, posted.body));
+    let shown = http_full(&addr, "GET", &location, &[("Authorization", auth.as_str())], "")
+        .await
+        .unwrap();
+    assert!(shown.body.contains("who is suppressed (hard_bounce)"), "{}", shown.body);
+    assert!(shown.body.contains(remedy), "{}", shown.body);
+}
