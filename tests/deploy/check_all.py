@@ -24,6 +24,7 @@ CHECKS = (
     "check_probes.py",  # (c) probes, ports and paths match outboxd's
     "check_compose.py",  # (d) the compose stack parses, promtool/amtool accept its configs
     "check_dockerfile.py",  # the image builds what CI tests
+    "check_runbook.py",  # the runbook's commands fit the shipped manifests
 )
 
 

@@ -86,6 +86,55 @@ fn the_book_builds_with_every_page_of_its_summary() {
             "the built book has no {} for {page}",
             html.display()
         );
+        every_link_lands(out.path(), &html);
+    }
+}
+
+/// Each link of the built page `html` to another page of the book, or to an anchor,
+/// reaches a page that exists and an `id` it has.
+fn every_link_lands(book: &Path, html: &Path) {
+    let text = std::fs::read_to_string(book.join(html)).unwrap();
+    // Only the page's own content: mdbook's navigation and scripts link to its files.
+    let main = text
+        .split_once("<main>")
+        .and_then(|(_, rest)| rest.split_once("</main>"))
+        .map_or(text.as_str(), |(main, _)| main);
+    for link in main.split("href=\"").skip(1).filter_map(|s| s.split('"').next()) {
+        if link.contains("://") || link.starts_with("mailto:") {
+            continue;
+        }
+        let (file, anchor) = link.split_once('#').unwrap_or((link, ""));
+        let target = if file.is_empty() {
+            html.to_path_buf()
+        } else {
+            html.parent().unwrap_or(Path::new("")).join(file)
+        };
+        let target_text = std::fs::read_to_string(book.join(&target))
+            .unwrap_or_else(|_| panic!("{}: a link to {link}, which is not in the book", html.display()));
+        if !anchor.is_empty() {
+            assert!(
+                target_text.contains(&format!("id=\"{anchor}\"")),
+                "{}: a link to {link}, whose page has no such anchor",
+                html.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_alerts_page_lists_every_alert_of_the_rules() {
+    let rules = std::fs::read_to_string(manifest("alerts/outboxd.rules.yml")).unwrap();
+    let page = std::fs::read_to_string(manifest("docs/src/alerts.md")).unwrap();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 20, "{alerts:?}");
+    for alert in alerts {
+        assert!(
+            page.contains(&format!("| `{alert}` |")),
+            "docs/src/alerts.md does not list {alert}"
+        );
     }
 }
 
