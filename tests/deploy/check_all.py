@@ -25,6 +25,7 @@ CHECKS = (
     "check_compose.py",  # (d) the compose stack parses, promtool/amtool accept its configs
     "check_dockerfile.py",  # the image builds what CI tests
     "check_runbook.py",  # the runbook's commands fit the shipped manifests
+    "check_templates.py",  # kinds of one's own load from a ConfigMap volume
 )
 
 

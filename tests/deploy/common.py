@@ -179,6 +179,7 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--metrics-path", default="/metrics")
     parser.add_argument("--liveness-path", default="/livez")
     parser.add_argument("--readiness-path", default="/readyz")
+    parser.add_argument("--outboxd", help="the outboxd binary, for the checks that run it")
     return parser
 
 

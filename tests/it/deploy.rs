@@ -36,6 +36,7 @@ fn the_deployment_artifacts_validate_offline_and_agree_with_what_outboxd_serves(
         .arg(manifest("tests/deploy/check_all.py"))
         .args(["--listen", &run_default("listen")])
         .args(["--shutdown-timeout", &run_default("shutdown-timeout")])
+        .args(["--outboxd", env!("CARGO_BIN_EXE_outboxd")])
         .output()
         .expect("python3");
     assert!(
