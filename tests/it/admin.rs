@@ -343,7 +343,10 @@ async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
     )
     .await;
     assert_eq!(retried.status, 200, "{}", retried.body);
-    assert_eq!(retried.json(), json!({"id": id, "requeued": 1}));
+    assert_eq!(
+        retried.json(),
+        json!({"id": id, "requeued": 1, "warnings": []})
+    );
     // The retry wakes the dispatcher: the poll interval is ten minutes.
     smtp.wait_for(1, Duration::from_secs(30)).await;
     crate::helpers::eventually(Duration::from_secs(10), "recorded as sent", || async {
@@ -390,7 +393,10 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
     )
     .await;
     assert_eq!(discarded.status, 200, "{}", discarded.body);
-    assert_eq!(discarded.json(), json!({"id": id, "discarded": 1}));
+    assert_eq!(
+        discarded.json(),
+        json!({"id": id, "discarded": 1, "warnings": []})
+    );
     let (by, discarded_at): (Option<String>, bool) = sqlx::query_as(
         "SELECT discarded_by, discarded_at IS NOT NULL FROM outbox_messages WHERE id = $1",
     )
@@ -500,7 +506,7 @@ async fn groups_show_dead_letters_by_kind_and_cause_and_bulk_actions_take_a_grou
         Some(json!({"group": {"kind": "welcome", "error_class": "unknown_kind"}})),
     )
     .await;
-    assert_eq!(discarded.json(), json!({"discarded": 2}));
+    assert_eq!(discarded.json(), json!({"discarded": 2, "warnings": []}));
     let retried = api(
         &addr,
         "POST",
@@ -508,7 +514,7 @@ async fn groups_show_dead_letters_by_kind_and_cause_and_bulk_actions_take_a_grou
         Some(json!({"kind": "invoice_notice"})),
     )
     .await;
-    assert_eq!(retried.json(), json!({"requeued": 4}));
+    assert_eq!(retried.json(), json!({"requeued": 4, "warnings": []}));
     assert_eq!(
         api(&addr, "GET", "/api/v1/dead-letters/groups", None)
             .await
@@ -560,7 +566,7 @@ async fn bulk_requests_need_exactly_one_filter() {
         Some(json!({"ids": [id, 999999]})),
     )
     .await;
-    assert_eq!(by_ids.json(), json!({"requeued": 1}));
+    assert_eq!(by_ids.json(), json!({"requeued": 1, "warnings": []}));
 }
 
 #[tokio::test]
@@ -618,7 +624,7 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
         Some(json!({"group": {"kind": "account_verification", "error_class": "smtp_451"}})),
     )
     .await;
-    assert_eq!(retried.json(), json!({"requeued": 1000}));
+    assert_eq!(retried.json(), json!({"requeued": 1000, "warnings": []}));
     let mut sent = 0;
     for _ in 0..20 {
         if let Step::Batch(report) = app.dispatcher.drain().await.unwrap() {

@@ -1,9 +1,10 @@
 //! Answers that say why: a retry of a dead letter whose recipient is suppressed says it
 //! will not be sent and names the command that lifts the suppression, through the CLI,
-//! the API and the admin page.
+//! the API and the admin page; an email only logged (no SMTP server) is never shown as
+//! sent.
 
 use crate::admin::{TOKEN, admin_app, api, basic, csrf_in, dead_letter};
-use crate::helpers::{TestDb, http_full, outboxd};
+use crate::helpers::{TestDb, app, http_full, outboxd, verification};
 
 async fn suppress(db: &TestDb, address: &str) {
     sqlx::query(
@@ -25,35 +26,60 @@ async fn retrying_a_dead_letter_whose_recipient_is_suppressed_warns_and_names_th
     // The command line: the retry is done, and standard error says what will happen.
     let first = dead_letter(&db, "invoice_notice", "smtp_550", "gone@example.com").await;
     let output = outboxd()
-        .args(["dead-letters", "retry", &first.to_string(), "--database-url", &db.url])
+        .args([
+            "dead-letters",
+            "retry",
+            &first.to_string(),
+            "--database-url",
+            &db.url,
+        ])
         .output()
         .unwrap();
     assert!(output.status.success());
     let warned = String::from_utf8_lossy(&output.stderr);
     assert!(
-        warned.contains(&format!("warning: message {first} goes to gone@example.com, who is suppressed (hard_bounce)"))
-            && warned.contains(remedy),
+        warned.contains(&format!(
+            "warning: message {first} goes to gone@example.com, who is suppressed (hard_bounce)"
+        )) && warned.contains(remedy),
         "{warned}"
     );
 
     // The API: in the answer's warnings.
     let (_app, addr) = admin_app(&db, None, &[]).await;
     let second = dead_letter(&db, "invoice_notice", "smtp_550", "Gone@Example.com").await;
-    let answered = api(&addr, "POST", &format!("/api/v1/dead-letters/{second}/retry"), None).await;
+    let answered = api(
+        &addr,
+        "POST",
+        &format!("/api/v1/dead-letters/{second}/retry"),
+        None,
+    )
+    .await;
     assert_eq!(answered.status, 200, "{}", answered.body);
     let warnings = answered.json()["warnings"].clone();
     assert!(warnings[0].as_str().unwrap().contains(remedy), "{warnings}");
     // A retry of a recipient not suppressed warns of nothing.
     let fine = dead_letter(&db, "invoice_notice", "smtp_550", "here@example.com").await;
-    let answered = api(&addr, "POST", &format!("/api/v1/dead-letters/{fine}/retry"), None).await;
+    let answered = api(
+        &addr,
+        "POST",
+        &format!("/api/v1/dead-letters/{fine}/retry"),
+        None,
+    )
+    .await;
     assert_eq!(answered.json()["warnings"], serde_json::json!([]));
 
     // The admin page: in the notice after the retry.
     let third = dead_letter(&db, "invoice_notice", "smtp_550", "gone@example.com").await;
     let auth = basic("ops", TOKEN);
-    let page = http_full(&addr, "GET", "/admin", &[("Authorization", auth.as_str())], "")
-        .await
-        .unwrap();
+    let page = http_full(
+        &addr,
+        "GET",
+        "/admin",
+        &[("Authorization", auth.as_str())],
+        "",
+    )
+    .await
+    .unwrap();
     let form = format!("csrf={}&kind=", csrf_in(&page.body));
     let posted = http_full(
         &addr,
@@ -71,9 +97,59 @@ async fn retrying_a_dead_letter_whose_recipient_is_suppressed_warns_and_names_th
     let location = posted
         .header("location")
         .unwrap_or_else(|| panic!("{}: {}", posted.status, posted.body));
-    let shown = http_full(&addr, "GET", &location, &[("Authorization", auth.as_str())], "")
-        .await
-        .unwrap();
-    assert!(shown.body.contains("who is suppressed (hard_bounce)"), "{}", shown.body);
+    let shown = http_full(
+        &addr,
+        "GET",
+        location,
+        &[("Authorization", auth.as_str())],
+        "",
+    )
+    .await
+    .unwrap();
+    assert!(
+        shown.body.contains("who is suppressed (hard_bounce)"),
+        "{}",
+        shown.body
+    );
     assert!(shown.body.contains(remedy), "{}", shown.body);
+}
+
+#[tokio::test]
+async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
+    let db = TestDb::new().await;
+    let id = db
+        .enqueue("account_verification", verification("ada@example.com"))
+        .await;
+    let app = app(&db, None, &[]).await;
+    app.dispatcher.dispatch_once().await.unwrap();
+    app.dispatcher.release_connection();
+    let row = db.row(id).await;
+    assert!(!row.dispatched, "{row:?}");
+
+    let stats = outboxd()
+        .args(["stats", "--json", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(
+        (&stats["sent_last_hour"], &stats["logged_only_last_hour"]),
+        (&serde_json::json!(0), &serde_json::json!(1)),
+        "{stats}"
+    );
+    let table = outboxd()
+        .args(["stats", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&table.stdout).contains("LOGGED ONLY LAST HOUR"));
+
+    let message = outboxd::store::messages::message(&db.pool, id)
+        .await
+        .unwrap()
+        .expect("the message");
+    assert_eq!(message.state.as_str(), "logged_only");
+    let events: Vec<&str> = message.events.iter().map(|e| e.event.as_str()).collect();
+    assert!(
+        events.contains(&"logged_only") && !events.contains(&"sent"),
+        "{events:?}"
+    );
 }
