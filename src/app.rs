@@ -285,7 +285,7 @@ impl App {
         } else {
             warn!(
                 "OUTBOXD_SMTP_URL is not set: NO EMAIL WILL BE SENT. Messages are only logged and \
-                 marked dispatched. This is for development; set OUTBOXD_SMTP_URL in production."
+                 end as logged_only. This is for development; set OUTBOXD_SMTP_URL in production."
             );
         }
         info!(address = %self.http_addr, "serving /metrics, /livez and /readyz");

@@ -114,6 +114,7 @@ pub fn stats_table(stats: &Stats) -> String {
             "SENT LAST HOUR",
             "EXPIRED LAST HOUR",
             "SUPPRESSED LAST HOUR",
+            "LOGGED ONLY LAST HOUR",
         ],
         &rows,
     );
@@ -198,6 +199,7 @@ mod tests {
             sent_last_hour: n + 4,
             expired_last_hour: n + 5,
             suppressed_last_hour: n + 6,
+            logged_only_last_hour: n + 7,
         };
         let stats = Stats {
             pending: 30,
@@ -208,14 +210,15 @@ mod tests {
             sent_last_hour: 34,
             expired_last_hour: 35,
             suppressed_last_hour: 36,
+            logged_only_last_hour: 37,
             kinds: [("a".to_owned(), kind(10)), ("b".to_owned(), kind(20))].into(),
         };
         assert_eq!(
             stats_table(&stats),
-            "KIND   PENDING  DUE  IN-FLIGHT  DEAD LETTERS  SENT LAST HOUR  EXPIRED LAST HOUR  SUPPRESSED LAST HOUR\n\
-             a      10       11   12         13            14              15                 16\n\
-             b      20       21   22         23            24              25                 26\n\
-             total  30       31   32         33            34              35                 36\n\
+            "KIND   PENDING  DUE  IN-FLIGHT  DEAD LETTERS  SENT LAST HOUR  EXPIRED LAST HOUR  SUPPRESSED LAST HOUR  LOGGED ONLY LAST HOUR\n\
+             a      10       11   12         13            14              15                 16                    17\n\
+             b      20       21   22         23            24              25                 26                    27\n\
+             total  30       31   32         33            34              35                 36                    37\n\
              oldest pending message: due 7s ago\n"
         );
     }

@@ -11,7 +11,7 @@ use super::claimer::Payloads;
 use super::held::HeldOutcomes;
 use super::pace::Slots;
 use super::recipients::Suppressed;
-use crate::message::{ClaimedBatch, Outcome};
+use crate::message::{ClaimedBatch, Delivery, Outcome};
 use crate::suppression::ListedAtClaim;
 
 /// A claimed batch, with the local time its lease started: the start deadline of its
@@ -96,6 +96,8 @@ pub(super) enum NextBatch {
 pub struct BatchReport {
     pub claimed: usize,
     pub sent: usize,
+    /// Only logged, not sent: no SMTP server is configured.
+    pub logged_only: usize,
     pub retried: usize,
     pub dead_lettered: usize,
     pub released: usize,
@@ -113,6 +115,7 @@ impl BatchReport {
     pub(super) fn add(&mut self, other: &BatchReport) {
         self.claimed += other.claimed;
         self.sent += other.sent;
+        self.logged_only += other.logged_only;
         self.retried += other.retried;
         self.dead_lettered += other.dead_lettered;
         self.released += other.released;
@@ -131,6 +134,7 @@ impl BatchReport {
         tracing::info!(
             claimed = self.claimed,
             sent = self.sent,
+            logged_only = self.logged_only,
             retried = self.retried,
             dead_lettered = self.dead_lettered,
             released = self.released,
@@ -144,6 +148,10 @@ impl BatchReport {
     /// Counts one recorded outcome.
     pub(super) fn count(&mut self, outcome: &Outcome) {
         match outcome {
+            Outcome::Sent {
+                via: Delivery::LoggedOnly,
+                ..
+            } => self.logged_only += 1,
             Outcome::Sent { .. } => self.sent += 1,
             Outcome::Retry { .. } => self.retried += 1,
             Outcome::DeadLetter { .. } => self.dead_lettered += 1,

@@ -40,7 +40,7 @@ pub(super) fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: 
         } => warn!(
             outbox.id = id,
             outbox.kind = %kind,
-            "NOT SENT: no SMTP server is configured; marked dispatched"
+            "NOT SENT: no SMTP server is configured; ended as logged_only"
         ),
         Outcome::Retry { error, delay, .. } => warn!(
             outbox.id = id,

@@ -154,6 +154,10 @@ impl Outcome {
     /// The stable word stored and logged for this outcome.
     pub fn action(&self) -> &'static str {
         match self {
+            Outcome::Sent {
+                via: Delivery::LoggedOnly,
+                ..
+            } => actions::action_logged_only!(),
             Outcome::Sent { .. } => actions::action_sent!(),
             Outcome::Retry { .. } => actions::action_retry!(),
             Outcome::DeadLetter { .. } => actions::action_dead!(),
@@ -301,6 +305,14 @@ pub(crate) mod actions {
         };
     }
 
+    /// Also the `end_reason` of a message ended unsent because no SMTP server is configured:
+    /// it was only logged.
+    macro_rules! action_logged_only {
+        () => {
+            "logged_only"
+        };
+    }
+
     /// The `error_class` of a release for a throttling reply, which the outcome statement
     /// counts in `throttled_releases`; also the release's `reason` label.
     macro_rules! class_throttled {
@@ -311,6 +323,7 @@ pub(crate) mod actions {
 
     pub(crate) use action_dead;
     pub(crate) use action_expired;
+    pub(crate) use action_logged_only;
     pub(crate) use action_release;
     pub(crate) use action_retry;
     pub(crate) use action_sent;

@@ -58,6 +58,9 @@ pub enum MessageState {
     Expired,
     /// Ended unsent because every recipient is suppressed (`end_reason = 'suppressed'`).
     Suppressed,
+    /// Ended unsent because no SMTP server was configured: only logged
+    /// (`end_reason = 'logged_only'`).
+    LoggedOnly,
 }
 
 impl MessageState {
@@ -69,6 +72,7 @@ impl MessageState {
             MessageState::Discarded => "discarded",
             MessageState::Expired => "expired",
             MessageState::Suppressed => "suppressed",
+            MessageState::LoggedOnly => "logged_only",
         }
     }
 }
@@ -90,6 +94,7 @@ impl TryFrom<String> for MessageState {
             MessageState::Discarded,
             MessageState::Expired,
             MessageState::Suppressed,
+            MessageState::LoggedOnly,
         ]
         .into_iter()
         .find(|s| s.as_str() == state)

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::NOTIFY_CHANNEL;
 use crate::message::actions::{
-    action_dead, action_expired, action_release, action_retry, action_sent, action_suppressed,
-    class_throttled,
+    action_dead, action_expired, action_logged_only, action_release, action_retry, action_sent,
+    action_suppressed, class_throttled,
 };
 use crate::message::actor::automatic_actor;
 use crate::message::{Outcome, truncate_error};
@@ -60,12 +60,12 @@ macro_rules! record_outcomes_sql {
              last_error = coalesce(o.error, m.last_error), \
              error_class = coalesce(o.error_class, m.error_class), \
              dispatched_at = CASE WHEN o.action = '", action_sent!(), "' THEN now() END, \
-             dead_lettered_at = CASE WHEN o.action IN ('", action_dead!(), "', '", action_expired!(), "', '", action_suppressed!(), "') THEN now() END, \
-             discarded_at = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN now() \
+             dead_lettered_at = CASE WHEN o.action IN ('", action_dead!(), "', '", action_expired!(), "', '", action_suppressed!(), "', '", action_logged_only!(), "') THEN now() END, \
+             discarded_at = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "', '", action_logged_only!(), "') THEN now() \
                                  ELSE m.discarded_at END, \
-             discarded_by = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN '", automatic_actor!(), "' \
+             discarded_by = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "', '", action_logged_only!(), "') THEN '", automatic_actor!(), "' \
                                  ELSE m.discarded_by END, \
-             end_reason = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "') THEN o.action \
+             end_reason = CASE WHEN o.action IN ('", action_expired!(), "', '", action_suppressed!(), "', '", action_logged_only!(), "') THEN o.action \
                                ELSE m.end_reason END, \
              feedback = CASE WHEN o.bounced IS NOT NULL THEN '", mark_hard_bounce!(), "' ELSE m.feedback END, \
              feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END, \

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sqlx::{PgPool, Row};
 
-use crate::message::actions::{action_expired, action_suppressed};
+use crate::message::actions::{action_expired, action_logged_only, action_suppressed};
 
 /// One kind's share of [`Stats`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -21,6 +21,8 @@ pub struct KindStats {
     pub expired_last_hour: i64,
     /// Ended unsent in the last hour because every recipient is suppressed.
     pub suppressed_last_hour: i64,
+    /// Ended unsent in the last hour because no SMTP server is configured: only logged.
+    pub logged_only_last_hour: i64,
 }
 
 /// The state of the outbox at a glance.
@@ -34,6 +36,7 @@ pub struct Stats {
     pub sent_last_hour: i64,
     pub expired_last_hour: i64,
     pub suppressed_last_hour: i64,
+    pub logged_only_last_hour: i64,
     pub kinds: BTreeMap<String, KindStats>,
 }
 
@@ -73,7 +76,20 @@ shared_counts!(
     sent_last_hour,
     expired_last_hour,
     suppressed_last_hour,
+    logged_only_last_hour,
 );
+
+/// The rows that ended unsent in the last hour for `reason` (their `end_reason`), from the
+/// discarded rows' index.
+macro_rules! ended_last_hour {
+    ($reason:expr) => {
+        concat!(
+            "WHERE discarded_at > now() - interval '1 hour' AND end_reason = '",
+            $reason,
+            "'"
+        )
+    };
+}
 
 /// Counts per kind, each from a partial index: pending rows, dead letters, and the last
 /// hour of sent rows, never the whole history.
@@ -101,27 +117,20 @@ query(concat!(
         let oldest: f64 = row.try_get("oldest")?;
         stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
     }
-    let per_kind: [(&str, CountOf); 4] = [
+    let per_kind: [(&str, CountOf); 5] = [
         (concat!("WHERE ", dead_letter!()), |k| &mut k.dead_letters),
         ("WHERE dispatched_at > now() - interval '1 hour'", |k| {
             &mut k.sent_last_hour
         }),
-        (
-            concat!(
-                "WHERE discarded_at > now() - interval '1 hour' AND end_reason = '",
-                action_expired!(),
-                "'"
-            ),
-            |k| &mut k.expired_last_hour,
-        ),
-        (
-            concat!(
-                "WHERE discarded_at > now() - interval '1 hour' AND end_reason = '",
-                action_suppressed!(),
-                "'"
-            ),
-            |k| &mut k.suppressed_last_hour,
-        ),
+        (ended_last_hour!(action_expired!()), |k| {
+            &mut k.expired_last_hour
+        }),
+        (ended_last_hour!(action_suppressed!()), |k| {
+            &mut k.suppressed_last_hour
+        }),
+        (ended_last_hour!(action_logged_only!()), |k| {
+            &mut k.logged_only_last_hour
+        }),
     ];
     for (filter, field) in per_kind {
         for (kind, n) in count_per_kind(pool, filter).await? {

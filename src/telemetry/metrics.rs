@@ -88,7 +88,7 @@ metrics! {
     LAST_SAMPLE = "outbox_last_sample_timestamp_seconds", Gauge, SECONDS,
         "Unix time of the last successful sample of the database gauges.";
     SENT = "outbox_messages_sent_total", Counter, None,
-        "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and marked dispatched because no SMTP server is configured (delivery=\"log\").";
+        "Messages handed to SMTP successfully (delivery=\"smtp\"), or only logged and ended as logged_only, not sent, because no SMTP server is configured (delivery=\"log\").";
     SEND_FAILURES = "outbox_send_failures_total", Counter, None,
         "Failed delivery attempts, by class: transient (not delivered, retried), permanent (not delivered, dead-lettered) or ambiguous (the server had the whole message when its reply failed to come: perhaps delivered, retried with the same Message-ID).";
     DEAD_LETTERED = "outbox_messages_dead_lettered_total", Counter, None,

@@ -99,7 +99,11 @@ fn every_link_lands(book: &Path, html: &Path) {
         .split_once("<main>")
         .and_then(|(_, rest)| rest.split_once("</main>"))
         .map_or(text.as_str(), |(main, _)| main);
-    for link in main.split("href=\"").skip(1).filter_map(|s| s.split('"').next()) {
+    for link in main
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+    {
         if link.contains("://") || link.starts_with("mailto:") {
             continue;
         }
@@ -109,8 +113,12 @@ fn every_link_lands(book: &Path, html: &Path) {
         } else {
             html.parent().unwrap_or(Path::new("")).join(file)
         };
-        let target_text = std::fs::read_to_string(book.join(&target))
-            .unwrap_or_else(|_| panic!("{}: a link to {link}, which is not in the book", html.display()));
+        let target_text = std::fs::read_to_string(book.join(&target)).unwrap_or_else(|_| {
+            panic!(
+                "{}: a link to {link}, which is not in the book",
+                html.display()
+            )
+        });
         if !anchor.is_empty() {
             assert!(
                 target_text.contains(&format!("id=\"{anchor}\"")),

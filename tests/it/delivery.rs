@@ -336,7 +336,7 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
 }
 
 #[tokio::test]
-async fn without_smtp_rows_are_only_marked_dispatched() {
+async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
     let db = TestDb::new().await;
     let app = app(&db, None, &[]).await;
     assert!(!app.mailer.is_enabled());
@@ -352,11 +352,20 @@ async fn without_smtp_rows_are_only_marked_dispatched() {
         step,
         Step::Batch(BatchReport {
             claimed: 3,
-            sent: 3,
+            logged_only: 3,
             ..BatchReport::default()
         })
     );
-    assert_eq!(db.count("dispatched").await, 3);
+    assert_eq!(db.count("dispatched").await, 0);
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_messages WHERE end_reason = 'logged_only' \
+         AND dead_lettered_at IS NOT NULL",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(logged, 3);
+    assert_eq!(db.count("dead").await, 0, "not dead letters either");
 }
 
 #[tokio::test]

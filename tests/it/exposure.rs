@@ -214,8 +214,17 @@ async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], work: Work<'_>) ->
             .await;
         poll_until(
             Duration::from_secs(30),
-            "the message dispatched",
-            || async { db.row(id).await.dispatched.then_some(()) },
+            "the message ended (only logged: no SMTP server)",
+            || async {
+                let ended: bool = sqlx::query_scalar(
+                    "SELECT end_reason = 'logged_only' FROM outbox_messages WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap_or(false);
+                ended.then_some(())
+            },
         )
         .await;
     }

@@ -192,19 +192,68 @@ async fn the_installation_tag_migration_runs_while_an_application_holds_the_outb
         .execute(&mut *held)
         .await
         .unwrap();
-    let url = db.url.clone();
-    let migrate = tokio::task::spawn_blocking(move || {
-        outboxd()
-            .args(["migrate", "--database-url", &url])
-            .output()
-            .expect("outboxd migrate")
-    });
-    let migrated = tokio::time::timeout(Duration::from_secs(30), migrate)
+    let mut with_the_tag = Migrator {
+        migrations: migrations[..=tag_migration].to_vec().into(),
+        ..Migrator::DEFAULT
+    };
+    with_the_tag.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
+    tokio::time::timeout(Duration::from_secs(30), with_the_tag.run(&db.pool))
         .await
-        .expect("migrate waited on the outbox table")
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+        .expect("the migration waited on the outbox table")
+        .expect("the installation tag migration");
     held.rollback().await.unwrap();
-    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    assert_eq!(
+        versions(&db, "outbox_schema_migrations").await.len(),
+        tag_migration + 1
+    );
     assert_eq!(db.installation_tag().await.len(), 10);
+}
+
+#[tokio::test]
+async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
+    let db = TestDb::empty().await;
+    let migrations = &outboxd::store::MIGRATOR.migrations;
+    let logged_only = migrations
+        .iter()
+        .position(|m| m.description.contains("logged only"))
+        .expect("the logged_only migration");
+    let mut before = Migrator {
+        migrations: migrations[..logged_only].to_vec().into(),
+        ..Migrator::DEFAULT
+    };
+    before.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
+    before
+        .run(&db.pool)
+        .await
+        .expect("the migrations before it");
+    // An application's transaction that inserted a message and has not committed.
+    let mut open = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('welcome', '{}')")
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let refused = outboxd()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .expect("outboxd migrate");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("lock timeout"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        versions(&db, "outbox_schema_migrations").await.len(),
+        logged_only,
+        "nothing changed"
+    );
+    open.commit().await.unwrap();
+    outboxd_migrate(&db);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
 }
