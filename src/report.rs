@@ -1,7 +1,10 @@
 //! Plain-text tables for the command line.
 
 use crate::store::admin::DeadLetter;
-use crate::store::messages::MessageDetail;
+use chrono::{DateTime, Utc};
+
+use crate::store::messages::{MessageDetail, MessageState};
+use crate::store::pauses::Pause;
 use crate::store::stats::Stats;
 use crate::store::suppressions::Suppression;
 use crate::text::{cut_with_ellipsis, printable};
@@ -122,6 +125,17 @@ pub fn stats_table(stats: &Stats) -> String {
         "oldest pending message: due {:.0}s ago\n",
         stats.oldest_pending_age_seconds
     ));
+    for pause in &stats.paused {
+        out.push_str(&printable(&format!(
+            "paused: {} since {} by {}: {}\n",
+            pause.kind,
+            pause
+                .paused_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            pause.paused_by,
+            pause.reason
+        )));
+    }
     out
 }
 
@@ -151,6 +165,41 @@ pub fn suppression_table(page: &[Suppression]) -> String {
 
 /// A message's heading line, then its timeline as a table: when, what, who, the relay's
 /// reply or what else was said, how long the send took.
+/// Why a pending message has not gone yet, when it has not: its kind is paused (since
+/// when, by whom, why), a replica holds it now, or its next attempt is still to come.
+pub fn waiting(message: &MessageDetail, pauses: &[Pause], now: DateTime<Utc>) -> Option<String> {
+    if message.state != MessageState::Pending {
+        return None;
+    }
+    if let Some(pause) = pauses.iter().find(|p| p.kind == message.kind) {
+        return Some(format!(
+            "waiting: kind {} paused since {} by {}: {} (outboxd resume --kind {})",
+            pause.kind,
+            pause
+                .paused_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            pause.paused_by,
+            pause.reason,
+            pause.kind
+        ));
+    }
+    if let Some(by) = &message.locked_by {
+        return Some(format!(
+            "in flight: {by} holds it (sending it, or, if that replica died, until its lease ends)"
+        ));
+    }
+    let next = message.next_attempt_at;
+    Some(if next > now {
+        format!(
+            "waiting: next attempt at {} (in {})",
+            next.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            crate::text::duration((next - now).to_std().unwrap_or_default())
+        )
+    } else {
+        "waiting: due now, to be claimed at the next drain".to_owned()
+    })
+}
+
 pub fn timeline(message: &MessageDetail) -> String {
     let rows: Vec<Vec<String>> = message
         .events
@@ -212,6 +261,7 @@ mod tests {
             suppressed_last_hour: 36,
             logged_only_last_hour: 37,
             kinds: [("a".to_owned(), kind(10)), ("b".to_owned(), kind(20))].into(),
+            paused: Vec::new(),
         };
         assert_eq!(
             stats_table(&stats),

@@ -66,8 +66,12 @@ pub async fn run(
     } else if found.is_empty() {
         outln!("no message to that address")?;
     } else {
+        let pauses = crate::store::pauses::list(pool).await?;
         for message in &found {
             out!("{}", crate::report::timeline(message))?;
+            if let Some(waiting) = crate::report::waiting(message, &pauses, chrono::Utc::now()) {
+                outln!("{}", crate::text::printable(&waiting))?;
+            }
         }
     }
     if !pending_searched_all {

@@ -38,6 +38,8 @@ pub struct Stats {
     pub suppressed_last_hour: i64,
     pub logged_only_last_hour: i64,
     pub kinds: BTreeMap<String, KindStats>,
+    /// The kinds paused now: their messages wait, pending, until resumed.
+    pub paused: Vec<super::pauses::Pause>,
 }
 
 /// The counts [`KindStats`] and [`Stats`] both keep, each named once: `counts` lists them
@@ -138,6 +140,7 @@ query(concat!(
         }
     }
     stats.add_up_kinds();
+    stats.paused = super::pauses::list(pool).await?;
     Ok(stats)
 }
 

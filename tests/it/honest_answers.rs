@@ -153,3 +153,58 @@ async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
         "{events:?}"
     );
 }
+
+#[tokio::test]
+async fn stats_and_messages_say_why_pending_mail_waits() {
+    let db = TestDb::new().await;
+    let run = |args: &[&str]| {
+        let output = outboxd()
+            .args(args)
+            .args(["--database-url", &db.url])
+            .env("USER", "ann")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    run(&[
+        "pause",
+        "--kind",
+        "workspace_invite",
+        "--reason",
+        "template fix",
+    ]);
+    let held = db
+        .enqueue(
+            "workspace_invite",
+            serde_json::json!({"to": "w@example.com"}),
+        )
+        .await;
+    let later: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_messages (kind, payload, not_before) \
+         VALUES ('account_verification', $1, now() + interval '1 hour') RETURNING id",
+    )
+    .bind(verification("later@example.com"))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+
+    let stats = run(&["stats"]);
+    assert!(
+        stats.contains("paused: workspace_invite since ")
+            && stats.contains(" by cli:ann: template fix"),
+        "{stats}"
+    );
+    let message = run(&["messages", "--id", &held.to_string()]);
+    assert!(
+        message.contains("waiting: kind workspace_invite paused since ")
+            && message.contains("(outboxd resume --kind workspace_invite)"),
+        "{message}"
+    );
+    let message = run(&["messages", "--id", &later.to_string()]);
+    assert!(message.contains("waiting: next attempt at "), "{message}");
+    assert!(
+        message.contains("(in 59m") || message.contains("(in 1h"),
+        "{message}"
+    );
+}
