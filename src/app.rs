@@ -24,8 +24,10 @@ use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::text::mask_addresses;
 use crate::{http, store};
 
+mod demo_cluster;
 mod pools;
 
+pub use demo_cluster::DemoCluster;
 use pools::Pools;
 pub use pools::connect_checked;
 
@@ -379,6 +381,18 @@ async fn bind_listeners(
         None => None,
     };
     Ok((listener, admin_listener))
+}
+
+/// The demo's own PostgreSQL, when none answers at its default address: a throwaway
+/// cluster from the server binaries installed here (or why there can be none).
+pub async fn demo_database() -> anyhow::Result<Option<DemoCluster>> {
+    let options: sqlx::postgres::PgConnectOptions = crate::config::DEFAULT_DATABASE_URL.parse()?;
+    if store::answers(&options).await {
+        return Ok(None);
+    }
+    let mut cluster = DemoCluster::start()?;
+    cluster.ready().await?;
+    Ok(Some(cluster))
 }
 
 /// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.

@@ -232,6 +232,14 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         Command::Migrate(args) => migrate(args).await,
         Command::Run(args) => app::App::build(args.validate()?).await?.run().await,
         Command::Demo(mut args) => {
+            // Dropped when the demo ends: its throwaway PostgreSQL, if it needed one.
+            let own = match args.database.database_url {
+                Some(_) => None,
+                None => app::demo_database().await?,
+            };
+            if let Some(cluster) = &own {
+                args.database.database_url = Some(cluster.url());
+            }
             args.database = args.database.or_demo_database();
             app::demo(args.validate()?).await
         }

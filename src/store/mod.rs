@@ -229,6 +229,12 @@ async fn create_database(options: &PgConnectOptions, name: &str) -> anyhow::Resu
     Ok(())
 }
 
+/// Whether a PostgreSQL server answers at `options`' address (a database that does not
+/// exist, or a role refused, is still a server that answers).
+pub async fn answers(options: &PgConnectOptions) -> bool {
+    !matches!(try_one_connection(options).await, Err(sqlx::Error::Io(_)))
+}
+
 /// Opens a pool, failing fast when the server cannot be reached.
 pub async fn connect(options: &PgConnectOptions, size: u32) -> Result<PgPool, sqlx::Error> {
     try_one_connection(options).await?;

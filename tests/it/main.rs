@@ -10,6 +10,7 @@ mod cli;
 mod content;
 mod database_health;
 mod delivery;
+mod demo;
 mod deploy;
 mod doctor;
 mod escaping;
