@@ -3,6 +3,7 @@
 use crate::store::admin::DeadLetter;
 use chrono::{DateTime, Utc};
 
+use crate::store::circuits::OpenCircuit;
 use crate::store::messages::{MessageDetail, MessageState};
 use crate::store::pauses::Pause;
 use crate::store::stats::Stats;
@@ -136,6 +137,13 @@ pub fn stats_table(stats: &Stats) -> String {
             pause.reason
         )));
     }
+    for circuit in &stats.circuits_open {
+        out.push_str(&printable(&format!(
+            "circuit open: {} since {}: its relay does not answer, it claims nothing until it does\n",
+            circuit.worker_id,
+            circuit.open_since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        )));
+    }
     out
 }
 
@@ -167,7 +175,12 @@ pub fn suppression_table(page: &[Suppression]) -> String {
 /// reply or what else was said, how long the send took.
 /// Why a pending message has not gone yet, when it has not: its kind is paused (since
 /// when, by whom, why), a replica holds it now, or its next attempt is still to come.
-pub fn waiting(message: &MessageDetail, pauses: &[Pause], now: DateTime<Utc>) -> Option<String> {
+pub fn waiting(
+    message: &MessageDetail,
+    pauses: &[Pause],
+    circuits: &[OpenCircuit],
+    now: DateTime<Utc>,
+) -> Option<String> {
     if message.state != MessageState::Pending {
         return None;
     }
@@ -181,6 +194,19 @@ pub fn waiting(message: &MessageDetail, pauses: &[Pause], now: DateTime<Utc>) ->
             pause.paused_by,
             pause.reason,
             pause.kind
+        ));
+    }
+    if let Some(circuit) = circuits.first().filter(|_| message.next_attempt_at <= now) {
+        return Some(format!(
+            "waiting: the SMTP circuit of {} is open since {} (its relay does not answer){}",
+            circuit.worker_id,
+            circuit
+                .open_since
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            match circuits.len() {
+                1 => String::new(),
+                n => format!(", and {} other replicas'", n - 1),
+            }
         ));
     }
     if let Some(by) = &message.locked_by {
@@ -262,6 +288,7 @@ mod tests {
             logged_only_last_hour: 37,
             kinds: [("a".to_owned(), kind(10)), ("b".to_owned(), kind(20))].into(),
             paused: Vec::new(),
+            circuits_open: Vec::new(),
         };
         assert_eq!(
             stats_table(&stats),

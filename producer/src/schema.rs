@@ -22,6 +22,7 @@ pub const OBJECTS: &[&str] = &[
     "outbox_kind_pauses",
     "outbox_message_events",
     "outbox_installation",
+    "outbox_replica_circuits",
     "outbox_recipient_keys",
     "outbox_single_recipient_key",
     "outbox_on_the_calendar",

@@ -67,9 +67,11 @@ pub async fn run(
         outln!("no message to that address")?;
     } else {
         let pauses = crate::store::pauses::list(pool).await?;
+        let circuits = crate::store::circuits::open(pool).await?;
         for message in &found {
             out!("{}", crate::report::timeline(message))?;
-            if let Some(waiting) = crate::report::waiting(message, &pauses, chrono::Utc::now()) {
+            let now = chrono::Utc::now();
+            if let Some(waiting) = crate::report::waiting(message, &pauses, &circuits, now) {
                 outln!("{}", crate::text::printable(&waiting))?;
             }
         }

@@ -10,6 +10,7 @@ use super::batch::{BatchReport, NextBatch, SentBatch};
 use super::held::LOCKED_RETRY;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
+use crate::store;
 
 impl Dispatcher {
     /// Claims one batch of due rows, sends it and records every outcome.
@@ -103,6 +104,7 @@ impl Dispatcher {
             self.metrics.clone(),
         );
         let mut database_failures = 0_u32;
+        let mut circuit_said_open = false;
         info!(
             worker_id = %self.settings.worker_id,
             poll_interval = %crate::text::duration(self.settings.poll_interval),
@@ -114,6 +116,8 @@ impl Dispatcher {
         while !self.shutdown.stop.is_cancelled() {
             wakeups.listen(self.claimer.floor()).await;
             let drained = self.drain().await;
+            let circuit_open = matches!(drained, Ok(Step::CircuitOpen { .. }));
+            self.say_circuit(circuit_open, &mut circuit_said_open).await;
             let Some((wait, notified)) = self.next_wait(drained, &mut database_failures) else {
                 break;
             };
@@ -152,6 +156,22 @@ impl Dispatcher {
         }
         self.release_connection();
         info!("dispatcher stopped");
+    }
+
+    /// Keeps this replica's open circuit where `outboxd stats` reads it: said at each probe
+    /// while open, removed once closed. Best effort: it tells operators, it steers nothing.
+    async fn say_circuit(&self, open: bool, said_open: &mut bool) {
+        let pool = self.claimer.database().pool();
+        let worker = &self.settings.worker_id;
+        let said = match (open, *said_open) {
+            (true, _) => store::circuits::opened(pool, worker).await,
+            (false, true) => store::circuits::closed(pool, worker).await,
+            (false, false) => return,
+        };
+        match said {
+            Ok(()) => *said_open = open,
+            Err(e) => debug!(error = %e, "could not record the SMTP circuit for the command line"),
+        }
     }
 
     /// Gives back the connection kept between statements: the pool cannot close while it

@@ -20,6 +20,7 @@ mod schema;
 mod statements;
 
 pub mod admin;
+pub mod circuits;
 mod claim;
 pub mod inspect;
 pub mod installation;

@@ -40,6 +40,8 @@ pub struct Stats {
     pub kinds: BTreeMap<String, KindStats>,
     /// The kinds paused now: their messages wait, pending, until resumed.
     pub paused: Vec<super::pauses::Pause>,
+    /// The replicas whose SMTP circuit is open now: they claim nothing meanwhile.
+    pub circuits_open: Vec<super::circuits::OpenCircuit>,
 }
 
 /// The counts [`KindStats`] and [`Stats`] both keep, each named once: `counts` lists them
@@ -141,6 +143,7 @@ query(concat!(
     }
     stats.add_up_kinds();
     stats.paused = super::pauses::list(pool).await?;
+    stats.circuits_open = super::circuits::open(pool).await?;
     Ok(stats)
 }
 

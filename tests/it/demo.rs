@@ -10,7 +10,12 @@ use std::time::{Duration, Instant};
 #[test]
 fn the_demo_starts_a_throwaway_postgresql_where_none_answers_and_removes_it_after() {
     let mut child = std::process::Command::new("unshare")
-        .args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" demo --listen 127.0.0.1:0"])
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" demo --listen 127.0.0.1:0",
+        ])
         .arg(env!("CARGO_BIN_EXE_outboxd"))
         .env_remove("DATABASE_URL")
         .env_remove("OUTBOXD_SMTP_URL")
@@ -23,7 +28,10 @@ fn the_demo_starts_a_throwaway_postgresql_where_none_answers_and_removes_it_afte
     let (mut directory, mut logged) = (None, 0);
     let started = Instant::now();
     while logged < 3 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the demo did not deliver");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the demo did not deliver"
+        );
         let line = lines.next().expect("the demo's log").expect("a line");
         if line.contains("started a throwaway PostgreSQL") {
             directory = line
@@ -45,5 +53,9 @@ fn the_demo_starts_a_throwaway_postgresql_where_none_answers_and_removes_it_afte
     assert!(status.success());
     let exit = child.wait().expect("the demo ends");
     assert!(exit.success(), "{exit}");
-    assert!(!directory.exists(), "{} was left behind", directory.display());
+    assert!(
+        !directory.exists(),
+        "{} was left behind",
+        directory.display()
+    );
 }

@@ -208,3 +208,45 @@ async fn stats_and_messages_say_why_pending_mail_waits() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn stats_and_messages_say_when_an_open_circuit_holds_mail() {
+    let db = TestDb::new().await;
+    // A relay that refuses every connection: the replica's circuit opens.
+    let nowhere = format!("smtp://127.0.0.1:{}", crate::helpers::free_port());
+    let flags = [
+        "--smtp-url",
+        nowhere.as_str(),
+        "--from",
+        "Acme <no-reply@acme.example>",
+        "--worker-id",
+        "replica-a",
+    ];
+    let _replica = crate::helpers::Outboxd::start(&db.url, &flags, &[]).await;
+    let id = db
+        .enqueue("account_verification", verification("ada@example.com"))
+        .await;
+    let stats = crate::helpers::poll_until(
+        std::time::Duration::from_secs(30),
+        "the open circuit in stats",
+        || async {
+            let output = outboxd()
+                .args(["stats", "--database-url", &db.url])
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&output.stdout).into_owned();
+            said.contains("circuit open: replica-a since ").then_some(said)
+        },
+    )
+    .await;
+    assert!(stats.contains("it claims nothing until it does"), "{stats}");
+    let output = outboxd()
+        .args(["messages", "--id", &id.to_string(), "--database-url", &db.url])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.contains("waiting: the SMTP circuit of replica-a is open since "),
+        "{said}"
+    );
+}
