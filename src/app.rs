@@ -397,7 +397,13 @@ pub async fn demo_database() -> anyhow::Result<Option<DemoCluster>> {
 
 /// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.
 pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
-    let pool = store::migrate_database(&config.database, store::Create::IfMissing).await?;
+    let database = &config.database;
+    let pool = store::migrate_database(
+        database.options(),
+        database.schema(),
+        store::Create::IfMissing,
+    )
+    .await?;
     for message in sample_messages() {
         let kind = message.kind.clone();
         let id = store::enqueue_alone(&pool, message)

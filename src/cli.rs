@@ -307,7 +307,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         true => store::Create::IfMissing,
         false => store::Create::Never,
     };
-    let pool = store::migrate_database(&database, create).await?;
+    let pool = store::migrate_database(database.options(), database.schema(), create).await?;
     pool.close().await;
     tracing::info!(database = %database.location(), "schema is up to date");
     Ok(())

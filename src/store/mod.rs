@@ -145,14 +145,14 @@ pub enum Create {
     Never,
 }
 
-/// Applies the migrations to `database`, in its schema when one is given; creates the
-/// database first when it does not exist and `create` allows.
+/// Applies the migrations to the database of `options`, in `schema` when one is given;
+/// creates the database first when it does not exist and `create` allows.
 pub async fn migrate_database(
-    database: &crate::config::DatabaseConfig,
+    options: &PgConnectOptions,
+    schema: Option<&Schema>,
     create: Create,
 ) -> anyhow::Result<PgPool> {
     use anyhow::Context as _;
-    let (options, schema) = (database.options(), database.schema());
     use_schema(schema);
     let name = options.get_database().unwrap_or("postgres").to_owned();
     let pool = match connect(options, 2).await {
