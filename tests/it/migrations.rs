@@ -40,6 +40,30 @@ async fn versions(db: &TestDb, table: &str) -> Vec<i64> {
     .expect("the versions")
 }
 
+/// outboxd's first `n` migrations, recorded where `outboxd migrate` records them.
+fn ours_up_to(n: usize) -> Migrator {
+    let mut migrator = Migrator {
+        migrations: outboxd::store::MIGRATOR.migrations[..n].to_vec().into(),
+        ..Migrator::DEFAULT
+    };
+    migrator.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
+    migrator
+}
+
+/// Applies outboxd's migrations up to the one described as `description`, not included;
+/// its index.
+async fn migrated_up_to(db: &TestDb, description: &str) -> usize {
+    let index = outboxd::store::MIGRATOR
+        .iter()
+        .position(|m| m.description.contains(description))
+        .unwrap_or_else(|| panic!("no migration {description:?}"));
+    ours_up_to(index)
+        .run(&db.pool)
+        .await
+        .expect("the migrations before it");
+    index
+}
+
 fn ours() -> Vec<i64> {
     outboxd::store::MIGRATOR.iter().map(|m| m.version).collect()
 }
@@ -172,31 +196,14 @@ pub(crate) async fn rows_written_under_the_first_schema_are_delivered_after_migr
 #[tokio::test]
 async fn the_installation_tag_migration_runs_while_an_application_holds_the_outbox_table() {
     let db = TestDb::empty().await;
-    let migrations = &outboxd::store::MIGRATOR.migrations;
-    let tag_migration = migrations
-        .iter()
-        .position(|m| m.description.contains("installation tag"))
-        .expect("the installation tag migration");
-    let mut before = Migrator {
-        migrations: migrations[..tag_migration].to_vec().into(),
-        ..Migrator::DEFAULT
-    };
-    before.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
-    before
-        .run(&db.pool)
-        .await
-        .expect("the migrations before it");
+    let tag_migration = migrated_up_to(&db, "installation tag").await;
     // An application's migration holds the whole table, as a long ALTER would.
     let mut held = db.pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *held)
         .await
         .unwrap();
-    let mut with_the_tag = Migrator {
-        migrations: migrations[..=tag_migration].to_vec().into(),
-        ..Migrator::DEFAULT
-    };
-    with_the_tag.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
+    let with_the_tag = ours_up_to(tag_migration + 1);
     tokio::time::timeout(Duration::from_secs(30), with_the_tag.run(&db.pool))
         .await
         .expect("the migration waited on the outbox table")
@@ -212,20 +219,7 @@ async fn the_installation_tag_migration_runs_while_an_application_holds_the_outb
 #[tokio::test]
 async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
     let db = TestDb::empty().await;
-    let migrations = &outboxd::store::MIGRATOR.migrations;
-    let logged_only = migrations
-        .iter()
-        .position(|m| m.description.contains("logged only"))
-        .expect("the logged_only migration");
-    let mut before = Migrator {
-        migrations: migrations[..logged_only].to_vec().into(),
-        ..Migrator::DEFAULT
-    };
-    before.dangerous_set_table_name(outboxd::store::MIGRATIONS_TABLE);
-    before
-        .run(&db.pool)
-        .await
-        .expect("the migrations before it");
+    let logged_only = migrated_up_to(&db, "logged only").await;
     // An application's transaction that inserted a message and has not committed.
     let mut open = db.pool.begin().await.unwrap();
     sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('welcome', '{}')")
