@@ -235,13 +235,20 @@ async fn stats_and_messages_say_when_an_open_circuit_holds_mail() {
                 .output()
                 .unwrap();
             let said = String::from_utf8_lossy(&output.stdout).into_owned();
-            said.contains("circuit open: replica-a since ").then_some(said)
+            said.contains("circuit open: replica-a since ")
+                .then_some(said)
         },
     )
     .await;
     assert!(stats.contains("it claims nothing until it does"), "{stats}");
     let output = outboxd()
-        .args(["messages", "--id", &id.to_string(), "--database-url", &db.url])
+        .args([
+            "messages",
+            "--id",
+            &id.to_string(),
+            "--database-url",
+            &db.url,
+        ])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
