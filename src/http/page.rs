@@ -331,12 +331,21 @@ fn back_to(pairs: &[(&str, &str)], notice: &str) -> Response {
 }
 
 /// The notice `said`, and what the action left undone (a retried message whose recipient
-/// is suppressed), with the remedy.
+/// is suppressed), without the address: the notice travels in the redirect's URL.
 async fn with_warnings(state: &AdminState, action: Action, ids: &[i64], said: String) -> String {
     match admin::left_undone(&state.pool, action, ids).await {
-        Ok(undone) => undone.iter().fold(said, |notice, u| {
-            format!("{notice} Warning: {}.", u.warning())
-        }),
+        Ok(undone) if undone.is_empty() => said,
+        Ok(undone) => {
+            let mut messages: Vec<i64> = undone.iter().map(|u| u.message_id).collect();
+            messages.dedup();
+            let listed: Vec<String> = messages.iter().map(i64::to_string).collect();
+            format!(
+                "{said} Warning: a recipient of message {} is suppressed; lift the suppression \
+                 in the list below (or outboxd suppressions remove ADDRESS) or it will not be \
+                 sent to them.",
+                listed.join(", ")
+            )
+        }
         Err(e) => {
             tracing::warn!(error = %e, "could not read the suppressions of the messages retried");
             said

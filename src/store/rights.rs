@@ -35,11 +35,6 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_send_rate", "INSERT"),
     table("outbox_send_rate", "UPDATE"),
     table("outbox_kind_pauses", "SELECT"),
-    // A replica's open SMTP circuit, for the command line (migration 25).
-    table("outbox_replica_circuits", "SELECT"),
-    table("outbox_replica_circuits", "INSERT"),
-    table("outbox_replica_circuits", "UPDATE"),
-    table("outbox_replica_circuits", "DELETE"),
     // Every outcome statement inserts its failures' events (even when it has none, the
     // statement needs the right), and retention deletes them with their messages (a DELETE
     // that reads `message_id` needs SELECT).

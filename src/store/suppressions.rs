@@ -75,23 +75,30 @@ pub async fn suppressed_among<'e>(
         .collect())
 }
 
-/// A recipient of a message on the suppression list: retrying the message sends it
-/// nowhere, it ends `suppressed` at its next claim.
+/// A recipient of a message on the suppression list: a retry does not reach it, and the
+/// message ends `suppressed` at its next claim when every one of its recipients is.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct SuppressedRecipient {
     pub message_id: i64,
     pub address: String,
     pub reason: String,
+    /// Every recipient of the message is suppressed: it will not be sent at all.
+    pub all_suppressed: bool,
 }
 
 impl SuppressedRecipient {
     /// What an operator who retried the message is told, with the command that lifts the
     /// suppression.
     pub fn warning(&self) -> String {
+        let fate = if self.all_suppressed {
+            "it will end suppressed, not sent"
+        } else {
+            "it will not reach them, only the message's other recipients"
+        };
         format!(
-            "message {} goes to {}, who is suppressed ({}): it will end suppressed, not sent; \
-             lift the suppression first with `outboxd suppressions remove {}` (or the API's \
-             DELETE /api/v1/suppressions/ADDRESS, or the admin page)",
+            "message {} goes to {}, who is suppressed ({}): {fate}; lift the suppression \
+             first with `outboxd suppressions remove {}` (or the API's DELETE \
+             /api/v1/suppressions/ADDRESS, or the admin page)",
             self.message_id,
             crate::text::printable(&self.address),
             self.reason,
@@ -114,7 +121,12 @@ pub async fn suppressed_recipients_of(
     }
     fetch_all_alone(
         query_as(concat!(
-            "SELECT m.id AS message_id, s.address, s.reason \
+            "SELECT m.id AS message_id, s.address, s.reason, \
+                    NOT EXISTS (SELECT FROM unnest(outbox_recipient_keys(m.payload)) AS r(address) \
+                        WHERE NOT EXISTS (SELECT FROM outbox_suppressions AS o \
+                                          WHERE o.address = r.address AND ",
+            active_suppression!("o."),
+            ")) AS all_suppressed \
              FROM outbox_messages AS m \
              CROSS JOIN LATERAL unnest(outbox_recipient_keys(m.payload)) AS k(address) \
              JOIN outbox_suppressions AS s ON s.address = k.address AND ",
