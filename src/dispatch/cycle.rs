@@ -115,6 +115,7 @@ impl Dispatcher {
         );
         while !self.shutdown.stop.is_cancelled() {
             wakeups.listen(self.claimer.floor()).await;
+            let looked = tokio::time::Instant::now();
             let drained = self.drain().await;
             let circuit_open = matches!(drained, Ok(Step::CircuitOpen { .. }));
             self.say_circuit(circuit_open, &mut circuit_said_open).await;
@@ -124,7 +125,7 @@ impl Dispatcher {
             // Every wait ends within a poll interval, so the heartbeat the liveness probe
             // reads keeps beating through SMTP and database outages.
             self.metrics.cycle_completed();
-            let wait = self.bounded_wait(&mut wakeups, wait, notified);
+            let wait = self.bounded_wait(&mut wakeups, wait, notified, looked);
             let woken = wakeups
                 .wait(wait, notified, &self.shutdown.stop, self.claimer.floor())
                 .await;
@@ -197,16 +198,22 @@ impl Dispatcher {
     /// `wait`, ended sooner by the poll interval, by the next try of outcomes held for
     /// locked rows (an application's commit sends no notification), and, in an ordinary
     /// wait, by the soonest retry or `not_before` row known to fall due.
-    fn bounded_wait(&self, wakeups: &mut Wakeups, wait: Duration, notified: bool) -> Duration {
+    fn bounded_wait(
+        &self,
+        wakeups: &mut Wakeups,
+        wait: Duration,
+        notified: bool,
+        looked: tokio::time::Instant,
+    ) -> Duration {
         let poll = wakeups.poll_interval(self.settings.poll_interval);
         let mut wait = wait.min(poll);
         if self.recorder.holds_locked() {
             wait = wait.min(LOCKED_RETRY);
         }
-        if let Some(retry) = self.recorder.take_next_retry() {
+        for retry in self.recorder.take_retries_due() {
             wakeups.expect(retry);
         }
-        match wakeups.until_due().filter(|_| notified) {
+        match wakeups.until_due(looked).filter(|_| notified) {
             Some(due) => wait.min(due),
             None => wait,
         }

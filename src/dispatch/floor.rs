@@ -115,9 +115,9 @@ pub(super) struct ScanStart {
 pub(super) struct Heard {
     /// The lowest due time a notification named.
     pub lowest_due: Option<DateTime<Utc>>,
-    /// The soonest due time a notification named that was still to come when it was
-    /// heard (a `not_before` row): the loop wakes then.
-    pub soonest_later: Option<DateTime<Utc>>,
+    /// The due times notifications named that were still to come when they were heard
+    /// (`not_before` rows), each once: the loop wakes at each.
+    pub later: Vec<DateTime<Utc>>,
     /// A notification named none, or some may have been missed.
     pub unknown: bool,
     /// Of the notification checks, the tokens that came back.
@@ -149,8 +149,8 @@ impl Heard {
         {
             Some(due) => {
                 self.lowest_due = Some(self.lowest_due.map_or(due, |l| l.min(due)));
-                if due > Utc::now() {
-                    self.soonest_later = Some(self.soonest_later.map_or(due, |s| s.min(due)));
+                if due > Utc::now() && !self.later.contains(&due) {
+                    self.later.push(due);
                 }
             }
             None => self.unknown = true,

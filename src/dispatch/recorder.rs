@@ -28,9 +28,9 @@ pub(super) struct Recorder {
     /// The replica's worker id: which replica sent a message, or met a failure with it.
     worker_id: String,
     held: Held,
-    /// When the soonest retry this replica wrote falls due: the loop wakes then rather
-    /// than at the next poll. Shared because outcomes are written from the sends' tasks.
-    next_retry: std::sync::Mutex<Option<Instant>>,
+    /// When the retries this replica wrote fall due: the loop wakes at each rather than
+    /// at the next poll. Shared because outcomes are written from the sends' tasks.
+    retries_due: std::sync::Mutex<Vec<Instant>>,
 }
 
 impl Recorder {
@@ -46,22 +46,20 @@ impl Recorder {
             suppress_hard_bounces: suppress,
             worker_id,
             held: Held::default(),
-            next_retry: std::sync::Mutex::new(None),
+            retries_due: std::sync::Mutex::new(Vec::new()),
         }
     }
 
-    /// When the soonest retry written since the last call falls due.
-    pub fn take_next_retry(&self) -> Option<Instant> {
-        lock(&self.next_retry).take()
+    /// When the retries written since the last call fall due.
+    pub fn take_retries_due(&self) -> Vec<Instant> {
+        std::mem::take(&mut *lock(&self.retries_due))
     }
 
     /// Counts a written outcome; a retry's due time is remembered for the loop.
     fn count(&self, report: &mut BatchReport, outcome: &Outcome) {
         report.count(outcome);
         if let Outcome::Retry { delay, .. } = outcome {
-            let due = Instant::now() + *delay;
-            let mut next = lock(&self.next_retry);
-            *next = Some(next.map_or(due, |next| next.min(due)));
+            lock(&self.retries_due).push(Instant::now() + *delay);
         }
     }
 

@@ -27,6 +27,8 @@ pub(super) const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy {
 /// How long past the linger its reply may take before the listening connection is given
 /// up as hung.
 const LINGER_GRACE: Duration = Duration::from_secs(5);
+/// The most due times a replica keeps: the soonest, which are those it wakes for next.
+const MAX_DUE_TIMES: usize = 1024;
 /// How long after a row's due time the loop looks for it: the database's clock stamped
 /// it a moment after this replica decided it (a retry), or this replica's clock may lag
 /// the database's by a little (a `not_before`).
@@ -42,9 +44,9 @@ pub(super) struct Wakeups {
     cut_short_warned: bool,
     /// Whether a notification sent comes back.
     check: NotificationCheck,
-    /// The soonest time a row this replica knows of falls due (a retry it wrote, a
-    /// `not_before` it was told of): the wait ends then, not at the next poll.
-    next_due: Option<Instant>,
+    /// When rows this replica knows of fall due (retries it wrote, `not_before` rows it
+    /// was told of), soonest first: each wait ends at the next, not at the poll interval.
+    due: std::collections::BTreeSet<Instant>,
 }
 
 /// How a wait ended.
@@ -68,30 +70,39 @@ impl Wakeups {
             metrics,
             listener: None,
             cut_short_warned: false,
-            next_due: None,
+            due: std::collections::BTreeSet::new(),
         }
     }
 
-    /// A row falls due at `due`: wake then.
+    /// A row falls due at `due`: wake then. At most [`MAX_DUE_TIMES`] are kept, the
+    /// soonest; past them the poll interval stands in.
     pub fn expect(&mut self, due: Instant) {
-        let due = due + DUE_SLACK;
-        self.next_due = Some(self.next_due.map_or(due, |next| next.min(due)));
+        self.due.insert(due + DUE_SLACK);
+        while self.due.len() > MAX_DUE_TIMES {
+            self.due.pop_last();
+        }
     }
 
-    /// How long until the soonest row known falls due; `None` when none is, or it has
-    /// passed (the drain just now looked for it).
-    pub fn until_due(&mut self) -> Option<Duration> {
+    /// How long until the soonest row known falls due; zero, once, when one fell due since
+    /// the last look began (`looked`), so that a drain looks for it; `None` when none is.
+    pub fn until_due(&mut self, looked: Instant) -> Option<Duration> {
         let now = Instant::now();
-        self.next_due = self.next_due.filter(|due| *due > now);
-        self.next_due.map(|due| due - now)
+        let passed: Vec<Instant> = self.due.range(..=now).copied().collect();
+        for due in &passed {
+            self.due.remove(due);
+        }
+        if passed.iter().any(|due| *due > looked) {
+            return Some(Duration::ZERO);
+        }
+        self.due.first().map(|due| *due - now)
     }
 
-    /// What notifications said: the floor hears every due time, the wait the soonest
-    /// still to come.
+    /// What notifications said: the floor hears every due time, the wait those still to
+    /// come.
     fn heard(&mut self, heard: Heard, floor: &ClaimFloor) {
-        if let Some(later) = heard.soonest_later {
-            let ahead = (later - chrono::Utc::now()).to_std().unwrap_or_default();
-            self.expect(Instant::now() + ahead);
+        let (now, utc_now) = (Instant::now(), chrono::Utc::now());
+        for later in &heard.later {
+            self.expect(now + (*later - utc_now).to_std().unwrap_or_default());
         }
         floor.heard(heard);
     }
