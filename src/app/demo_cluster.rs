@@ -3,6 +3,7 @@
 //! temporary directory and on a free port, stopped and removed when the demo ends. With no
 //! binaries, one line of what to install.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -27,9 +28,19 @@ const INSTALL_HINT: &str = "install PostgreSQL and run the demo again: \
 
 /// A cluster of the demo's own; stopped and removed when dropped.
 pub struct DemoCluster {
-    dir: PathBuf,
     server: Child,
     pub port: u16,
+    /// Removed last, when dropped, and on every early return of [`Self::start`].
+    _dir: Removed,
+}
+
+/// A directory removed when dropped.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl DemoCluster {
@@ -43,6 +54,7 @@ impl DemoCluster {
         let dir =
             std::env::temp_dir().join(format!("outboxd-demo-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).context("cannot make the demo cluster's directory")?;
+        let removed = Removed(dir.clone());
         let root = give_to_postgres_user_if_root(&dir)?;
         let as_user = |program: &Path| server_command(root, program);
         let data = dir.join("data");
@@ -55,13 +67,14 @@ impl DemoCluster {
             .output()
             .context("cannot run initdb")?;
         if !status.status.success() {
-            let _ = std::fs::remove_dir_all(&dir);
             bail!(
                 "initdb failed: {}",
                 String::from_utf8_lossy(&status.stderr).trim()
             );
         }
-        let port = free_port()?;
+        // The demo's own address when it is free, so that its DATABASE_URL works as the
+        // README says; any free port otherwise.
+        let port = free_port(5432).or_else(|_| free_port(0))?;
         let server = as_user(&bin.join("postgres"))
             .arg("-D")
             .arg(&data)
@@ -75,10 +88,17 @@ impl DemoCluster {
             .arg(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group: a Ctrl-C in the terminal reaches outboxd, which stops
+            // the server after it has drained, not the server under it.
+            .process_group(0)
             .spawn()
             .context("cannot start postgres")?;
         info!(directory = %dir.display(), port, bin = %bin.display(), "started a throwaway PostgreSQL for the demo; it is removed when the demo ends");
-        Ok(Self { dir, server, port })
+        Ok(Self {
+            server,
+            port,
+            _dir: removed,
+        })
     }
 
     /// The demo's database in it.
@@ -106,12 +126,19 @@ impl DemoCluster {
 
 impl Drop for DemoCluster {
     fn drop(&mut self) {
-        // SIGTERM: a "smart" shutdown, the cluster is thrown away anyway.
-        let _ = Command::new("kill")
-            .arg(self.server.id().to_string())
-            .status();
+        // SIGINT to the server's process group (runuser and postgres when root): a "fast"
+        // shutdown, which ends its sessions; SIGTERM's "smart" one would wait for them.
+        // The directory goes after, when `dir` is dropped.
+        let group = format!("-{}", self.server.id());
+        let _ = Command::new("kill").args(["-INT", "--", &group]).status();
+        for _ in 0..100 {
+            if matches!(self.server.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.server.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -129,8 +156,9 @@ fn server_binaries() -> Option<PathBuf> {
             .flatten()
             .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
             .collect();
-        versions.sort();
-        candidates.extend(versions.into_iter().rev());
+        // Newest first, by version number: 17 before 9.6.
+        versions.sort_by_key(|bin| std::cmp::Reverse(version_of(bin)));
+        candidates.extend(versions);
     }
     candidates
         .into_iter()
@@ -173,7 +201,21 @@ fn server_command(root: bool, program: &Path) -> Command {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+/// The version numbers in a versioned directory's name (`postgresql@17/bin`: [17]).
+fn version_of(bin: &Path) -> Vec<u32> {
+    let name = bin
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|part| part.parse().ok())
+        .collect()
+}
+
+/// `wanted` when it is free (0: any free port).
+fn free_port(wanted: u16) -> anyhow::Result<u16> {
+    let listener =
+        std::net::TcpListener::bind(("127.0.0.1", wanted)).context("cannot find a free port")?;
     Ok(listener.local_addr()?.port())
 }
