@@ -196,6 +196,11 @@ pub fn waiting(
             pause.kind
         ));
     }
+    if let Some(by) = &message.locked_by {
+        return Some(format!(
+            "in flight: {by} holds it (sending it, or, if that replica died, until its lease ends)"
+        ));
+    }
     if let Some(circuit) = circuits.first().filter(|_| message.next_attempt_at <= now) {
         return Some(format!(
             "waiting: the SMTP circuit of {} is open since {} (its relay does not answer){}",
@@ -207,11 +212,6 @@ pub fn waiting(
                 1 => String::new(),
                 n => format!(", and {} other replicas'", n - 1),
             }
-        ));
-    }
-    if let Some(by) = &message.locked_by {
-        return Some(format!(
-            "in flight: {by} holds it (sending it, or, if that replica died, until its lease ends)"
         ));
     }
     let next = message.next_attempt_at;

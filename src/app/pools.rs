@@ -113,6 +113,9 @@ impl Pools {
 /// of `DATABASE_URL`.
 async fn route(database: &DatabaseConfig) -> anyhow::Result<(Option<PgPool>, bool)> {
     let options = database.options();
+    store::reachable(options)
+        .await
+        .map_err(|e| store::connect_error(e, options))?;
     if let Some(direct) = database.listen_options() {
         let listen = store::connect(direct, 1)
             .await

@@ -104,7 +104,8 @@ impl Dispatcher {
             self.metrics.clone(),
         );
         let mut database_failures = 0_u32;
-        let mut circuit_said_open = false;
+        // A row left by this worker's previous run is removed at its first drain.
+        let mut circuit_said_open = true;
         info!(
             worker_id = %self.settings.worker_id,
             poll_interval = %crate::text::duration(self.settings.poll_interval),
@@ -117,8 +118,7 @@ impl Dispatcher {
             wakeups.listen(self.claimer.floor()).await;
             let looked = tokio::time::Instant::now();
             let drained = self.drain().await;
-            let circuit_open = matches!(drained, Ok(Step::CircuitOpen { .. }));
-            self.say_circuit(circuit_open, &mut circuit_said_open).await;
+            self.say_circuit(&drained, &mut circuit_said_open).await;
             let Some((wait, notified)) = self.next_wait(drained, &mut database_failures) else {
                 break;
             };
@@ -161,7 +161,10 @@ impl Dispatcher {
 
     /// Keeps this replica's open circuit where `outboxd stats` reads it: said at each probe
     /// while open, removed once closed. Best effort: it tells operators, it steers nothing.
-    async fn say_circuit(&self, open: bool, said_open: &mut bool) {
+    async fn say_circuit(&self, drained: &Result<Step, DispatchError>, said_open: &mut bool) {
+        // A database error says nothing of the circuit.
+        let Ok(step) = drained else { return };
+        let open = matches!(step, Step::CircuitOpen { .. });
         let pool = self.claimer.database().pool();
         let worker = &self.settings.worker_id;
         let said = match (open, *said_open) {

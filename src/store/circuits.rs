@@ -21,8 +21,10 @@ pub struct OpenCircuit {
 pub async fn opened(pool: &PgPool, worker_id: &str) -> Result<(), sqlx::Error> {
     execute_alone(
         query(
-            "INSERT INTO outbox_replica_circuits (worker_id, open_since) VALUES ($1, now()) \
-             ON CONFLICT (worker_id) DO UPDATE SET seen_at = now()",
+            "INSERT INTO outbox_replica_circuits AS c (worker_id, open_since) VALUES ($1, now()) \
+             ON CONFLICT (worker_id) DO UPDATE SET seen_at = now(), \
+                 open_since = CASE WHEN c.seen_at < now() - interval '5 minutes' \
+                                   THEN now() ELSE c.open_since END",
         )
         .bind(worker_id),
         pool,

@@ -200,16 +200,33 @@ async fn try_one_connection(options: &PgConnectOptions) -> Result<(), sqlx::Erro
         sqlx::PgConnection::connect_with(options),
     )
     .await
-    .map_err(|_| {
-        sqlx::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "no answer within {}",
-                crate::text::duration(FIRST_CONNECTION_TIMEOUT)
-            ),
-        ))
-    })??;
+    .map_err(|_| no_answer())??;
+    let mut connected = connected;
+    // A query, not just the login: a pooler in front answers the login from its own
+    // cache even when the server behind it is down.
+    tokio::time::timeout(
+        FIRST_CONNECTION_TIMEOUT,
+        sqlx::raw_sql("SELECT 1").execute(&mut connected),
+    )
+    .await
+    .map_err(|_| no_answer())??;
     connected.close().await
+}
+
+fn no_answer() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no answer within {}",
+            crate::text::duration(FIRST_CONNECTION_TIMEOUT)
+        ),
+    ))
+}
+
+/// Whether the server at `options` takes a connection and a query, within seconds: the
+/// first thing a replica asks, so that a server that is down is said at once.
+pub async fn reachable(options: &PgConnectOptions) -> Result<(), sqlx::Error> {
+    try_one_connection(options).await
 }
 
 /// `CREATE DATABASE name`, through the server's `postgres` database.
