@@ -269,7 +269,7 @@ impl App {
         info!(
             database = %self.config.database.location(),
             kinds = %self.kinds.join(", "),
-            message_ids = %self.message_ids.of(0).replace("outbox-0.", "outbox-ID."),
+            message_ids = %self.message_ids.form(),
             "reading the outbox"
         );
         if let Some(smtp) = self

@@ -69,6 +69,12 @@ impl MessageIds {
         format!("<outbox-{id}.{}@{}>", self.tag, self.domain)
     }
 
+    /// The form of this installation's Message-IDs, for a log line:
+    /// `<outbox-ID.TAG@DOMAIN>` with the tag and domain filled in.
+    pub fn form(&self) -> String {
+        format!("<outbox-ID.{}@{}>", self.tag, self.domain)
+    }
+
     /// What a Message-ID says of this installation's rows: [`Named::Row`] for one of its
     /// own (or of the form before tags, `<outbox-42@domain>`), [`Named::Elsewhere`] for
     /// another installation's, [`Named::Nothing`] for one outboxd did not write.
@@ -120,6 +126,7 @@ mod tests {
     fn two_installations_never_write_the_same_message_id_and_each_reads_back_its_own() {
         let (ours, theirs) = (ids("k3f9q2"), ids("a0b1c2"));
         assert_eq!(ours.of(1), "<outbox-1.k3f9q2@mail.example>");
+        assert_eq!(ours.form(), "<outbox-ID.k3f9q2@mail.example>");
         assert_ne!(ours.of(1), theirs.of(1));
         assert_eq!(ours.read(&ours.of(42)), Named::Row(42));
         assert_eq!(ours.read(&theirs.of(42)), Named::Elsewhere);
