@@ -226,6 +226,7 @@ pub fn waiting(
     })
 }
 
+/// One message's timeline as a table under a line that names it.
 pub fn timeline(message: &MessageDetail) -> String {
     let rows: Vec<Vec<String>> = message
         .events
