@@ -691,95 +691,56 @@ def scenario_idle(args):
 
 
 def sampler_sql():
-    """The sample's statements exactly as outboxd sends them, read from src/store/sample.rs:
+    """The sample's statements exactly as outboxd sends them, read from src/store/sql/:
     the totals, and the walk of the pending rows per kind (which gives the oldest pending
     age since migration 22)."""
-    return [" ".join(rust_sql_const("sample.rs", name).split()) for name in ("TOTALS", "KINDS")]
+    return [statement(name) for name in ("sample_totals", "sample_kinds")]
 
 
 def claim_sql():
-    """The claim exactly as outboxd sends it: read from src/store/claim.rs, its fragments
-    from src/store/sql.rs (one definition each), prepared with its parameters, explained on
-    200 rows and rolled back."""
-    query = " ".join(rust_sql_const("claim.rs", "CLAIM").split())
+    """The claim exactly as outboxd sends it, read from src/store/sql/claim.sql, prepared
+    with its parameters, explained on 200 rows and rolled back."""
     return ("SET plan_cache_mode = force_generic_plan;\n"
             "PREPARE claim(int8, float8, text, timestamptz, uuid, int8, timestamptz, text[], timestamptz) AS "
-            + query + ";\n"
+            + statement("claim") + ";\n"
             "BEGIN; EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
             "EXECUTE claim(200, 60, 'bench', NULL, gen_random_uuid(), 4194304, NULL, '{}', NULL); ROLLBACK;\n")
 
 
-def rust_sql_const(file, name, macros_from=()):
-    """A `const NAME: &str` of src/store/<file>, with the `concat!` and the fragment macros of
-    src/store/sql.rs, of the file itself and of `macros_from` (paths under src/) it is
-    composed of expanded as rustc expands them."""
-    store = os.path.join(ROOT, "src", "store")
-    source = open(os.path.join(store, file)).read()
-    macros = {}
-    others = [open(os.path.join(ROOT, "src", path)).read() for path in macros_from]
-    for text in (open(os.path.join(store, "sql.rs")).read(), *others, source):
-        for m in re.finditer(r"macro_rules!\s+(\w+)\s*\{(.*?)\n\s*\}\n", text, re.S):
-            arms = re.findall(r"\(([^)]*)\)\s*=>\s*\{\s*(.*?)\s*\};", m.group(2), re.S)
-            macros[m.group(1)] = [([a.split(":")[0].strip() for a in params.split(",") if a.strip()], body)
-                                  for params, body in arms]
-    expression = re.search(r"const " + name + r": &str = (.*?);\n", source, re.S).group(1)
-    return RustExpression(expression, macros).value()
+def sql_blocks():
+    """Every block of src/store/sql/*.sql by kind and name: its text after the header, as
+    `store::statement` reads them."""
+    blocks = {"name": {}, "fragment": {}}
+    folder = os.path.join(ROOT, "src", "store", "sql")
+    for file in sorted(os.listdir(folder)):
+        text = open(os.path.join(folder, file)).read()
+        for kind, name, body in re.findall(r"^-- (name|fragment): (\w+)\n(.*?)(?=^-- (?:name|fragment): |\Z)",
+                                           text, re.S | re.M):
+            lines = body.split("\n")
+            while lines and (lines[0].startswith("--") or not lines[0].strip()):
+                lines.pop(0)
+            blocks[kind][name] = "\n".join(lines).rstrip()
+    return blocks
 
 
-class RustExpression:
-    """Enough of Rust's expressions to read a statement: string literals, `concat!(...)` and
-    calls of the macros given, whose arms are chosen by their number of arguments."""
+def statement(name):
+    """The statement `name` as outboxd renders it without a schema: `{{schema}}` dropped, each
+    `{{fragment}}` or `{{fragment(argument)}}` included (outboxd_producer::template)."""
+    blocks = sql_blocks()
 
-    def __init__(self, text, macros):
-        self.text, self.at, self.macros = text, 0, macros
+    def render(text):
+        def include(m):
+            marker = m.group(1).strip()
+            if marker == "schema":
+                return ""
+            fragment, _, argument = marker.partition("(")
+            body = blocks["fragment"][fragment.strip()]
+            if argument:
+                body = body.replace("{{argument}}", argument[:-1])
+            return render(body)
+        return re.sub(r"\{\{(.*?)\}\}", include, text)
 
-    def value(self):
-        self.skip()
-        if self.text.startswith('"', self.at):
-            return self.literal()
-        name = re.match(r"\w+", self.text[self.at:]).group(0)
-        self.at += len(name)
-        assert self.text.startswith("!(", self.at), self.text[self.at:self.at + 40]
-        self.at += 2
-        args = []
-        while True:
-            self.skip()
-            if self.text.startswith(")", self.at):
-                self.at += 1
-                break
-            args.append(self.value())
-            self.skip()
-            if self.text.startswith(",", self.at):
-                self.at += 1
-        if name == "concat":
-            return "".join(args)
-        params, body = next(arm for arm in self.macros[name] if len(arm[0]) == len(args))
-        for param, arg in zip(params, args):
-            body = body.replace(param, '"' + arg.replace('"', '\\"') + '"')
-        return RustExpression(body, self.macros).value()
-
-    def skip(self):
-        while self.at < len(self.text) and self.text[self.at] in " \n\t":
-            self.at += 1
-
-    def literal(self):
-        out, self.at = [], self.at + 1
-        while self.text[self.at] != '"':
-            c = self.text[self.at]
-            if c == "\\":
-                nxt = self.text[self.at + 1]
-                if nxt == "\n":
-                    self.at += 2
-                    while self.text[self.at] in " \t\n":
-                        self.at += 1
-                    continue
-                out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
-                self.at += 2
-                continue
-            out.append(c)
-            self.at += 1
-        self.at += 1
-        return "".join(out)
+    return render(blocks["name"][name])
 
 
 def timed(url, sql, runs=5):

@@ -83,10 +83,8 @@ def drain_by_statements(url, claim_sql, record_sql, backend_cpu_seconds):
 
 
 def run(args, bench):
-    claim_sql = " ".join(bench.rust_sql_const("claim.rs", "CLAIM").split())
-    record_sql = " ".join(bench.rust_sql_const(
-        "outcomes.rs", "RECORD_OUTCOMES",
-        macros_from=("message/outcome.rs", "message/pause.rs", "suppression.rs")).split())
+    claim_sql = bench.statement("claim")
+    record_sql = bench.statement("record_outcomes")
     messages, rows = args.messages, []
     for run in range(args.repeat):
         with bench.database("outboxd_bench_statements") as url:

@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Store;
 use anyhow::Context as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
 use serde_json::json;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -41,7 +41,7 @@ const MAX_ADMIN_CONNECTIONS: usize = 256;
 /// A dispatcher ready to run, with what it was built from.
 pub struct App {
     /// The dispatcher's connections.
-    pub pool: PgPool,
+    pub pool: Store,
     /// Every pool, the dispatcher's included.
     pools: Pools,
     pub dispatcher: Arc<Dispatcher>,
@@ -347,7 +347,7 @@ impl App {
 
 /// How this installation writes its Message-IDs: its tag (made by `outboxd migrate`) and
 /// the configured domain.
-async fn message_ids(pool: &PgPool, config: &RunConfig) -> anyhow::Result<MessageIds> {
+async fn message_ids(pool: &Store, config: &RunConfig) -> anyhow::Result<MessageIds> {
     let tag = store::installation::tag(pool).await?;
     Ok(MessageIds::new(tag, config.message_id_domain.clone()))
 }
@@ -406,7 +406,8 @@ pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
     .await?;
     for message in sample_messages() {
         let kind = message.kind.clone();
-        let id = store::enqueue_alone(&pool, message)
+        let id = pool
+            .enqueue_alone(message)
             .await
             .with_context(|| format!("could not enqueue the sample {kind}"))?;
         info!(outbox.id = id, outbox.kind = %kind, "enqueued a sample message");

@@ -338,7 +338,7 @@ async fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
     message.idempotency_key = args.idempotency_key;
     message.validate()?;
     let pool = app::connect_checked(&database).await?;
-    let id = store::enqueue_alone(&pool, message).await;
+    let id = pool.enqueue_alone(message).await;
     pool.close().await;
     outln!("{}", id?)?;
     Ok(())
@@ -369,7 +369,7 @@ impl Output {
 async fn with_database<T>(
     args: &DatabaseArgs,
     output: Output,
-    work: impl AsyncFnOnce(&sqlx::PgPool) -> anyhow::Result<T>,
+    work: impl AsyncFnOnce(&crate::store::Store) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let database = args.validate()?;
     let pool = app::connect_checked(&database).await?;
@@ -389,7 +389,10 @@ fn cli_actor() -> String {
         .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"))
 }
 
-async fn dead_letters(pool: &sqlx::PgPool, command: DeadLettersCommand) -> anyhow::Result<()> {
+async fn dead_letters(
+    pool: &crate::store::Store,
+    command: DeadLettersCommand,
+) -> anyhow::Result<()> {
     match command {
         DeadLettersCommand::List {
             kind,
@@ -418,7 +421,11 @@ async fn dead_letters(pool: &sqlx::PgPool, command: DeadLettersCommand) -> anyho
     Ok(())
 }
 
-async fn apply(pool: &sqlx::PgPool, action: Action, selection: Selection) -> anyhow::Result<()> {
+async fn apply(
+    pool: &crate::store::Store,
+    action: Action,
+    selection: Selection,
+) -> anyhow::Result<()> {
     let changed = if let Selection::Ids(ids) = &selection
         && let [id] = ids.as_slice()
     {

@@ -54,6 +54,16 @@ fn finding(verdict: Verdict, check: &'static str, said: impl Into<String>) -> Fi
     }
 }
 
+/// A store on a small pool that keeps no statement prepared (a pooler may be in the way).
+async fn open_store(config: &RunConfig) -> anyhow::Result<store::Store> {
+    let options = config.database.options();
+    let pool = store::connect_pooled(options, 2)
+        .await
+        .map_err(|e| store::connect_error(e, options))?;
+    let schema = config.database.schema();
+    Ok(store::Store::new(pool, schema, store::Preparing::Never)?)
+}
+
 /// Every check, in order; those that need the database are skipped when it is unreachable.
 pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Finding> {
     let mut found = vec![finding(
@@ -63,19 +73,15 @@ pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Find
     )];
     found.extend(dkim(config));
     found.push(smtp(config).await);
-    store::use_schema(config.database.schema());
-    match store::connect_pooled(config.database.options(), 2).await {
-        Ok(pool) => {
-            found.extend(database::checks(&pool, config, long_transaction).await);
-            pool.close().await;
+    match open_store(config).await {
+        Ok(store) => {
+            found.extend(database::checks(&store, config, long_transaction).await);
+            store.close().await;
         }
         Err(e) => found.push(finding(
             Verdict::Fail,
             "database",
-            format!(
-                "{}; check DATABASE_URL, the network and the credentials",
-                store::connect_error(e, config.database.options())
-            ),
+            format!("{e}; check DATABASE_URL, the network and the credentials"),
         )),
     }
     found

@@ -29,4 +29,4 @@ pub mod text;
 pub mod trace_context;
 
 pub use message::NewMessage;
-pub use store::{EnqueueError, enqueue};
+pub use store::{EnqueueError, Store};

@@ -18,7 +18,6 @@ pub use outboxd_producer::{
 };
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
-pub(crate) use pause::actor;
 pub use pause::{
     AUTOMATIC_ACTOR, AutoPause, MAX_PAUSE_REASON_CHARS, NewPause, PauseRequest, RecentSends,
     parse_share,

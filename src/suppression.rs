@@ -47,7 +47,7 @@ impl SuppressionReason {
 
     pub fn as_str(self) -> &'static str {
         match self {
-            SuppressionReason::HardBounce => words::reason_hard_bounce!(),
+            SuppressionReason::HardBounce => "hard_bounce",
             SuppressionReason::Complaint => "complaint",
             SuppressionReason::Manual => "manual",
             SuppressionReason::Unsubscribe => "unsubscribe",
@@ -101,7 +101,7 @@ impl FeedbackSource {
 
     pub fn as_str(self) -> &'static str {
         match self {
-            FeedbackSource::Smtp => words::source_smtp!(),
+            FeedbackSource::Smtp => "smtp",
             FeedbackSource::Ses => "ses",
             FeedbackSource::Postmark => "postmark",
             FeedbackSource::Webhook => "webhook",
@@ -146,49 +146,13 @@ pub struct NewSuppression {
     pub until: Option<DateTime<Utc>>,
 }
 
-/// The list's stored words that the store's statements write themselves: the `reason` and
-/// `source` of an entry the outcome statement adds for a recipient the server said does not
-/// exist. Macros, so that the SQL's text is composed from the same words as
-/// [`SuppressionReason::as_str`] and [`FeedbackSource::as_str`].
-pub(crate) mod words {
-    macro_rules! reason_hard_bounce {
-        () => {
-            "hard_bounce"
-        };
-    }
-    macro_rules! source_smtp {
-        () => {
-            "smtp"
-        };
-    }
-
-    pub(crate) use reason_hard_bounce;
-    pub(crate) use source_smtp;
-}
-
 /// The marks a row's `feedback` holds, as [`Feedback::mark`] gives them and the store's
-/// statements write and read them: macros, so that the SQL's text is composed from the same
-/// words.
+/// statements write and read them (`mark.*` in their files, checked by the store's word
+/// test).
 pub(crate) mod marks {
-    macro_rules! mark_hard_bounce {
-        () => {
-            "hard_bounce"
-        };
-    }
-    macro_rules! mark_soft_bounce {
-        () => {
-            "soft_bounce"
-        };
-    }
-    macro_rules! mark_complaint {
-        () => {
-            "complaint"
-        };
-    }
-
-    pub(crate) use mark_complaint;
-    pub(crate) use mark_hard_bounce;
-    pub(crate) use mark_soft_bounce;
+    pub(crate) const HARD_BOUNCE: &str = "hard_bounce";
+    pub(crate) const SOFT_BOUNCE: &str = "soft_bounce";
+    pub(crate) const COMPLAINT: &str = "complaint";
 }
 
 /// What a provider reported of one message's recipient.

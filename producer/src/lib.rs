@@ -24,6 +24,7 @@
 
 mod message;
 pub mod schema;
+pub mod template;
 mod trace;
 
 pub use message::{
@@ -55,20 +56,15 @@ pub enum EnqueueError {
     KeyInFlight,
 }
 
-/// The insert. With a key, a second insert of it does nothing and the first row's id comes
-/// back. When another transaction inserted the same key and committed while this one waited
-/// for it, the row is newer than this statement's snapshot: the caller is told to retry.
-const INSERT: &str = "WITH inserted AS ( \
-         INSERT INTO outbox_messages \
-             (kind, payload, not_before, traceparent, priority, expires_at, idempotency_key) \
-         VALUES ($1, $2, coalesce($3, now()), $4, $5, $6, $7) \
-         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-         RETURNING id \
-     ) \
-     SELECT id FROM inserted \
-     UNION ALL \
-     SELECT id FROM outbox_messages \
-     WHERE idempotency_key = $7 AND NOT EXISTS (SELECT FROM inserted)";
+/// The insert (`sql/enqueue.sql`), as a template: `{{schema}}` marks outboxd's table.
+const INSERT: &str = include_str!("sql/enqueue.sql");
+
+/// The insert's text in `schema`. The file has no marker but `{{schema}}`, which always
+/// renders (`the_insert_renders_in_a_schema_and_without_one`).
+fn insert_in(schema: Option<&Schema>) -> Arc<str> {
+    let body = template::body(INSERT);
+    Arc::from(template::render(body, schema).unwrap_or_else(|_| body.to_owned()))
+}
 
 /// Where and how messages are enqueued: outboxd's schema, and whether the statement may be
 /// kept prepared. Build one at start and keep it.
@@ -83,7 +79,7 @@ impl Default for Outbox {
     /// statement kept prepared, as sqlx does by default.
     fn default() -> Self {
         Self {
-            insert: Arc::from(INSERT),
+            insert: insert_in(None),
             prepared: true,
         }
     }
@@ -93,7 +89,7 @@ impl Outbox {
     /// outboxd's tables in `schema`, as `OUTBOXD_SCHEMA` put them.
     #[must_use]
     pub fn in_schema(mut self, schema: &Schema) -> Self {
-        self.insert = Arc::from(schema::qualify(INSERT, schema));
+        self.insert = insert_in(Some(schema));
         self
     }
 
@@ -144,4 +140,20 @@ where
 {
     static DEFAULT: std::sync::LazyLock<Outbox> = std::sync::LazyLock::new(Outbox::default);
     DEFAULT.enqueue(executor, message).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{INSERT, Schema, template};
+
+    #[test]
+    fn the_insert_renders_in_a_schema_and_without_one() {
+        let mail: Schema = "mail".parse().expect("a schema name");
+        let body = template::body(INSERT);
+        let bare = template::render(body, None).expect("renders");
+        let in_mail = template::render(body, Some(&mail)).expect("renders");
+        assert!(bare.contains("INSERT INTO outbox_messages"));
+        assert!(in_mail.contains("INSERT INTO \"mail\".outbox_messages"));
+        assert!(!in_mail.contains("{{"));
+    }
 }

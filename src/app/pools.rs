@@ -7,7 +7,7 @@ use sqlx::postgres::PgConnectOptions;
 use tracing::warn;
 
 use crate::config::DatabaseConfig;
-use crate::store;
+use crate::store::{self, Preparing, Store};
 
 /// Connections the dispatcher uses at once: the LISTEN connection, and up to three
 /// statements while a drain overlaps a batch's outcomes, the previous batch's last ones
@@ -30,53 +30,58 @@ const SAMPLE_POOL_SIZE: u32 = 1;
 /// notification wait. A lookup that finds both busy is told so at once.
 const LOOKUP_POOL_SIZE: u32 = 2;
 
-/// A replica's pools.
+/// A replica's pools, each a store: one rendering of the statements, on each pool.
 pub struct Pools {
     /// The dispatcher's connections.
-    pub dispatch: PgPool,
+    pub dispatch: Store,
     /// The admin surface's and retention's: see [`SURFACE_POOL_SIZE`].
-    pub surface: PgPool,
+    pub surface: Store,
     /// Readiness's: see [`HEALTH_POOL_SIZE`].
-    pub health: PgPool,
+    pub health: Store,
     /// The sampler's: see [`SAMPLE_POOL_SIZE`].
-    pub sample: PgPool,
+    pub sample: Store,
     /// Recipient lookups': see [`LOOKUP_POOL_SIZE`].
-    pub lookup: PgPool,
+    pub lookup: Store,
     /// Where the dispatcher listens: `OUTBOXD_LISTEN_DATABASE_URL`'s own connection, the
     /// dispatcher's pool, or nowhere past a transaction pooler.
-    pub listen: Option<PgPool>,
+    pub listen: Option<Store>,
 }
 
 impl Pools {
     /// Opens every pool, and the dispatcher's first, checking the schema on it.
     pub async fn open(database: &DatabaseConfig) -> anyhow::Result<Self> {
-        store::use_schema(database.schema());
         let options = database.options();
         let failed = |e| store::connect_error(e, options);
         let (direct, pooled) = route(database).await?;
-        if pooled {
-            store::keep_no_statement_prepared();
-        }
+        let preparing = if pooled {
+            Preparing::Never
+        } else {
+            Preparing::Kept
+        };
         let open = |size| open_pool(options, size, pooled);
         let sizes = Sizes::within(database.max_connections(), direct.is_some());
         let dispatch = open(sizes.dispatch).await.map_err(failed)?;
-        store::check_schema(&dispatch).await?;
+        let dispatch = Store::new(dispatch, database.schema(), preparing)?;
         let listen = match (direct, pooled) {
-            (Some(direct), _) => Some(direct),
+            (Some(direct), _) => Some(dispatch.on(direct)),
             (None, false) => Some(dispatch.clone()),
             (None, true) => None,
         };
+        store::check_schema(&dispatch).await?;
+        let open = async |size| -> anyhow::Result<Store> {
+            Ok(dispatch.on(open(size).await.map_err(failed)?))
+        };
         let (surface, health, sample, lookup) = match sizes.side {
             Side::Apart => (
-                open(SURFACE_POOL_SIZE).await.map_err(failed)?,
-                open(HEALTH_POOL_SIZE).await.map_err(failed)?,
-                open(SAMPLE_POOL_SIZE).await.map_err(failed)?,
-                open(LOOKUP_POOL_SIZE).await.map_err(failed)?,
+                open(SURFACE_POOL_SIZE).await?,
+                open(HEALTH_POOL_SIZE).await?,
+                open(SAMPLE_POOL_SIZE).await?,
+                open(LOOKUP_POOL_SIZE).await?,
             ),
             Side::Shared { size, lookup_apart } => {
-                let shared = open(size).await.map_err(failed)?;
+                let shared = open(size).await?;
                 let lookup = if lookup_apart {
-                    open(1).await.map_err(failed)?
+                    open(1).await?
                 } else {
                     shared.clone()
                 };
@@ -218,17 +223,16 @@ async fn open_pool(
 
 /// A pool for one command of the command line, checked for the schema. It keeps no
 /// statement prepared: a command runs few, and it may go through a transaction pooler.
-pub async fn connect_checked(database: &DatabaseConfig) -> anyhow::Result<PgPool> {
-    store::keep_no_statement_prepared();
-    store::use_schema(database.schema());
+pub async fn connect_checked(database: &DatabaseConfig) -> anyhow::Result<Store> {
     let size = database
         .max_connections()
         .map_or(POOL_SIZE, |max| max.min(POOL_SIZE));
     let pool = store::connect_pooled(database.options(), size)
         .await
         .map_err(|e| store::connect_error(e, database.options()))?;
-    store::check_schema(&pool).await?;
-    Ok(pool)
+    let store = Store::new(pool, database.schema(), Preparing::Never)?;
+    store::check_schema(&store).await?;
+    Ok(store)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
@@ -16,7 +16,7 @@ use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
 /// Checks every listed kind now and then every `interval`, until `stop`.
 pub async fn run(
-    pool: PgPool,
+    pool: Store,
     rule: AutoPause,
     metrics: Arc<Metrics>,
     interval: Duration,
@@ -45,7 +45,7 @@ pub async fn run(
 /// Pauses `kind` when its latest sends breach a threshold; the reason when this check
 /// paused it. The read of the sends gets `within`, the time to the next check, at most.
 async fn check(
-    pool: &PgPool,
+    pool: &Store,
     rule: &AutoPause,
     kind: &str,
     within: Duration,

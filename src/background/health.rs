@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{self, Rights, SchemaError};
@@ -24,7 +24,7 @@ pub struct Check {
 
 /// What the probes read: the dispatch loop's heartbeat, the database, the shutdown flag.
 pub struct Health {
-    pool: PgPool,
+    pool: Store,
     /// What readiness checks the role may do.
     rights: Rights,
     metrics: Arc<Metrics>,
@@ -36,7 +36,7 @@ pub struct Health {
 
 impl Health {
     pub fn new(
-        pool: PgPool,
+        pool: Store,
         rights: Rights,
         metrics: Arc<Metrics>,
         stopping: CancellationToken,

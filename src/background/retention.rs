@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -36,7 +36,7 @@ pub struct Pruned {
 
 /// Deletes everything expired now, batch by batch.
 pub async fn prune_once(
-    pool: &PgPool,
+    pool: &Store,
     retention: Duration,
     metrics: &Metrics,
     stop: &CancellationToken,
@@ -62,12 +62,7 @@ pub async fn prune_once(
 }
 
 /// Prunes now and then every ten minutes until `stop`.
-pub async fn run(
-    pool: PgPool,
-    retention: Duration,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
+pub async fn run(pool: Store, retention: Duration, metrics: Arc<Metrics>, stop: CancellationToken) {
     loop {
         match prune_once(&pool, retention, &metrics, &stop).await {
             Ok(pruned) if pruned != Pruned::default() => {

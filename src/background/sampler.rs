@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -21,7 +21,7 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// sample leaves the gauges alone and says so through `outbox_last_sample_timestamp_seconds`,
 /// which stops advancing, and `outbox_database_errors_total{operation="sample"}`.
 pub async fn run(
-    pool: PgPool,
+    pool: Store,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
     interval: Duration,

@@ -46,7 +46,7 @@ pub fn checked(args: &MessagesArgs) -> anyhow::Result<Lookup> {
 }
 
 pub async fn run(
-    pool: &sqlx::PgPool,
+    pool: &crate::store::Store,
     lookup: Lookup,
     args: &MessagesArgs,
     actor: &str,

@@ -43,7 +43,7 @@ pub fn checked_pause(args: &PauseArgs) -> anyhow::Result<NewPause> {
     NewPause::new(&args.kind, &args.reason).map_err(anyhow::Error::msg)
 }
 
-pub async fn pause(pool: &sqlx::PgPool, new: &NewPause, actor: &str) -> anyhow::Result<()> {
+pub async fn pause(pool: &crate::store::Store, new: &NewPause, actor: &str) -> anyhow::Result<()> {
     let pause = pauses::pause(pool, &new.kind, &new.reason, actor).await?;
     outln!(
         "paused {} (since {}): {}",
@@ -58,7 +58,7 @@ pub fn checked_resume(args: &ResumeArgs) -> anyhow::Result<()> {
     validate_kind(&args.kind).map_err(anyhow::Error::from)
 }
 
-pub async fn resume(pool: &sqlx::PgPool, kind: &str, actor: &str) -> anyhow::Result<()> {
+pub async fn resume(pool: &crate::store::Store, kind: &str, actor: &str) -> anyhow::Result<()> {
     if !pauses::resume(pool, kind, actor).await? {
         anyhow::bail!("{kind} is not paused");
     }
@@ -66,7 +66,7 @@ pub async fn resume(pool: &sqlx::PgPool, kind: &str, actor: &str) -> anyhow::Res
     Ok(())
 }
 
-pub async fn list(pool: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
+pub async fn list(pool: &crate::store::Store, json: bool) -> anyhow::Result<()> {
     let pauses = pauses::list(pool).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&pauses)?)?;

@@ -59,7 +59,7 @@ pub enum SuppressionsCommand {
 }
 
 pub async fn run(
-    pool: &sqlx::PgPool,
+    pool: &crate::store::Store,
     command: SuppressionsCommand,
     actor: &str,
 ) -> anyhow::Result<()> {

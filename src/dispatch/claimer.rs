@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::store::Store;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -39,7 +39,7 @@ pub(super) struct Claimer {
 /// Where the dispatcher listens: nowhere past a transaction pooler.
 #[derive(Clone)]
 pub(super) struct Listen {
-    pub pool: Option<PgPool>,
+    pub pool: Option<Store>,
 }
 
 impl Claimer {
@@ -57,7 +57,7 @@ impl Claimer {
             pace,
             claim_size: AtomicU32::new(settings.batch_size),
             listen: Listen {
-                pool: Some(database.pool().clone()),
+                pool: Some(database.store().clone()),
             },
             database,
             settings,
@@ -66,7 +66,7 @@ impl Claimer {
 
     /// Listens on `pool` instead of the claim's own (a direct connection past a transaction
     /// pooler), or nowhere.
-    pub fn listen_on(&mut self, pool: Option<PgPool>) {
+    pub fn listen_on(&mut self, pool: Option<Store>) {
         self.listen = Listen { pool };
     }
 
@@ -96,7 +96,7 @@ impl Claimer {
         let wanted = self.claim_size.load(Ordering::Relaxed);
         let (requested, slots) = match self
             .pace
-            .allowance(self.database.pool(), wanted, &self.metrics)
+            .allowance(self.database.store(), wanted, &self.metrics)
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?
         {
@@ -113,7 +113,7 @@ impl Claimer {
         let unused = requested.saturating_sub(taken);
         if let Err(e) = self
             .pace
-            .unused(self.database.pool(), slots.as_ref(), unused)
+            .unused(self.database.store(), slots.as_ref(), unused)
             .await
         {
             // The rows are claimed: send them. The schedule only runs a little slow.

@@ -100,7 +100,7 @@ impl Dispatcher {
     pub async fn run(&self) {
         let mut wakeups = Wakeups::new(
             self.claimer.listen(),
-            self.claimer.database().pool().clone(),
+            self.claimer.database().store().clone(),
             self.metrics.clone(),
         );
         let mut database_failures = 0_u32;
@@ -165,7 +165,7 @@ impl Dispatcher {
         // A database error says nothing of the circuit.
         let Ok(step) = drained else { return };
         let open = matches!(step, Step::CircuitOpen { .. });
-        let pool = self.claimer.database().pool();
+        let pool = self.claimer.database().store();
         let worker = &self.settings.worker_id;
         let said = match (open, *said_open) {
             (true, _) => store::circuits::opened(pool, worker).await,

@@ -33,7 +33,7 @@ mod wake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::mailer::Mailer;
@@ -132,7 +132,7 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     pub fn new(
-        pool: PgPool,
+        pool: Store,
         renderer: Arc<Renderer>,
         mailer: Arc<Mailer>,
         settings: DispatchSettings,
@@ -177,7 +177,7 @@ impl Dispatcher {
     /// Listens for notifications on `pool` (a direct connection past a transaction
     /// pooler), or, with `None`, nowhere: it polls every 2 s instead.
     #[must_use]
-    pub fn listening_on(mut self, pool: Option<PgPool>) -> Self {
+    pub fn listening_on(mut self, pool: Option<Store>) -> Self {
         self.claimer.listen_on(pool);
         self
     }

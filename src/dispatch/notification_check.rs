@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
@@ -25,7 +25,7 @@ const SEND_WAIT: Duration = Duration::from_millis(500);
 
 pub(super) struct NotificationCheck {
     /// Where checks are sent from: the dispatcher's own pool, as producers' commits are.
-    pool: PgPool,
+    pool: Store,
     working: bool,
     /// The check on its way, and when it was sent.
     sent: Option<(String, Instant)>,
@@ -37,7 +37,7 @@ pub(super) struct NotificationCheck {
 impl NotificationCheck {
     /// A check whose first notification goes out at once; `working` is what the check at
     /// start found.
-    pub fn new(pool: PgPool, working: bool) -> Self {
+    pub fn new(pool: Store, working: bool) -> Self {
         Self {
             pool,
             working,

@@ -28,7 +28,7 @@ mod replies;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -260,7 +260,7 @@ impl Pace {
     /// Before a claim of up to `wanted` rows: how many it may take now, and their slots.
     pub async fn allowance(
         &self,
-        pool: &PgPool,
+        pool: &Store,
         wanted: u32,
         metrics: &Metrics,
     ) -> Result<Allowance, sqlx::Error> {
@@ -314,7 +314,7 @@ impl Pace {
     }
 
     /// Cuts the shared schedule's pace as the replies call for.
-    async fn cut(pool: &PgPool, schedule: &Schedule, cut: Cut) -> Result<(), sqlx::Error> {
+    async fn cut(pool: &Store, schedule: &Schedule, cut: Cut) -> Result<(), sqlx::Error> {
         debug!(
             factor = cut.factor,
             refused_share = cut.refused_share,
@@ -357,7 +357,7 @@ impl Pace {
     /// the found one.
     pub async fn unused(
         &self,
-        pool: &PgPool,
+        pool: &Store,
         slots: Option<&Slots>,
         unused: u32,
     ) -> Result<(), sqlx::Error> {

@@ -207,7 +207,7 @@ impl Recorder {
     ) -> tokio::task::JoinHandle<Result<store::Recorded, sqlx::Error>> {
         let rows = self.outcome_rows(held);
         let write = store::record_outcomes_when_unlocked(
-            self.database.pool(),
+            self.database.store(),
             held.claimed.token,
             &self.worker_id,
             &rows,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 use sqlx::postgres::PgListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +37,9 @@ const DUE_SLACK: Duration = Duration::from_millis(100);
 /// The dedicated LISTEN connection, reconnected whenever it is lost.
 pub(super) struct Wakeups {
     /// Where to listen; nowhere past a transaction pooler.
-    pool: Option<PgPool>,
+    pool: Option<Store>,
+    /// The dispatcher's store, whose statements the linger sends on the listener.
+    store: Store,
     metrics: Arc<Metrics>,
     listener: Option<PgListener>,
     /// A linger cut short is warned of once: a `statement_timeout` would cut every one.
@@ -63,9 +65,10 @@ pub(super) enum Woken {
 impl Wakeups {
     /// Listens on `listen`; checks that notifications come back by sending them through
     /// `send`, the dispatcher's own pool.
-    pub fn new(listen: &Listen, send: PgPool, metrics: Arc<Metrics>) -> Self {
+    pub fn new(listen: &Listen, send: Store, metrics: Arc<Metrics>) -> Self {
         Self {
             pool: listen.pool.clone(),
+            store: send.clone(),
             check: NotificationCheck::new(send, listen.pool.is_some()),
             metrics,
             listener: None,
@@ -184,7 +187,7 @@ impl Wakeups {
         let slept = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            slept = tokio::time::timeout(linger + LINGER_GRACE, store::linger(listener, linger)) => slept,
+            slept = tokio::time::timeout(linger + LINGER_GRACE, store::linger(&self.store, listener, linger)) => slept,
         };
         match slept {
             Ok(Ok(())) => {}

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Store;
 
 use super::{Finding, OLDEST_TESTED, Verdict, finding};
 use crate::config::RunConfig;
 use crate::store::{self, SchemaError, inspect};
 
-pub(super) async fn checks(pool: &PgPool, config: &RunConfig, long: Duration) -> Vec<Finding> {
+pub(super) async fn checks(pool: &Store, config: &RunConfig, long: Duration) -> Vec<Finding> {
     let mut found = vec![version(pool).await];
     found.push(match store::check_ready(pool, config.rights()).await {
         Ok(()) => finding(
@@ -39,7 +39,7 @@ pub(super) async fn checks(pool: &PgPool, config: &RunConfig, long: Duration) ->
     found
 }
 
-async fn version(pool: &PgPool) -> Finding {
+async fn version(pool: &Store) -> Finding {
     match inspect::server_version(pool).await {
         Ok((text, number)) if number >= OLDEST_TESTED => finding(
             Verdict::Ok,
@@ -55,7 +55,7 @@ async fn version(pool: &PgPool) -> Finding {
     }
 }
 
-async fn open_transaction(pool: &PgPool, long: Duration) -> Finding {
+async fn open_transaction(pool: &Store, long: Duration) -> Finding {
     match inspect::oldest_transaction(pool).await {
         Ok(Some(open)) if open.age_seconds >= long.as_secs_f64() => finding(
             Verdict::Warn,
@@ -79,7 +79,7 @@ async fn open_transaction(pool: &PgPool, long: Duration) -> Finding {
     }
 }
 
-async fn vacuum(pool: &PgPool) -> Finding {
+async fn vacuum(pool: &Store) -> Finding {
     match inspect::table_health(pool).await {
         Ok(table) if !table.autovacuum_on => finding(
             Verdict::Warn,
@@ -105,10 +105,10 @@ async fn vacuum(pool: &PgPool) -> Finding {
     }
 }
 
-async fn notifications(pool: &PgPool, config: &RunConfig) -> Finding {
+async fn notifications(pool: &Store, config: &RunConfig) -> Finding {
     let direct = match config.database.listen_options() {
         Some(direct) => match store::connect(direct, 1).await {
-            Ok(direct) => Some(direct),
+            Ok(direct) => Some(pool.on(direct)),
             Err(e) => {
                 return finding(
                     Verdict::Fail,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::message::{MessageIds, Named};
-use crate::suppression::marks::{mark_complaint, mark_hard_bounce, mark_soft_bounce};
+use crate::suppression::marks;
 use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, SuppressionReason};
 
 pub use fetch::HttpsClient;
@@ -175,13 +175,13 @@ impl Event {
         let message_id = self.row.row(ids);
         let (mark, reason) = match self.kind {
             EventKind::Bounce(BounceType::Hard) => (
-                Some(mark_hard_bounce!()),
+                Some(marks::HARD_BOUNCE),
                 Some(SuppressionReason::HardBounce),
             ),
             EventKind::Bounce(BounceType::Soft | BounceType::Undetermined) => {
-                (Some(mark_soft_bounce!()), None)
+                (Some(marks::SOFT_BOUNCE), None)
             }
-            EventKind::Complaint => (Some(mark_complaint!()), Some(SuppressionReason::Complaint)),
+            EventKind::Complaint => (Some(marks::COMPLAINT), Some(SuppressionReason::Complaint)),
             EventKind::Unsubscribe => (None, Some(SuppressionReason::Unsubscribe)),
         };
         Feedback {

@@ -12,8 +12,8 @@ pub mod webhooks;
 
 use std::sync::Arc;
 
+use crate::store::Store;
 use secrecy::SecretString;
-use sqlx::PgPool;
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -63,9 +63,9 @@ fn declared_longer_than(body: &axum::body::Body, limit: u64) -> bool {
 /// What the admin routes need.
 #[derive(Clone)]
 pub struct AdminState {
-    pub pool: PgPool,
+    pub pool: Store,
     /// Recipient lookups' own connections (`app::pools`).
-    pub lookups: PgPool,
+    pub lookups: Store,
     pub metrics: Arc<Metrics>,
     pub auth: Arc<auth::AdminAuth>,
     /// The kinds with templates, for the page's filter.
@@ -74,8 +74,8 @@ pub struct AdminState {
 
 /// The admin API (Bearer token) and page (HTTP Basic), both behind the admin token.
 pub fn admin_router(
-    pool: PgPool,
-    lookups: PgPool,
+    pool: Store,
+    lookups: Store,
     metrics: Arc<Metrics>,
     token: &SecretString,
     kinds: Vec<String>,

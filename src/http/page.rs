@@ -275,7 +275,7 @@ async fn render(
 
 /// The page's recent admin actions.
 async fn audit_rows(
-    pool: &sqlx::PgPool,
+    pool: &crate::store::Store,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Vec<minijinja::Value>> {
     let audit = admin::audit_log(pool, 20).await?;

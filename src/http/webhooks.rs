@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::store::Store;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
-use sqlx::PgPool;
 use tracing::{debug, info, warn};
 
 use super::plain;
@@ -29,7 +29,7 @@ use crate::text::{mask_addresses, printable};
 
 #[derive(Clone)]
 struct WebhookState {
-    pool: PgPool,
+    pool: Store,
     settings: Arc<FeedbackSettings>,
     sns: Option<Arc<Sns>>,
     /// Each webhook's own: a flood of one does not hold up the others' notifications.
@@ -41,7 +41,7 @@ struct WebhookState {
 
 /// The webhooks the settings turn on; `None` when none is.
 pub fn router(
-    pool: PgPool,
+    pool: Store,
     settings: Arc<FeedbackSettings>,
     metrics: Arc<Metrics>,
     message_ids: MessageIds,

@@ -129,7 +129,7 @@ impl ReleaseReason {
             ReleaseReason::NotStarted => "not_started",
             ReleaseReason::Abandoned => "abandoned",
             ReleaseReason::SmtpUnavailable => "smtp_unavailable",
-            ReleaseReason::Throttled => actions::class_throttled!(),
+            ReleaseReason::Throttled => actions::THROTTLED,
         }
     }
 }
@@ -157,13 +157,13 @@ impl Outcome {
             Outcome::Sent {
                 via: Delivery::LoggedOnly,
                 ..
-            } => actions::action_logged_only!(),
-            Outcome::Sent { .. } => actions::action_sent!(),
-            Outcome::Retry { .. } => actions::action_retry!(),
-            Outcome::DeadLetter { .. } => actions::action_dead!(),
-            Outcome::Release { .. } => actions::action_release!(),
-            Outcome::Expired => actions::action_expired!(),
-            Outcome::Suppressed { .. } => actions::action_suppressed!(),
+            } => actions::LOGGED_ONLY,
+            Outcome::Sent { .. } => actions::SENT,
+            Outcome::Retry { .. } => actions::RETRY,
+            Outcome::DeadLetter { .. } => actions::DEAD,
+            Outcome::Release { .. } => actions::RELEASE,
+            Outcome::Expired => actions::EXPIRED,
+            Outcome::Suppressed { .. } => actions::SUPPRESSED,
         }
     }
 
@@ -190,7 +190,7 @@ impl Outcome {
             Outcome::Release {
                 reason: ReleaseReason::Throttled,
                 ..
-            } => Some(actions::class_throttled!()),
+            } => Some(actions::THROTTLED),
             Outcome::Suppressed { .. } => Some("suppressed"),
             _ => None,
         }
@@ -270,63 +270,20 @@ pub fn truncate_error(error: &str) -> String {
 }
 
 /// The `action` of each outcome, as [`Outcome::action`] gives it and the store's outcome
-/// statement reads it: macros, so that the SQL's text is composed from the same words.
+/// statements read it (`sql/outcomes.sql`, checked by the store's word test).
 pub(crate) mod actions {
-    macro_rules! action_sent {
-        () => {
-            "sent"
-        };
-    }
-    macro_rules! action_retry {
-        () => {
-            "retry"
-        };
-    }
-    macro_rules! action_dead {
-        () => {
-            "dead"
-        };
-    }
-    macro_rules! action_release {
-        () => {
-            "release"
-        };
-    }
+    pub(crate) const SENT: &str = "sent";
+    pub(crate) const RETRY: &str = "retry";
+    pub(crate) const DEAD: &str = "dead";
+    pub(crate) const RELEASE: &str = "release";
     /// Also the `end_reason` of a message ended unsent because its expiry passed.
-    macro_rules! action_expired {
-        () => {
-            "expired"
-        };
-    }
+    pub(crate) const EXPIRED: &str = "expired";
     /// Also the `end_reason` of a message ended unsent because every recipient is suppressed.
-    macro_rules! action_suppressed {
-        () => {
-            "suppressed"
-        };
-    }
-
+    pub(crate) const SUPPRESSED: &str = "suppressed";
     /// Also the `end_reason` of a message ended unsent because no SMTP server is configured:
     /// it was only logged.
-    macro_rules! action_logged_only {
-        () => {
-            "logged_only"
-        };
-    }
-
+    pub(crate) const LOGGED_ONLY: &str = "logged_only";
     /// The `error_class` of a release for a throttling reply, which the outcome statement
     /// counts in `throttled_releases`; also the release's `reason` label.
-    macro_rules! class_throttled {
-        () => {
-            "throttled"
-        };
-    }
-
-    pub(crate) use action_dead;
-    pub(crate) use action_expired;
-    pub(crate) use action_logged_only;
-    pub(crate) use action_release;
-    pub(crate) use action_retry;
-    pub(crate) use action_sent;
-    pub(crate) use action_suppressed;
-    pub(crate) use class_throttled;
+    pub(crate) const THROTTLED: &str = "throttled";
 }

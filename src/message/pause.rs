@@ -10,19 +10,8 @@ use super::validate_kind;
 
 /// outboxd itself where it acts on its own: who pauses a kind automatically (in the pause
 /// and the audit log), and who discards a message it ends (`discarded_by` of an expired or
-/// suppressed one). A macro, so that the outcome statement's text is composed from it.
-pub(crate) mod actor {
-    macro_rules! automatic_actor {
-        () => {
-            "outboxd"
-        };
-    }
-
-    pub(crate) use automatic_actor;
-}
-
-/// See [`actor`].
-pub const AUTOMATIC_ACTOR: &str = actor::automatic_actor!();
+/// suppressed one, written by the outcome statement: `actor.automatic` in its file).
+pub const AUTOMATIC_ACTOR: &str = "outboxd";
 
 /// The longest reason kept with a pause.
 pub const MAX_PAUSE_REASON_CHARS: usize = 500;

@@ -1,10 +1,11 @@
 //! SQL for operators: the dead-letter view, retry and discard, and the audit trail.
 
-use super::statements::fetch_all_alone;
-use super::statements::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{FromRow, PgPool, Postgres, Transaction};
+use sqlx::{FromRow, Postgres, Transaction};
+
+use super::statement::Sql;
+use super::statements::Store;
 
 use super::NOTIFY_CHANNEL;
 pub use super::messages::{MessageDetail, MessageState, StoredPayload, message};
@@ -116,70 +117,35 @@ pub struct AuditEntry {
 
 /// Dead letters, newest first; `after` is the last id of the previous page.
 pub async fn list_dead_letters(
-    pool: &PgPool,
+    store: &Store,
     kind: Option<&str>,
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    fetch_all_alone(
-        query_as(concat!(
-            "SELECT id, kind, ",
-            recipients_column!(),
-            ", attempts, last_error, coalesce(error_class, 'unknown') AS error_class, \
-                outbox_on_the_calendar(created_at) AS created_at, \
-                outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at \
-         FROM outbox_messages WHERE ",
-            dead_letter!(),
-            " AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2) \
-         ORDER BY id DESC LIMIT $3"
-        ))
-        .bind(kind)
-        .bind(after)
-        .bind(limit),
-        pool,
-    )
-    .await
+    store
+        .alone(async |c| {
+            store
+                .query_as(Sql::ListDeadLetters)
+                .bind(kind)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(c)
+                .await
+        })
+        .await
 }
 
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
-pub async fn groups(pool: &PgPool) -> Result<Vec<Group>, sqlx::Error> {
-    fetch_all_alone(
-        query_as(concat!(
-            "WITH g AS ( \
-             SELECT kind, coalesce(error_class, 'unknown') AS error_class, count(*) AS count, \
-                    max(id) AS newest_id \
-             FROM outbox_messages WHERE ",
-            dead_letter!(),
-            " GROUP BY 1, 2) \
-         SELECT g.kind, g.error_class, g.count, g.newest_id, m.last_error, \
-                outbox_on_the_calendar(m.dead_lettered_at) AS dead_lettered_at \
-         FROM g JOIN outbox_messages m ON m.id = g.newest_id \
-         ORDER BY g.count DESC, g.kind, g.error_class",
-        )),
-        pool,
-    )
-    .await
-}
-
-/// Of an `UPDATE` by [`apply`]: the dead letters a [`Selection`] names (`$1` ids, `$2`
-/// kind, `$3` error class, `$4` all of them), and their ids returned.
-macro_rules! selected_dead_letters {
-    () => {
-        concat!(
-            " WHERE ",
-            dead_letter!(),
-            " AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2) \
-               AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3) \
-               AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4) \
-             RETURNING id"
-        )
-    };
+pub async fn groups(store: &Store) -> Result<Vec<Group>, sqlx::Error> {
+    store
+        .alone(async |c| store.query_as(Sql::DeadLetterGroups).fetch_all(c).await)
+        .await
 }
 
 /// Retries or discards the selected dead letters in one transaction with its audit entry,
 /// and wakes the dispatchers after a retry. Returns the ids it changed.
 pub async fn apply(
-    pool: &PgPool,
+    store: &Store,
     action: Action,
     selection: &Selection,
     actor: &str,
@@ -192,30 +158,25 @@ pub async fn apply(
         }
         Selection::All => (None, None, None, true),
     };
-    let mut tx = pool.begin().await?;
+    let mut tx = store.pool().begin().await?;
     let sql = match action {
-        Action::Retry => concat!(
-            "UPDATE outbox_messages \
-             SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now(), \
-                 locked_until = NULL, locked_by = NULL, claim_token = NULL, end_reason = NULL, ",
-            times_on_the_calendar!(),
-            selected_dead_letters!()
-        ),
-        Action::Discard => concat!(
-            "UPDATE outbox_messages SET discarded_at = now(), discarded_by = $5, \
-                 next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
-            times_on_the_calendar!(),
-            selected_dead_letters!()
-        ),
+        Action::Retry => Sql::RetryDeadLetters,
+        Action::Discard => Sql::DiscardDeadLetters,
     };
-    let update = query_scalar(sql).bind(ids).bind(kind).bind(class).bind(all);
+    let update = store
+        .query_scalar(sql)
+        .bind(ids)
+        .bind(kind)
+        .bind(class)
+        .bind(all);
     let update = match action {
         Action::Retry => update,
         Action::Discard => update.bind(actor),
     };
     let changed: Vec<i64> = update.fetch_all(&mut *tx).await?;
-    timeline::record_operator_action(&mut tx, &changed, action.past_tense(), actor).await?;
+    timeline::record_operator_action(store, &mut tx, &changed, action.past_tense(), actor).await?;
     audit(
+        store,
         &mut tx,
         actor,
         action.as_str(),
@@ -225,7 +186,8 @@ pub async fn apply(
     )
     .await?;
     if action == Action::Retry && !changed.is_empty() {
-        query("SELECT pg_notify($1, '')")
+        store
+            .query(Sql::WakeDispatchers)
             .bind(NOTIFY_CHANNEL)
             .execute(&mut *tx)
             .await?;
@@ -236,16 +198,16 @@ pub async fn apply(
 
 /// Retries or discards one dead letter, telling a missing row from one in another state.
 pub async fn apply_one(
-    pool: &PgPool,
+    store: &Store,
     action: Action,
     id: i64,
     actor: &str,
 ) -> Result<(), ActionError> {
-    let changed = apply(pool, action, &Selection::Ids(vec![id]), actor).await?;
+    let changed = apply(store, action, &Selection::Ids(vec![id]), actor).await?;
     if !changed.is_empty() {
         return Ok(());
     }
-    match message(pool, id).await? {
+    match message(store, id).await? {
         None => Err(ActionError::NotFound(id)),
         Some(m) => Err(ActionError::NotDeadLettered { id, state: m.state }),
     }
@@ -255,17 +217,18 @@ pub async fn apply_one(
 /// that are suppressed (the messages will end `suppressed`, not sent); nothing after a
 /// discard.
 pub async fn left_undone(
-    pool: &PgPool,
+    store: &Store,
     action: Action,
     ids: &[i64],
 ) -> Result<Vec<super::suppressions::SuppressedRecipient>, sqlx::Error> {
     match action {
-        Action::Retry => super::suppressions::suppressed_recipients_of(pool, ids).await,
+        Action::Retry => super::suppressions::suppressed_recipients_of(store, ids).await,
         Action::Discard => Ok(Vec::new()),
     }
 }
 
 pub(super) async fn audit(
+    store: &Store,
     tx: &mut Transaction<'_, Postgres>,
     actor: &str,
     action: &str,
@@ -273,33 +236,23 @@ pub(super) async fn audit(
     rows: usize,
     detail: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    query(
-        "INSERT INTO outbox_admin_audit (actor, action, target, rows, detail) \
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(actor)
-    .bind(action)
-    .bind(target)
-    .bind(i32::try_from(rows).unwrap_or(i32::MAX))
-    .bind(detail)
-    .execute(&mut **tx)
-    .await?;
+    store
+        .query(Sql::Audit)
+        .bind(actor)
+        .bind(action)
+        .bind(target)
+        .bind(i32::try_from(rows).unwrap_or(i32::MAX))
+        .bind(detail)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
 /// The most recent admin actions that change something: lookups, which change nothing
 /// and come by the dozen, are left out (they are in the table, for an audit of who looked
 /// at whose messages).
-pub async fn audit_log(pool: &PgPool, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    fetch_all_alone(
-        query_as(concat!(
-            "SELECT id, at, actor, action, target, rows, detail FROM outbox_admin_audit \
-             WHERE action <> '",
-            audit_lookup!(),
-            "' ORDER BY id DESC LIMIT $1"
-        ))
-        .bind(limit),
-        pool,
-    )
-    .await
+pub async fn audit_log(store: &Store, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
+    store
+        .alone(async |c| store.query_as(Sql::AuditLog).bind(limit).fetch_all(c).await)
+        .await
 }

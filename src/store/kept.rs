@@ -13,9 +13,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
 
+use super::statements::Store;
 use super::suppressions::suppressed_among;
 use super::{ClaimRequest, Claimed, OutcomeRow, Recorded, RowLocks, claim, record_outcomes};
 use crate::lock::lock;
@@ -24,9 +25,9 @@ use crate::suppression::SuppressionReason;
 /// How long one connection is kept before it goes back to the pool.
 const KEEP_FOR: Duration = Duration::from_secs(300);
 
-/// A pool, and one of its connections kept between the dispatcher's statements.
+/// A store, and one of its pool's connections kept between the dispatcher's statements.
 pub struct KeptConnection {
-    pool: PgPool,
+    store: Store,
     kept: Mutex<Option<Kept>>,
 }
 
@@ -37,21 +38,21 @@ struct Kept {
 
 impl KeptConnection {
     /// Nothing is kept until the first statement.
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(store: Store) -> Self {
         Self {
-            pool,
+            store,
             kept: Mutex::new(None),
         }
     }
 
-    /// The pool, for statements that do not need the kept connection.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// The store, for statements that do not need the kept connection.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// See [`claim`].
     pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed, sqlx::Error> {
-        self.on_connection(async |connection| claim(connection, request).await)
+        self.on_connection(async |connection| claim(&self.store, connection, request).await)
             .await
     }
 
@@ -63,8 +64,10 @@ impl KeptConnection {
         if addresses.is_empty() {
             return Ok(Vec::new());
         }
-        self.on_connection(async |connection| suppressed_among(connection, addresses).await)
-            .await
+        self.on_connection(async |connection| {
+            suppressed_among(&self.store, connection, addresses).await
+        })
+        .await
     }
 
     /// See [`record_outcomes`].
@@ -81,25 +84,28 @@ impl KeptConnection {
         // Past a transaction pooler the statement runs in a transaction of its own, which a
         // lock timeout would abort: locked rows are skipped at once, and left to the write
         // that waits for their locks.
-        let locks = match (!super::statements::prepared(), locks) {
+        let locks = match (!self.store.prepared(), locks) {
             (true, RowLocks::WaitBriefly) => RowLocks::Skip,
             (_, locks) => locks,
         };
         self.on_connection(async |connection| {
-            record_outcomes(connection, token, worker, outcomes, locks).await
+            record_outcomes(&self.store, connection, token, worker, outcomes, locks).await
         })
         .await
     }
 
     /// Runs one statement on the kept connection (or one from the pool), and keeps the
     /// connection if the statement worked; after an error it is dropped.
-    /// Past a transaction pooler, in a transaction of its own (`statements::on_its_own`).
+    /// Past a transaction pooler, in a transaction of its own (`Store::on_its_own`).
     async fn on_connection<T>(
         &self,
         statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> Result<T, sqlx::Error> {
         let mut kept = self.take().await?;
-        let result = super::statements::on_its_own(&mut kept.connection, statement).await?;
+        let result = self
+            .store
+            .on_its_own(&mut kept.connection, statement)
+            .await?;
         self.give_back(kept);
         Ok(result)
     }
@@ -117,7 +123,7 @@ impl KeptConnection {
             return Ok(kept);
         }
         Ok(Kept {
-            connection: self.pool.acquire().await?,
+            connection: self.store.pool().acquire().await?,
             since: Instant::now(),
         })
     }
@@ -127,8 +133,9 @@ impl KeptConnection {
     /// Not kept when the pool has no other connection to give: others would wait for it (a
     /// small pool under a connection budget).
     fn give_back(&self, kept: Kept) {
-        let max = self.pool.options().get_max_connections();
-        let others_can_connect = self.pool.num_idle() > 0 || self.pool.size() < max;
+        let pool = self.store.pool();
+        let max = pool.options().get_max_connections();
+        let others_can_connect = pool.num_idle() > 0 || pool.size() < max;
         let mut slot = lock(&self.kept);
         if slot.is_none() && others_can_connect {
             *slot = Some(kept);

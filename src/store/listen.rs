@@ -3,13 +3,14 @@
 //! pooler hands each transaction to any server connection, so the one that ran `LISTEN`
 //! is not ours by the time a notification reaches it.
 
-use super::statements::query;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgListener};
 use sqlx::{Connection as _, PgConnection, Row as _};
 
 use super::NOTIFY_CHANNEL;
+use super::statement::Sql;
+use super::statements::Store;
 
 /// The channel of the notification check: outboxd's own, so that a check never reads as a
 /// new message.
@@ -20,16 +21,21 @@ pub const CHECK_CHANNEL: &str = "outbox_notification_check";
 const SESSION_WAIT: Duration = Duration::from_secs(2);
 
 /// A connection listening for the insert trigger's notifications, and for the checks.
-pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+pub async fn listen(store: &Store) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(store.pool()).await?;
     listener.listen_all([NOTIFY_CHANNEL, CHECK_CHANNEL]).await?;
     Ok(listener)
 }
 
 /// Sleeps `linger` on the listening connection. PostgreSQL delivers the notifications of
 /// commits meanwhile together when the command ends; read them with `next_buffered`.
-pub async fn linger(listener: &mut PgListener, linger: Duration) -> Result<(), sqlx::Error> {
-    query("SELECT pg_sleep($1)")
+pub async fn linger(
+    store: &Store,
+    listener: &mut PgListener,
+    linger: Duration,
+) -> Result<(), sqlx::Error> {
+    store
+        .query(Sql::Linger)
         .bind(linger.as_secs_f64())
         .execute(listener)
         .await?;
@@ -38,10 +44,10 @@ pub async fn linger(listener: &mut PgListener, linger: Duration) -> Result<(), s
 
 /// Sends a check's notification on [`CHECK_CHANNEL`], `token` a UUID (written into the
 /// statement: one simple-protocol message, which a transaction pooler cannot split).
-pub async fn send_check(pool: &PgPool, token: uuid::Uuid) -> Result<(), sqlx::Error> {
+pub async fn send_check(store: &Store, token: uuid::Uuid) -> Result<(), sqlx::Error> {
     let statement = format!("SELECT pg_notify('{CHECK_CHANNEL}', '{token}')");
     sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-        .execute(pool)
+        .execute(store.pool())
         .await?;
     Ok(())
 }
@@ -78,16 +84,16 @@ pub async fn transaction_pooler_in_the_way(
     Ok(pooled)
 }
 
-/// Whether a notification sent on `pool` comes back to a connection listening on
+/// Whether a notification sent on `store` comes back to a connection listening on
 /// `listen`, within two seconds. Only for connections that keep their session: never
 /// through a transaction pooler (see [`transaction_pooler_in_the_way`]).
 pub async fn notification_round_trip(
-    pool: &PgPool,
-    listen_on: &PgPool,
+    store: &Store,
+    listen_on: &Store,
 ) -> Result<bool, sqlx::Error> {
     let mut listener = listen(listen_on).await?;
     let token = uuid::Uuid::new_v4();
-    send_check(pool, token).await?;
+    send_check(store, token).await?;
     let token = token.to_string();
     let came_back = tokio::time::timeout(SESSION_WAIT, async {
         while let Some(notification) = listener.try_recv().await? {

@@ -13,38 +13,16 @@ use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
 
-use sqlx::{FromRow, PgConnection, PgPool};
+use sqlx::{FromRow, PgConnection};
 
 use super::admin::audit;
-use super::statements::{Bound, begin_bounded_on, fetch_optional_alone, query_as, query_scalar};
+use super::statement::Sql;
+use super::statements::{Bound, Store, begin_bounded_on};
 use super::timeline::{self, Event};
 
-/// What an operator sees of a message, for a `FROM outbox_messages` to follow. Its times
-/// are read through `outbox_on_the_calendar` (migration 12): a producer may have written
-/// any time, and one the driver cannot read back must not take an operator's view of the
-/// row down.
-macro_rules! message_columns {
-    () => {
-        concat!(
-            "SELECT id, kind, payload::text AS payload, ",
-            recipients_column!(),
-            ", CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched' \
-                WHEN dead_lettered_at IS NULL THEN 'pending' \
-                WHEN end_reason IS NOT NULL THEN end_reason \
-                WHEN discarded_at IS NULL THEN 'dead_lettered' \
-                ELSE 'discarded' END AS state, \
-           attempts, last_error, error_class, outbox_on_the_calendar(created_at) AS created_at, \
-           outbox_on_the_calendar(not_before) AS not_before, \
-           outbox_on_the_calendar(next_attempt_at) AS next_attempt_at, \
-           outbox_on_the_calendar(dispatched_at) AS dispatched_at, \
-           outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at, \
-           outbox_on_the_calendar(discarded_at) AS discarded_at, discarded_by, locked_by, \
-           traceparent, priority, outbox_on_the_calendar(expires_at) AS expires_at, \
-           idempotency_key, end_reason, feedback, \
-           outbox_on_the_calendar(feedback_at) AS feedback_at, smtp_reply, sent_by, send_ms "
-        )
-    };
-}
+/// The audit log's `action` for a recipient lookup: written by the lookup, left out of the
+/// admin page's list of recent actions.
+pub(crate) const AUDIT_LOOKUP: &str = "lookup";
 
 /// Where a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -158,20 +136,20 @@ pub struct MessageDetail {
 }
 
 /// One message in any state, with its payload and its timeline.
-pub async fn message(pool: &PgPool, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
-    let found: Option<MessageDetail> = fetch_optional_alone(
-        query_as(concat!(
-            message_columns!(),
-            "FROM outbox_messages WHERE id = $1"
-        ))
-        .bind(id),
-        pool,
-    )
-    .await?;
+pub async fn message(store: &Store, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
+    let found: Option<MessageDetail> = store
+        .alone(async |c| {
+            store
+                .query_as(Sql::MessageById)
+                .bind(id)
+                .fetch_optional(c)
+                .await
+        })
+        .await?;
     let Some(mut message) = found else {
         return Ok(None);
     };
-    message.events = timeline::events_of(pool, &[id])
+    message.events = timeline::events_of(store, &[id])
         .await?
         .remove(&id)
         .unwrap_or_default();
@@ -193,56 +171,6 @@ const CONNECTION_WAIT: Duration = Duration::from_secs(1);
 /// lookup whose HTTP client left is dropped, its connection closed, and the server ends
 /// the statement within this.
 const CLIENT_CHECK: Duration = Duration::from_millis(250);
-
-/// The lookup of [`by_recipient`]: `$1` the addresses, `$2` the id to page below, `$3`
-/// how many, `$4` how many pending rows to read ([`PENDING_SCAN_ROWS`]). The matches are
-/// gathered first, whole (MATERIALIZED), and only then ordered and cut: asked for the
-/// newest 50 at once, the planner walks the primary key backwards and reads every row's
-/// payload (9.5 s on 2 million rows) instead of the index (under 1 ms). Ended rows: the
-/// indexes of migrations 19 and 20, whose predicates these conditions repeat. Pending
-/// rows: the first `$4` of `outbox_messages_due_idx`, and those among the newest `$4` ids
-/// (a range of the primary key). Public for the test that reads its plan.
-pub const BY_RECIPIENT: &str = concat!(
-    "WITH ended AS MATERIALIZED ( \
-             SELECT id FROM outbox_messages WHERE ",
-    ended!(),
-    " AND ",
-    single_recipient!(),
-    " AND outbox_single_recipient_key(payload) = ANY($1) \
-               AND ($2::bigint IS NULL OR id < $2) \
-             UNION ALL \
-             SELECT id FROM outbox_messages WHERE ",
-    ended!(),
-    " AND NOT (",
-    single_recipient!(),
-    ") AND outbox_recipient_keys(payload) && $1 \
-               AND ($2::bigint IS NULL OR id < $2) \
-         ), scanned AS MATERIALIZED ( \
-             (SELECT id, payload FROM outbox_messages WHERE ",
-    pending!(),
-    "       ORDER BY next_attempt_at, id LIMIT $4) \
-             UNION ALL \
-             (SELECT id, payload FROM outbox_messages WHERE ",
-    pending!(),
-    "       AND id > (SELECT max(id) FROM outbox_messages) - $4) \
-         ), waiting AS ( \
-             SELECT DISTINCT id FROM scanned \
-             WHERE outbox_recipient_keys(payload) && $1 AND ($2::bigint IS NULL OR id < $2) \
-         ), chosen AS ( \
-             SELECT id FROM ended UNION ALL SELECT id FROM waiting \
-             ORDER BY id DESC LIMIT $3 \
-         ) ",
-    message_columns!(),
-    "FROM outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC"
-);
-
-/// Whether more than `$1` rows are pending, read from the due index as the lookup reads
-/// them: then the lookup did not read them all.
-const MORE_PENDING_THAN: &str = concat!(
-    "SELECT count(*) > $1 FROM (SELECT FROM outbox_messages WHERE ",
-    pending!(),
-    " ORDER BY next_attempt_at, id LIMIT $1 + 1) AS p"
-);
 
 /// A page of the messages to an address.
 #[derive(Debug, Serialize)]
@@ -272,12 +200,13 @@ pub enum LookupError {
 /// comment), recorded in the admin audit as `actor`'s `lookup` of the first address.
 /// `addresses` are in the lookup's form (`outbox_recipient_keys`, migration 16).
 pub async fn by_recipient(
-    pool: &PgPool,
+    store: &Store,
     addresses: &[String],
     after: Option<i64>,
     limit: i64,
     actor: &str,
 ) -> Result<RecipientPage, LookupError> {
+    let pool = store.pool();
     let busy = || LookupError::Busy(pool.options().get_max_connections());
     let connection = tokio::time::timeout(CONNECTION_WAIT, pool.acquire())
         .await
@@ -290,7 +219,14 @@ pub async fn by_recipient(
     // lookup is dropped, its connection closed, and the server ends the statement.
     let page = tokio::time::timeout(
         LOOKUP_TIMEOUT,
-        lookup(&mut connection.connection, addresses, after, limit, actor),
+        lookup(
+            store,
+            &mut connection.connection,
+            addresses,
+            after,
+            limit,
+            actor,
+        ),
     )
     .await;
     connection.finished = page.is_ok();
@@ -306,6 +242,7 @@ pub async fn by_recipient(
 }
 
 async fn lookup(
+    store: &Store,
     connection: &mut PgConnection,
     addresses: &[String],
     after: Option<i64>,
@@ -317,24 +254,27 @@ async fn lookup(
         Bound::ClientGone(CLIENT_CHECK),
     ];
     let mut tx = begin_bounded_on(connection, &bounds).await?;
-    let mut messages: Vec<MessageDetail> = query_as(BY_RECIPIENT)
+    let mut messages: Vec<MessageDetail> = store
+        .query_as(Sql::MessagesByRecipient)
         .bind(addresses)
         .bind(after)
         .bind(limit)
         .bind(PENDING_SCAN_ROWS)
         .fetch_all(&mut *tx)
         .await?;
-    let more_pending: bool = query_scalar(MORE_PENDING_THAN)
+    let more_pending: bool = store
+        .query_scalar(Sql::MorePendingThan)
         .bind(PENDING_SCAN_ROWS)
         .fetch_one(&mut *tx)
         .await?;
     let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
-    let mut events = timeline::events_on(&mut tx, &ids).await?;
+    let mut events = timeline::events_on(store, &mut tx, &ids).await?;
     let target = addresses.first().map_or("", String::as_str);
     audit(
+        store,
         &mut tx,
         actor,
-        audit_lookup!(),
+        AUDIT_LOOKUP,
         target,
         messages.len(),
         None,

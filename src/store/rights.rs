@@ -87,30 +87,14 @@ impl Rights {
     }
 }
 
-/// The first right of [`Rights`] the current role lacks, said as readiness says it;
-/// `$1`, `$2`, `$3` are the rights' objects, privileges and whether each is a function.
-/// An object that does not exist yet is skipped: the schema check tells of that.
-macro_rules! missing_right {
-    () => {
-        "(SELECT 'the role ' || current_user || ' may not ' || r.privilege || ' ' || r.object \
-          FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY \
-               AS r(object, privilege, is_function, place) \
-          WHERE CASE WHEN r.is_function \
-                     THEN to_regprocedure(r.object) IS NOT NULL \
-                          AND NOT has_function_privilege(to_regprocedure(r.object), r.privilege) \
-                     ELSE to_regclass(r.object) IS NOT NULL \
-                          AND NOT has_table_privilege(to_regclass(r.object), r.privilege) END \
-          ORDER BY r.place LIMIT 1)"
-    };
-}
-
-/// The rights as the statement's three arrays.
-pub(super) fn as_columns(rights: Rights) -> (Vec<String>, Vec<&'static str>, Vec<bool>) {
+/// The rights as the three arrays of `schema_state` (`sql/schema_state.sql`), each object
+/// in the store's schema.
+pub(super) fn as_columns(
+    store: &super::Store,
+    rights: Rights,
+) -> (Vec<String>, Vec<&'static str>, Vec<bool>) {
     (
-        rights
-            .iter()
-            .map(|r| super::schema::qualified(r.object))
-            .collect(),
+        rights.iter().map(|r| store.qualified(r.object)).collect(),
         rights.iter().map(|r| r.privilege).collect(),
         rights.iter().map(|r| r.is_function).collect(),
     )

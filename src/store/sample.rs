@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use sqlx::{FromRow, PgPool};
+use sqlx::FromRow;
 
-use super::statements::{Bound, begin_bounded, query_as};
+use super::statement::Sql;
+use super::statements::{Bound, Store};
 
 /// The gauges' values, sampled from the table.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,10 +44,16 @@ pub struct Totals {
 /// The server cancels the sample after `within` ([`begin_bounded`]): under a transaction
 /// left open elsewhere the walk grows by the minute, and a sample given up on would go on
 /// running, and keep its connection busy, until it ended.
-pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Error> {
-    let mut transaction = begin_bounded(pool, Bound::Statement(within)).await?;
-    let totals: Totals = query_as(TOTALS).fetch_one(&mut *transaction).await?;
-    let kinds: Vec<KindSample> = query_as(KINDS).fetch_all(&mut *transaction).await?;
+pub async fn sample(store: &Store, within: Duration) -> Result<Sample, sqlx::Error> {
+    let mut transaction = store.begin_bounded(Bound::Statement(within)).await?;
+    let totals: Totals = store
+        .query_as(Sql::SampleTotals)
+        .fetch_one(&mut *transaction)
+        .await?;
+    let kinds: Vec<KindSample> = store
+        .query_as(Sql::SampleKinds)
+        .fetch_all(&mut *transaction)
+        .await?;
     let totals = Totals {
         oldest_pending_age: kinds
             .iter()
@@ -54,12 +61,10 @@ pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Err
             .fold(0.0, f64::max),
         ..totals
     };
-    let paused = query_as(
-        "SELECT kind, extract(epoch FROM now() - paused_at)::float8 AS paused_for, automatic \
-         FROM outbox_kind_pauses ORDER BY kind",
-    )
-    .fetch_all(&mut *transaction)
-    .await?;
+    let paused = store
+        .query_as(Sql::SamplePaused)
+        .fetch_all(&mut *transaction)
+        .await?;
     transaction.commit().await?;
     Ok(Sample {
         totals,
@@ -67,48 +72,6 @@ pub async fn sample(pool: &PgPool, within: Duration) -> Result<Sample, sqlx::Err
         paused,
     })
 }
-
-/// The totals of a [`Sample`] but the oldest pending age. bench/run.py reads it (and
-/// [`KINDS`]) from here to time the sample as outboxd runs it.
-const TOTALS: &str = concat!(
-    "SELECT \
-       (SELECT count(*) FROM outbox_messages \
-         WHERE ",
-    pending!(),
-    ") AS pending, \
-       (SELECT count(*) FROM outbox_messages \
-         WHERE ",
-    dead_letter!(),
-    ") AS dead_letters, \
-       (SELECT coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(next_attempt_at))), 0)::float8 \
-          FROM outbox_messages \
-         WHERE ",
-    pending!(),
-    " AND next_attempt_at <= now()) AS oldest_ready_age, \
-       (SELECT coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8 \
-          FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid() \
-           AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)) AS oldest_transaction_age, \
-       coalesce((SELECT n_dead_tup FROM pg_stat_user_tables \
-                  WHERE relid = to_regclass('outbox_messages')), 0) AS dead_tuples"
-);
-
-/// Per kind: its messages due now (neither backing off nor leased), how long the oldest of
-/// them has waited, and how long the oldest pending one has been due. One walk of the
-/// pending rows, as the total's count is.
-const KINDS: &str = concat!(
-    "SELECT kind, count(*) FILTER (WHERE next_attempt_at <= now()) AS ready, \
-            coalesce(extract(epoch FROM now() - outbox_on_the_calendar( \
-                min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()))), 0)::float8 \
-                AS oldest_ready_age, \
-            coalesce(extract(epoch FROM now() - outbox_on_the_calendar( \
-                min(greatest(created_at, not_before)) \
-                FILTER (WHERE greatest(created_at, not_before) <= now()))), 0)::float8 \
-                AS oldest_pending_age \
-     FROM outbox_messages WHERE ",
-    pending!(),
-    " GROUP BY kind ORDER BY kind"
-);
 
 /// One kind's figures in a [`Sample`].
 #[derive(Debug, Clone, PartialEq, FromRow)]

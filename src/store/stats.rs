@@ -1,13 +1,13 @@
 //! The state of the outbox at a glance, for `outboxd stats`, the API and the admin page.
 
-use super::statements::{fetch_all_alone, fetch_rows_alone};
-use super::statements::{query, query_as};
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 
-use crate::message::actions::{action_expired, action_logged_only, action_suppressed};
+use super::statement::Sql;
+use super::statements::Store;
+use crate::message::actions;
 
 /// One kind's share of [`Stats`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -83,36 +83,13 @@ shared_counts!(
     logged_only_last_hour,
 );
 
-/// The rows that ended unsent in the last hour for `reason` (their `end_reason`), from the
-/// discarded rows' index.
-macro_rules! ended_last_hour {
-    ($reason:expr) => {
-        concat!(
-            "WHERE discarded_at > now() - interval '1 hour' AND end_reason = '",
-            $reason,
-            "'"
-        )
-    };
-}
-
 /// Counts per kind, each from a partial index: pending rows, dead letters, and the last
 /// hour of sent rows, never the whole history.
-pub async fn stats(pool: &PgPool) -> Result<Stats, sqlx::Error> {
+pub async fn stats(store: &Store) -> Result<Stats, sqlx::Error> {
     let mut stats = Stats::default();
-    let pending = fetch_rows_alone(
-query(concat!(
-        "SELECT kind, count(*) AS pending, \
-                count(*) FILTER (WHERE next_attempt_at <= now()) AS due, \
-                count(*) FILTER (WHERE locked_until > now()) AS in_flight, \
-                coalesce(extract(epoch FROM now() - outbox_on_the_calendar(min(greatest(created_at, not_before)) \
-                    FILTER (WHERE greatest(created_at, not_before) <= now()))), 0)::float8 AS oldest \
-         FROM outbox_messages WHERE ",
-        pending!(),
-        " GROUP BY kind",
-    ))
-    ,
- pool)
-    .await?;
+    let pending = store
+        .alone(async |c| store.query(Sql::StatsPending).fetch_all(c).await)
+        .await?;
     for row in &pending {
         let entry = stats.kinds.entry(row.try_get("kind")?).or_default();
         entry.pending = row.try_get("pending")?;
@@ -121,46 +98,38 @@ query(concat!(
         let oldest: f64 = row.try_get("oldest")?;
         stats.oldest_pending_age_seconds = stats.oldest_pending_age_seconds.max(oldest);
     }
-    let per_kind: [(&str, CountOf); 5] = [
-        (concat!("WHERE ", dead_letter!()), |k| &mut k.dead_letters),
-        ("WHERE dispatched_at > now() - interval '1 hour'", |k| {
-            &mut k.sent_last_hour
-        }),
-        (ended_last_hour!(action_expired!()), |k| {
+    let per_kind: [(Sql, Option<&str>, CountOf); 5] = [
+        (Sql::StatsDeadLetters, None, |k| &mut k.dead_letters),
+        (Sql::StatsSentLastHour, None, |k| &mut k.sent_last_hour),
+        (Sql::StatsEndedLastHour, Some(actions::EXPIRED), |k| {
             &mut k.expired_last_hour
         }),
-        (ended_last_hour!(action_suppressed!()), |k| {
+        (Sql::StatsEndedLastHour, Some(actions::SUPPRESSED), |k| {
             &mut k.suppressed_last_hour
         }),
-        (ended_last_hour!(action_logged_only!()), |k| {
+        (Sql::StatsEndedLastHour, Some(actions::LOGGED_ONLY), |k| {
             &mut k.logged_only_last_hour
         }),
     ];
-    for (filter, field) in per_kind {
-        for (kind, n) in count_per_kind(pool, filter).await? {
+    for (sql, reason, field) in per_kind {
+        let counts: Vec<(String, i64)> = store
+            .alone(async |c| {
+                let query = store.query_as(sql);
+                match reason {
+                    Some(reason) => query.bind(reason).fetch_all(c).await,
+                    None => query.fetch_all(c).await,
+                }
+            })
+            .await?;
+        for (kind, n) in counts {
             *field(stats.kinds.entry(kind).or_default()) = n;
         }
     }
     stats.add_up_kinds();
-    stats.paused = super::pauses::list(pool).await?;
-    stats.circuits_open = super::circuits::open(pool).await?;
+    stats.paused = super::pauses::list(store).await?;
+    stats.circuits_open = super::circuits::open(store).await?;
     Ok(stats)
 }
 
 /// Which count of a kind's stats a query fills.
 type CountOf = fn(&mut KindStats) -> &mut i64;
-
-/// Rows per kind matching `filter`, a literal `WHERE` clause (each matches a partial
-/// index).
-async fn count_per_kind(
-    pool: &PgPool,
-    filter: &'static str,
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    fetch_all_alone(
-        query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT kind, count(*) FROM outbox_messages {filter} GROUP BY kind"
-        ))),
-        pool,
-    )
-    .await
-}

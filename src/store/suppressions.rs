@@ -1,29 +1,16 @@
 //! SQL for the suppression list: the dispatcher's lookup, the operators' list, add and
 //! remove (each audited), and the bounces and complaints that providers report.
 
-use super::statements::{Bound, begin_bounded, fetch_all_alone, fetch_optional_alone};
-use super::statements::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{FromRow, PgExecutor, PgPool};
+use sqlx::{FromRow, PgExecutor};
 
 use super::admin::audit;
-use crate::suppression::marks::{mark_complaint, mark_hard_bounce, mark_soft_bounce};
+use super::statement::Sql;
+use super::statements::{Bound, Store};
 use crate::suppression::{
     Feedback, FeedbackSource, NewSuppression, SuppressionReason, normalize_address,
 };
-
-/// The columns of [`Suppression`], for a `WHERE` to follow.
-macro_rules! select_suppressions {
-    () => {
-        concat!(
-            "SELECT address, reason, source, detail, message_id, created_at, created_by, \
-                suppressed_until, ",
-            active_suppression!(),
-            " AS active FROM outbox_suppressions "
-        )
-    };
-}
 
 /// One address on the list.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -56,19 +43,18 @@ impl TryFrom<String> for ReasonColumn {
 
 /// Which of these (normalized) addresses are suppressed now, with the reason of each.
 pub async fn suppressed_among<'e>(
+    store: &Store,
     executor: impl PgExecutor<'e>,
     addresses: &[String],
 ) -> Result<Vec<(String, SuppressionReason)>, sqlx::Error> {
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, String)> = query_as(concat!(
-        "SELECT address, reason FROM outbox_suppressions WHERE address = ANY($1) AND ",
-        active_suppression!(),
-    ))
-    .bind(addresses)
-    .fetch_all(executor)
-    .await?;
+    let rows: Vec<(String, String)> = store
+        .query_as(Sql::SuppressedAmong)
+        .bind(addresses)
+        .fetch_all(executor)
+        .await?;
     Ok(rows
         .into_iter()
         .filter_map(|(address, reason)| Some((address, reason.parse().ok()?)))
@@ -113,84 +99,79 @@ const MAX_SUPPRESSED_SHOWN: i64 = 20;
 /// The recipients of the messages `ids` that are suppressed now, the first
 /// [`MAX_SUPPRESSED_SHOWN`] by message: what a retry of them would not reach.
 pub async fn suppressed_recipients_of(
-    pool: &PgPool,
+    store: &Store,
     ids: &[i64],
 ) -> Result<Vec<SuppressedRecipient>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    fetch_all_alone(
-        query_as(concat!(
-            "SELECT m.id AS message_id, s.address, s.reason, \
-                    NOT EXISTS (SELECT FROM unnest(outbox_recipient_keys(m.payload)) AS r(address) \
-                        WHERE NOT EXISTS (SELECT FROM outbox_suppressions AS o \
-                                          WHERE o.address = r.address AND ",
-            active_suppression!("o."),
-            ")) AS all_suppressed \
-             FROM outbox_messages AS m \
-             CROSS JOIN LATERAL unnest(outbox_recipient_keys(m.payload)) AS k(address) \
-             JOIN outbox_suppressions AS s ON s.address = k.address AND ",
-            active_suppression!("s."),
-            " WHERE m.id = ANY($1) ORDER BY m.id, s.address LIMIT $2"
-        ))
-        .bind(ids)
-        .bind(MAX_SUPPRESSED_SHOWN),
-        pool,
-    )
-    .await
+    store
+        .alone(async |c| {
+            store
+                .query_as(Sql::SuppressedRecipientsOf)
+                .bind(ids)
+                .bind(MAX_SUPPRESSED_SHOWN)
+                .fetch_all(c)
+                .await
+        })
+        .await
 }
 
 /// The list in address order; `search` matches any part of the address, its ASCII letters
 /// in either case as the normal form has them, and `after` is the last address of the
 /// previous page.
 pub async fn list(
-    pool: &PgPool,
+    store: &Store,
     search: Option<&str>,
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Suppression>, sqlx::Error> {
-    fetch_all_alone(
-        query_as(concat!(
-            select_suppressions!(),
-            "WHERE ($1::text IS NULL OR strpos(address, $1) > 0) \
-           AND ($2::text IS NULL OR address > $2) \
-         ORDER BY address LIMIT $3"
-        ))
-        .bind(search.map(str::to_ascii_lowercase))
-        .bind(after)
-        .bind(limit),
-        pool,
-    )
-    .await
+    store
+        .alone(async |c| {
+            store
+                .query_as(Sql::ListSuppressions)
+                .bind(search.map(str::to_ascii_lowercase))
+                .bind(after)
+                .bind(limit)
+                .fetch_all(c)
+                .await
+        })
+        .await
 }
 
 /// One address's entry, if any.
-pub async fn get(pool: &PgPool, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
-    fetch_optional_alone(
-        query_as(concat!(select_suppressions!(), "WHERE address = $1")).bind(address),
-        pool,
-    )
-    .await
+pub async fn get(store: &Store, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
+    store
+        .alone(async |c| {
+            store
+                .query_as(Sql::GetSuppression)
+                .bind(address)
+                .fetch_optional(c)
+                .await
+        })
+        .await
 }
 
 /// Adds an address (or replaces its entry) for an operator, with the audit entry, in one
 /// transaction.
-pub async fn add(pool: &PgPool, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    upsert(&mut *tx, entry, Some(actor)).await?;
-    audit(&mut tx, actor, "suppress", &entry.address, 1, None).await?;
+pub async fn add(store: &Store, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    upsert(store, &mut *tx, entry, Some(actor)).await?;
+    audit(store, &mut tx, actor, "suppress", &entry.address, 1, None).await?;
     tx.commit().await
 }
 
 /// Removes an address for an operator, with the audit entry; false when it was not listed.
-pub async fn remove(pool: &PgPool, address: &str, actor: &str) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let removed = query("DELETE FROM outbox_suppressions WHERE address = $1")
+pub async fn remove(store: &Store, address: &str, actor: &str) -> Result<bool, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let removed = store
+        .query(Sql::RemoveSuppression)
         .bind(address)
         .execute(&mut *tx)
         .await?
         .rows_affected();
     audit(
+        store,
         &mut tx,
         actor,
         "unsuppress",
@@ -227,7 +208,7 @@ pub struct FeedbackRecorded {
 /// retention already deleted still suppresses; a row is marked only when the address
 /// reported was one of its recipients.
 pub async fn record_feedback(
-    pool: &PgPool,
+    store: &Store,
     source: FeedbackSource,
     notification_id: Option<&str>,
     reports: &[Feedback],
@@ -240,23 +221,23 @@ pub async fn record_feedback(
     // A row or an entry another transaction holds is waited for a moment, then the
     // provider is asked to send the notification again: the surface's two connections are
     // never held for as long as an application's transaction stays open.
-    let mut tx = begin_bounded(pool, Bound::Lock(FEEDBACK_LOCK_WAIT)).await?;
+    let mut tx = store.begin_bounded(Bound::Lock(FEEDBACK_LOCK_WAIT)).await?;
     if let Some(id) = notification_id
-        && !first_receipt(&mut tx, source, id).await?
+        && !first_receipt(store, &mut tx, source, id).await?
     {
         recorded.replay = true;
         return Ok(recorded);
     }
     for feedback in reports {
         if let Some(entry) = &feedback.suppression {
-            if upsert(&mut *tx, entry, None).await? {
+            if upsert(store, &mut *tx, entry, None).await? {
                 recorded.suppressed += 1;
             } else {
                 recorded.already_suppressed += 1;
             }
         }
         if let Some(id) = feedback.message_id {
-            let marked = note_on_row(&mut tx, id, feedback, source).await?;
+            let marked = note_on_row(store, &mut tx, id, feedback, source).await?;
             match (feedback.mark, marked) {
                 (Some(_), true) => recorded.marked += 1,
                 (Some(_), false) => recorded.not_marked += 1,
@@ -274,25 +255,17 @@ const FEEDBACK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2
 /// Keeps a notification's id; false when it was kept before. Old receipts go in the same
 /// statement, a few at a time, so the table stays about a day long without a task.
 async fn first_receipt(
+    store: &Store,
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     source: FeedbackSource,
     id: &str,
 ) -> Result<bool, sqlx::Error> {
-    let (first,): (bool,) = query_as(
-        "WITH expired AS ( \
-             DELETE FROM outbox_webhook_receipts WHERE ctid = ANY(ARRAY( \
-                 SELECT ctid FROM outbox_webhook_receipts \
-                 WHERE received_at < now() - interval '1 day' LIMIT 100)) \
-         ), kept AS ( \
-             INSERT INTO outbox_webhook_receipts (source, notification_id) VALUES ($1, $2) \
-             ON CONFLICT DO NOTHING RETURNING 1 \
-         ) \
-         SELECT EXISTS (SELECT 1 FROM kept)",
-    )
-    .bind(source.as_str())
-    .bind(crate::text::cut(id, 200))
-    .fetch_one(&mut **tx)
-    .await?;
+    let (first,): (bool,) = store
+        .query_as(Sql::FirstReceipt)
+        .bind(source.as_str())
+        .bind(crate::text::cut(id, 200))
+        .fetch_one(&mut **tx)
+        .await?;
     Ok(first)
 }
 
@@ -300,22 +273,18 @@ async fn first_receipt(
 /// recipients: an event of its timeline, and its mark (a complaint outranks a bounce, and
 /// a hard bounce a soft one), in one statement. True when the row was marked.
 async fn note_on_row(
+    store: &Store,
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     id: i64,
     feedback: &Feedback,
     source: FeedbackSource,
 ) -> Result<bool, sqlx::Error> {
     let address = feedback.address.as_str();
-    let recipients: Option<(Vec<String>,)> = query_as(
-        "SELECT ARRAY(SELECT jsonb_array_elements_text( \
-             jsonb_path_query_array(payload, '$.to[*] ? (@.type() == \"string\")') \
-             || jsonb_path_query_array(payload, '$.cc[*] ? (@.type() == \"string\")') \
-             || jsonb_path_query_array(payload, '$.bcc[*] ? (@.type() == \"string\")'))) \
-         FROM outbox_messages WHERE id = $1 FOR NO KEY UPDATE",
-    )
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let recipients: Option<(Vec<String>,)> = store
+        .query_as(Sql::EnvelopeOf)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
     let Some((recipients,)) = recipients else {
         return Ok(false);
     };
@@ -326,29 +295,16 @@ async fn note_on_row(
     if !sent_to {
         return Ok(false);
     }
-    let marked = query(concat!(
-        "WITH event AS ( \
-             INSERT INTO outbox_message_events (message_id, event, actor, detail) \
-             VALUES ($1, $3, $4, left($5, 1000))) \
-         UPDATE outbox_messages SET feedback = $2, feedback_at = now(), \
-             next_attempt_at = outbox_on_the_calendar(next_attempt_at), ",
-        times_on_the_calendar!(),
-        " WHERE id = $1 AND $2::text IS NOT NULL AND (feedback IS NULL OR feedback = '",
-        mark_soft_bounce!(),
-        "' OR (feedback = '",
-        mark_hard_bounce!(),
-        "' AND $2 = '",
-        mark_complaint!(),
-        "'))"
-    ))
-    .bind(id)
-    .bind(feedback.mark)
-    .bind(feedback.event())
-    .bind(source.as_str())
-    .bind(feedback.detail.as_deref())
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
+    let marked = store
+        .query(Sql::MarkFeedback)
+        .bind(id)
+        .bind(feedback.mark)
+        .bind(feedback.event())
+        .bind(source.as_str())
+        .bind(feedback.detail.as_deref())
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
     Ok(marked > 0)
 }
 
@@ -358,34 +314,22 @@ async fn note_on_row(
 /// for good keeps its first reason: a complaint after a hard bounce changes nothing that
 /// matters to sending. True when the list changed.
 async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
+    store: &Store,
     executor: E,
     entry: &NewSuppression,
     actor: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
-    let changed = query(concat!(
-        "INSERT INTO outbox_suppressions \
-             (address, reason, source, detail, message_id, created_by, suppressed_until) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) \
-         ON CONFLICT (address) DO UPDATE SET \
-             reason = excluded.reason, source = excluded.source, detail = excluded.detail, \
-             message_id = excluded.message_id, created_at = now(), \
-             created_by = excluded.created_by, suppressed_until = excluded.suppressed_until \
-         WHERE excluded.created_by IS NOT NULL \
-            OR ",
-        lapsed_suppression!("outbox_suppressions."),
-        " OR (excluded.suppressed_until IS NULL AND ",
-        replaced_for_good!(),
-        ")"
-    ))
-    .bind(&entry.address)
-    .bind(entry.reason.as_str())
-    .bind(entry.source.as_str())
-    .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, 1000)))
-    .bind(entry.message_id)
-    .bind(actor)
-    .bind(entry.until)
-    .execute(executor)
-    .await?
-    .rows_affected();
+    let changed = store
+        .query(Sql::UpsertSuppression)
+        .bind(&entry.address)
+        .bind(entry.reason.as_str())
+        .bind(entry.source.as_str())
+        .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, 1000)))
+        .bind(entry.message_id)
+        .bind(actor)
+        .bind(entry.until)
+        .execute(executor)
+        .await?
+        .rows_affected();
     Ok(changed > 0)
 }

@@ -6,18 +6,13 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{FromRow, PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{FromRow, PgConnection, Postgres, Transaction};
 
-use super::statements::{on_its_own, query, query_as};
-use crate::message::actions::action_sent;
+use super::statement::Sql;
+use super::statements::Store;
 
 /// The event of a message's enqueueing, read from its row.
-macro_rules! enqueued {
-    () => {
-        "enqueued"
-    };
-}
-pub const ENQUEUED: &str = enqueued!();
+pub const ENQUEUED: &str = "enqueued";
 
 /// One thing that happened to a message.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -56,53 +51,26 @@ impl Event {
 
 /// The timelines of the messages `ids`, each oldest first.
 pub async fn events_of(
-    pool: &PgPool,
+    store: &Store,
     ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Event>>, sqlx::Error> {
-    let mut connection = pool.acquire().await?;
-    on_its_own(&mut connection, async |c| events_on(c, ids).await).await
+    store.alone(async |c| events_on(store, c, ids).await).await
 }
 
 /// [`events_of`], on `connection` (a transaction's, for the recipient lookup's bounds).
 pub async fn events_on(
+    store: &Store,
     connection: &mut PgConnection,
     ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Event>>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let events: Vec<Event> = query_as(concat!(
-        "WITH e AS ( \
-                 SELECT id AS message_id, '",
-        enqueued!(),
-        "' AS event, outbox_on_the_calendar(created_at) AS at, NULL::text AS actor, \
-                        NULL::text AS error_class, NULL::text AS reply, NULL::text AS detail, \
-                        NULL::int4 AS duration_ms, 0 AS seq \
-                 FROM outbox_messages WHERE id = ANY($1) \
-                 UNION ALL \
-                 SELECT message_id, event, at, actor, error_class, \
-                        CASE WHEN error_class LIKE 'smtp\\_%' THEN detail END, \
-                        CASE WHEN error_class LIKE 'smtp\\_%' THEN NULL ELSE detail END, \
-                        duration_ms, id \
-                 FROM outbox_message_events WHERE message_id = ANY($1) \
-                 UNION ALL \
-                 SELECT id, '",
-        action_sent!(),
-        "', outbox_on_the_calendar(dispatched_at), sent_by, NULL, smtp_reply, NULL, \
-                        send_ms, 9223372036854775807 \
-                 FROM outbox_messages WHERE id = ANY($1) AND dispatched_at IS NOT NULL \
-             ) \
-             SELECT message_id, event, at, actor, \
-                    CASE WHEN error_class ~ '^smtp_[2-5][0-9][0-9]$' \
-                         THEN substring(error_class FROM 6)::int4 \
-                         WHEN reply ~ '^[2-5][0-9][0-9]' THEN substring(reply FROM 1 FOR 3)::int4 \
-                    END AS smtp_code, \
-                    reply AS smtp_reply, error_class, duration_ms, detail \
-             FROM e ORDER BY message_id, at, seq"
-    ))
-    .bind(ids)
-    .fetch_all(connection)
-    .await?;
+    let events: Vec<Event> = store
+        .query_as(Sql::Timelines)
+        .bind(ids)
+        .fetch_all(connection)
+        .await?;
     let mut timelines: HashMap<i64, Vec<Event>> = HashMap::new();
     for event in events {
         timelines.entry(event.message_id).or_default().push(event);
@@ -113,6 +81,7 @@ pub async fn events_on(
 /// An operator's action on the messages `ids`, in each one's timeline, in the action's
 /// transaction.
 pub async fn record_operator_action(
+    store: &Store,
     tx: &mut Transaction<'_, Postgres>,
     ids: &[i64],
     event: &str,
@@ -121,14 +90,12 @@ pub async fn record_operator_action(
     if ids.is_empty() {
         return Ok(());
     }
-    query(
-        "INSERT INTO outbox_message_events (message_id, event, actor) \
-         SELECT unnest($1::bigint[]), $2, $3",
-    )
-    .bind(ids)
-    .bind(event)
-    .bind(actor)
-    .execute(&mut **tx)
-    .await?;
+    store
+        .query(Sql::OperatorActionEvents)
+        .bind(ids)
+        .bind(event)
+        .bind(actor)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }

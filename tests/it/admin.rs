@@ -409,7 +409,7 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
     assert_eq!(listed["dead_letters"].as_array().unwrap().len(), 1);
     assert_eq!(listed["dead_letters"][0]["id"], kept);
     assert_eq!(
-        outboxd::store::sample(&db.pool, Duration::from_secs(10))
+        outboxd::store::sample(&db.store, Duration::from_secs(10))
             .await
             .unwrap()
             .totals
@@ -589,7 +589,7 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
     .await;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..1000 {
-        outboxd::enqueue(
+        outboxd_producer::enqueue(
             &mut *tx,
             outboxd::NewMessage::new(
                 "account_verification",
@@ -648,7 +648,7 @@ async fn stats_count_pending_due_in_flight_dead_letters_and_recent_sends_per_kin
     let mut later =
         outboxd::NewMessage::new("account_verification", verification("later@example.com"));
     later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
-    outboxd::enqueue(&db.pool, later).await.unwrap();
+    db.store.enqueue(&db.pool, later).await.unwrap();
     let leased = db
         .enqueue("invoice_notice", verification("leased@example.com"))
         .await;
@@ -799,7 +799,7 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
     let app = app(&db, None, &[]).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let pruned = outboxd::background::retention::prune_once(
-        &db.pool,
+        &db.store,
         Duration::from_secs(7 * 86400),
         &app.metrics,
         &stop,
@@ -851,7 +851,7 @@ async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
     let app = app(&db, Some(&smtp.url()), &["--batch-size", "50"]).await;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..300 {
-        outboxd::enqueue(
+        outboxd_producer::enqueue(
             &mut *tx,
             outboxd::NewMessage::new(
                 "account_verification",
@@ -863,7 +863,7 @@ async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
     }
     tx.commit().await.unwrap();
 
-    let pool = db.pool.clone();
+    let pool = db.store.clone();
     let metrics = app.metrics.clone();
     let pruning = tokio::spawn(async move {
         let stop = tokio_util::sync::CancellationToken::new();

@@ -178,7 +178,14 @@ fn the_architecture_map_names_every_file_in_src() {
     assert!(files.len() > 50, "{files:?}");
     let unnamed: Vec<&String> = files
         .iter()
-        .filter(|file| !architecture.contains(&format!("`{file}`")))
+        .filter(|file| {
+            // A folder named as one (`src/store/sql/`) names each file in it.
+            let folder = file
+                .rsplit_once('/')
+                .map(|(folder, _)| format!("`{folder}/`"));
+            !architecture.contains(&format!("`{file}`"))
+                && !folder.is_some_and(|folder| architecture.contains(&folder))
+        })
         .collect();
     assert!(
         unnamed.is_empty(),

@@ -27,7 +27,7 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
     // A producer's transaction begins (its row will be due when it began) and stays open
     // while later rows are committed and sent, moving the floor past it.
     let mut late = db.pool.begin().await.unwrap();
-    outboxd::enqueue(
+    outboxd_producer::enqueue(
         &mut *late,
         outboxd::NewMessage::new("account_verification", verification("late@example.com")),
     )
@@ -124,7 +124,7 @@ async fn the_dispatchers_sessions_run_without_jit_compilation() {
     db.set_default("jit", Some("on")).await;
     let app = app(&db, None, &[]).await;
     let jit: String = sqlx::query_scalar("SHOW jit")
-        .fetch_one(&app.pool)
+        .fetch_one(app.pool.pool())
         .await
         .unwrap();
     assert_eq!(jit, "off");
@@ -150,7 +150,7 @@ async fn a_claim_reads_a_suppression_list_of_a_thousand_addresses_once_for_its_w
         .unwrap();
     let plan: (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-        outboxd::store::CLAIM
+        db.store.statement_text("claim").expect("the claim")
     )))
     .bind(100_i64)
     .bind(60.0_f64)
@@ -215,7 +215,7 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
     };
     let writes = 10;
     for _ in 0..writes {
-        let batch = store::claim(&mut *connection, &request)
+        let batch = store::claim(&db.store, &mut *connection, &request)
             .await
             .unwrap()
             .batch;
@@ -227,6 +227,7 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
             suppress: false,
         }];
         let recorded = store::record_outcomes(
+            &db.store,
             &mut connection,
             batch.token,
             "plan-test",

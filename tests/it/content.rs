@@ -101,7 +101,7 @@ async fn signed_and_verified(bits: &str, with_ed25519: bool) {
     let smtp = SmtpServer::start();
     let keys = DkimKeyPair::of_bits(bits);
     for message in outboxd::app::sample_messages() {
-        outboxd::enqueue(&db.pool, message).await.unwrap();
+        db.store.enqueue(&db.pool, message).await.unwrap();
     }
     let pdf = base64::engine::general_purpose::STANDARD.encode(pdf());
     db.enqueue(

@@ -298,7 +298,7 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
         .execute(&mut *tx)
         .await
         .unwrap();
-    outboxd::enqueue(
+    outboxd_producer::enqueue(
         &mut *tx,
         outboxd::NewMessage::new("account_verification", verification("rolled@example.com")),
     )
@@ -311,7 +311,7 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
         .execute(&mut *tx)
         .await
         .unwrap();
-    let committed = outboxd::enqueue(
+    let committed = outboxd_producer::enqueue(
         &mut *tx,
         outboxd::NewMessage::new(
             "account_verification",
@@ -490,7 +490,7 @@ async fn a_message_is_not_sent_before_its_not_before_time() {
     let mut later =
         outboxd::NewMessage::new("account_verification", verification("later@example.com"));
     later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
-    let later = outboxd::enqueue(&db.pool, later).await.unwrap();
+    let later = db.store.enqueue(&db.pool, later).await.unwrap();
     let now = db
         .enqueue("account_verification", verification("now@example.com"))
         .await;

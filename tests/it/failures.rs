@@ -395,13 +395,13 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
         bulk_kinds: &[],
         bulk_floor: None,
     };
-    let stale = store::claim(&db.pool, &request("stale"))
+    let stale = store::claim(&db.store, &db.pool, &request("stale"))
         .await
         .unwrap()
         .batch;
     assert_eq!(stale.messages.len(), 1);
     assert!(
-        store::claim(&db.pool, &request("other"))
+        store::claim(&db.store, &db.pool, &request("other"))
             .await
             .unwrap()
             .batch
@@ -411,7 +411,7 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
 
     // Once the 200 ms lease has run out on the database's clock, the row is claimable again.
     let fresh = poll_until(Duration::from_secs(10), "the lease to run out", || async {
-        let claimed = store::claim(&db.pool, &request("fresh"))
+        let claimed = store::claim(&db.store, &db.pool, &request("fresh"))
             .await
             .unwrap()
             .batch;
@@ -427,6 +427,7 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
     };
     assert_eq!(
         store::record_outcomes(
+            &db.store,
             &mut db.pool.acquire().await.unwrap(),
             fresh.token,
             "test",
@@ -452,6 +453,7 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
     };
     assert!(
         store::record_outcomes(
+            &db.store,
             &mut db.pool.acquire().await.unwrap(),
             stale.token,
             "test",

@@ -50,6 +50,8 @@ pub struct TestDb {
     pub name: String,
     pub url: String,
     pub pool: PgPool,
+    /// outboxd's statements on `pool`, in the role's `search_path`.
+    pub store: outboxd::Store,
     /// The server it was created on, where it is dropped.
     admin: String,
 }
@@ -113,7 +115,9 @@ async fn migrated_template() -> &'static str {
                 let mut url = url::Url::parse(&admin_url()).expect("admin url");
                 url.set_path(&making);
                 let pool = PgPool::connect(url.as_str()).await.expect("connect");
-                outboxd::store::migrate(&pool).await.expect("migrate");
+                outboxd::store::migrate(&store_on(&pool))
+                    .await
+                    .expect("migrate");
                 pool.close().await;
                 sqlx::query(sqlx::AssertSqlSafe(format!(
                     "ALTER DATABASE {making} RENAME TO {name}"
@@ -129,6 +133,12 @@ async fn migrated_template() -> &'static str {
             name
         })
         .await
+}
+
+/// outboxd's statements on `pool`, kept prepared, in the role's `search_path`.
+pub fn store_on(pool: &PgPool) -> outboxd::Store {
+    outboxd::Store::new(pool.clone(), None, outboxd::store::Preparing::Kept)
+        .expect("the statements render")
 }
 
 impl TestDb {
@@ -163,10 +173,12 @@ impl TestDb {
         let pool = PgPool::connect(&url)
             .await
             .expect("connect to test database");
+        let store = store_on(&pool);
         Self {
             name,
             url,
             pool,
+            store,
             admin: admin_url,
         }
     }
@@ -200,7 +212,8 @@ impl TestDb {
     }
 
     pub async fn enqueue(&self, kind: &str, payload: serde_json::Value) -> i64 {
-        outboxd::enqueue(&self.pool, outboxd::NewMessage::new(kind, payload))
+        self.store
+            .enqueue(&self.pool, outboxd::NewMessage::new(kind, payload))
             .await
             .expect("enqueue")
     }

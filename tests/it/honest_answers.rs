@@ -150,7 +150,7 @@ async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
         .unwrap();
     assert!(String::from_utf8_lossy(&table.stdout).contains("LOGGED ONLY LAST HOUR"));
 
-    let message = outboxd::store::messages::message(&db.pool, id)
+    let message = outboxd::store::messages::message(&db.store, id)
         .await
         .unwrap()
         .expect("the message");

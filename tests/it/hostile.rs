@@ -67,7 +67,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
         assert!(error.contains(reason), "{error}");
         assert_eq!(db.error_class(id).await.as_deref(), Some("payload"));
         // Operators can still look at the row: its payload comes back as text.
-        let detail = outboxd::store::admin::message(&db.pool, id)
+        let detail = outboxd::store::admin::message(&db.store, id)
             .await
             .unwrap()
             .unwrap();
@@ -299,16 +299,12 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
         message
     };
     for time in [at(first - 1, 0), at(last + 1, 0)] {
-        let refused = outboxd::store::enqueue(&db.pool, message(time))
-            .await
-            .unwrap_err();
+        let refused = db.store.enqueue(&db.pool, message(time)).await.unwrap_err();
         assert!(refused.to_string().contains("years 1 to 9999"), "{refused}");
     }
     assert_eq!(db.count("all").await, 0);
     for time in [at(first, 0), at(last, 999_999_000)] {
-        outboxd::store::enqueue(&db.pool, message(time))
-            .await
-            .unwrap();
+        db.store.enqueue(&db.pool, message(time)).await.unwrap();
     }
     assert_eq!(db.count("all").await, 2);
 }
@@ -345,15 +341,15 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
 
     // What reads the table copes: the gauges (a due time of -infinity counts as year 1, an
     // absurd age whose alert fires), the counts per kind, an operator's look at a row.
-    let sample = outboxd::store::sample(&db.pool, Duration::from_secs(10))
+    let sample = outboxd::store::sample(&db.store, Duration::from_secs(10))
         .await
         .expect("the gauges are read");
     assert!(sample.totals.oldest_pending_age > 6e10, "{sample:?}");
-    outboxd::store::stats::stats(&db.pool)
+    outboxd::store::stats::stats(&db.store)
         .await
         .expect("the stats are read");
     for id in &ids {
-        outboxd::store::admin::message(&db.pool, *id)
+        outboxd::store::admin::message(&db.store, *id)
             .await
             .expect("the row is read")
             .expect("the row exists");
@@ -400,7 +396,7 @@ async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_c
     add_time_checks(&db).await;
 
     let requeued = apply(
-        &db.pool,
+        &db.store,
         Action::Retry,
         &Selection::Ids(vec![ids[0]]),
         "ops",
@@ -408,7 +404,7 @@ async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_c
     .await
     .expect("retried");
     assert_eq!(requeued, [ids[0]]);
-    let discarded = apply(&db.pool, Action::Discard, &Selection::All, "ops")
+    let discarded = apply(&db.store, Action::Discard, &Selection::All, "ops")
         .await
         .expect("discarded");
     assert_eq!(discarded, [ids[1]]);
@@ -504,20 +500,20 @@ async fn dead_letters_with_odd_fields_a_producer_wrote_can_be_listed_looked_at_a
     .await
     .unwrap();
     assert_eq!(
-        list_dead_letters(&db.pool, None, None, 100)
+        list_dead_letters(&db.store, None, None, 100)
             .await
             .expect("the dead letters are listed")
             .len(),
         4
     );
-    groups(&db.pool).await.expect("the groups are read");
+    groups(&db.store).await.expect("the groups are read");
     for id in &ids {
-        message(&db.pool, *id)
+        message(&db.store, *id)
             .await
             .expect("the row is read")
             .expect("the row exists");
     }
-    let mut requeued = apply(&db.pool, Action::Retry, &Selection::All, "ops")
+    let mut requeued = apply(&db.store, Action::Retry, &Selection::All, "ops")
         .await
         .expect("one odd row does not hold up the others");
     requeued.sort_unstable();

@@ -678,7 +678,7 @@ async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
     assert_eq!(http_get(&outboxd.http, "/livez").await.0, 200);
     // And the same process delivers again, without a restart.
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    outboxd::enqueue(
+    outboxd_producer::enqueue(
         &pool,
         outboxd::NewMessage::new("account_verification", verification("back@example.com")),
     )
@@ -852,12 +852,13 @@ async fn metrics_are_exported_over_otlp_with_the_names_units_and_labels_of_metri
         ],
     )
     .await;
-    outboxd::enqueue(
-        &db.pool,
-        outboxd::NewMessage::new("account_verification", verification("otlp@example.com")),
-    )
-    .await
-    .unwrap();
+    db.store
+        .enqueue(
+            &db.pool,
+            outboxd::NewMessage::new("account_verification", verification("otlp@example.com")),
+        )
+        .await
+        .unwrap();
     smtp.wait_for(1, Duration::from_secs(30)).await;
     let histogram = metrics::DELIVERY_LATENCY;
     eventually(
@@ -911,7 +912,7 @@ async fn enqueue_records_the_callers_trace_context() {
     let (id, trace_id) = async move {
         let span = tracing::info_span!("POST /signup");
         let trace_id = span.context().span().span_context().trace_id();
-        let id = outboxd::enqueue(
+        let id = outboxd_producer::enqueue(
             &pool,
             outboxd::NewMessage::new("account_verification", verification("a@example.com")),
         )

@@ -224,7 +224,7 @@ async fn the_admin_page_pauses_and_resumes_a_kind() {
 
 /// What the automatic pause judges of `kind`: its latest 100 sends.
 async fn recent_sends(db: &TestDb, kind: &str) -> outboxd::message::RecentSends {
-    outboxd::store::pauses::recent_sends(&db.pool, kind, 100, Duration::from_secs(5))
+    outboxd::store::pauses::recent_sends(&db.store, kind, 100, Duration::from_secs(5))
         .await
         .expect("the latest sends")
 }
@@ -393,7 +393,7 @@ async fn three_complaints_from_one_mailbox_are_one_voice_and_do_not_pause_a_kind
     .await
     .unwrap();
     let recent =
-        outboxd::store::pauses::recent_sends(&db.pool, FLOWING, 500, Duration::from_secs(5))
+        outboxd::store::pauses::recent_sends(&db.store, FLOWING, 500, Duration::from_secs(5))
             .await
             .unwrap();
     assert_eq!((recent.sends, recent.complainers), (500, 1));

@@ -197,7 +197,7 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     let mut urgent =
         outboxd::NewMessage::new("account_verification", verification("urgent@example.com"));
     urgent.priority = 10;
-    let urgent_id = outboxd::enqueue(&db.pool, urgent).await.unwrap();
+    let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
     let app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
     app.dispatcher.dispatch_once().await.unwrap();
     let first_batch = smtp.messages();
@@ -226,7 +226,7 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     let mut urgent =
         outboxd::NewMessage::new("account_verification", verification("urgent2@example.com"));
     urgent.priority = 10;
-    outboxd::enqueue(&db.pool, urgent).await.unwrap();
+    db.store.enqueue(&db.pool, urgent).await.unwrap();
     let app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
     app.dispatcher.dispatch_once().await.unwrap();
     let last = smtp.messages().pop().expect("a message");
@@ -344,7 +344,7 @@ pub(crate) async fn a_priority_message_inserted_while_a_drain_runs_overtakes_its
     let mut urgent =
         outboxd::NewMessage::new("account_verification", verification("reset@example.com"));
     urgent.priority = 10;
-    let urgent_id = outboxd::enqueue(&db.pool, urgent).await.unwrap();
+    let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
     let sent_before = smtp.messages().len();
     let arrived =
         crate::helpers::poll_until(Duration::from_secs(60), "the priority message", || async {
@@ -370,7 +370,7 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     let mut late =
         outboxd::NewMessage::new("account_verification", verification("late@example.com"));
     late.expires_at = Some(chrono::Utc::now() - chrono::Duration::seconds(1));
-    let own_deadline = outboxd::enqueue(&db.pool, late).await.unwrap();
+    let own_deadline = db.store.enqueue(&db.pool, late).await.unwrap();
     // A kind's default lifetime counts from created_at.
     let by_kind: i64 = sqlx::query_scalar(
         "INSERT INTO outbox_messages (kind, payload, created_at) \
@@ -406,7 +406,7 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     assert_eq!(received.len(), 1);
     assert_eq!(received[0].outbox_id, fresh.to_string());
     for id in [own_deadline, by_kind] {
-        let detail = outboxd::store::admin::message(&db.pool, id)
+        let detail = outboxd::store::admin::message(&db.store, id)
             .await
             .unwrap()
             .unwrap();
@@ -427,12 +427,12 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     .await;
     assert_eq!(as_dead.status, 404);
     // Not a dead letter: the gauge and the dead-letter list leave it out.
-    let sample = outboxd::store::sample(&db.pool, Duration::from_secs(10))
+    let sample = outboxd::store::sample(&db.store, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(sample.totals.dead_letters, 0);
     assert_eq!(sample.totals.pending, 0);
-    let stats = outboxd::store::stats::stats(&db.pool).await.unwrap();
+    let stats = outboxd::store::stats::stats(&db.store).await.unwrap();
     assert_eq!(stats.expired_last_hour, 2);
     let cli = outboxd()
         .args(["stats", "--database-url", &db.url])
@@ -464,8 +464,8 @@ pub(crate) async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
         message.idempotency_key = Some("signup-42".into());
         message
     };
-    let first = outboxd::enqueue(&db.pool, keyed()).await.unwrap();
-    let again = outboxd::enqueue(&db.pool, keyed()).await.unwrap();
+    let first = db.store.enqueue(&db.pool, keyed()).await.unwrap();
+    let again = db.store.enqueue(&db.pool, keyed()).await.unwrap();
     assert_eq!(first, again);
     // A producer in any language: a plain INSERT ... ON CONFLICT DO NOTHING.
     let inserted = sqlx::query(

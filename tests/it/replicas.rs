@@ -18,7 +18,7 @@ pub(crate) async fn two_dispatchers_on_one_table_never_send_a_row_twice() {
     let total = 300;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..total {
-        outboxd::enqueue(
+        outboxd_producer::enqueue(
             &mut *tx,
             outboxd::NewMessage::new("account_verification", verification(i)),
         )

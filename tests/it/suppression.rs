@@ -14,7 +14,7 @@ use crate::helpers::{SmtpServer, TestDb, app, http_full, outboxd, verification};
 
 /// Puts `address` on the list, as an operator would.
 async fn suppress(db: &TestDb, address: &str, reason: SuppressionReason) {
-    suppressions::add(&db.pool, &entry(address, reason), "test")
+    suppressions::add(&db.store, &entry(address, reason), "test")
         .await
         .unwrap();
 }
@@ -63,17 +63,17 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     assert_eq!(received[0].outbox_id, mixed.to_string());
     assert_eq!(state_of(&db, only).await.0.as_deref(), Some("suppressed"));
     // Not a dead letter: the gauge leaves it out; the detail says why.
-    let sample = store::sample(&db.pool, Duration::from_secs(10))
+    let sample = store::sample(&db.store, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!((sample.totals.dead_letters, sample.totals.pending), (0, 0));
-    let detail = outboxd::store::admin::message(&db.pool, only)
+    let detail = outboxd::store::admin::message(&db.store, only)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(detail.state.as_str(), "suppressed");
     assert!(detail.last_error.unwrap().contains("complaint"));
-    let stats = outboxd::store::stats::stats(&db.pool).await.unwrap();
+    let stats = outboxd::store::stats::stats(&db.store).await.unwrap();
     assert_eq!(stats.suppressed_last_hour, 1);
     // The recorder is the process's, shared by the tests running beside this one.
     let rendered = outboxd::telemetry::metrics::install_recorder()
@@ -132,6 +132,7 @@ async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
         db.enqueue("account_verification", shape).await;
     }
     let claimed = store::claim(
+        &db.store,
         &db.pool,
         &ClaimRequest {
             limit: 10,
@@ -181,7 +182,7 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
             Some("hard_bounce"),
             "{address}"
         );
-        let listed = suppressions::get(&db.pool, address)
+        let listed = suppressions::get(&db.store, address)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{address} suppressed"));
@@ -222,7 +223,7 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
         app.dispatcher.dispatch_once().await.unwrap();
         assert!(db.row(id).await.dead, "{address}");
         assert!(
-            suppressions::get(&db.pool, address)
+            suppressions::get(&db.store, address)
                 .await
                 .unwrap()
                 .is_none(),
@@ -295,7 +296,7 @@ async fn automatic_suppression_can_be_turned_off() {
     assert!(db.row(id).await.dead);
     // Still a hard bounce on the row (and in the metrics), only not on the list.
     assert_eq!(state_of(&db, id).await.1.as_deref(), Some("hard_bounce"));
-    let listed = suppressions::list(&db.pool, None, None, 10).await.unwrap();
+    let listed = suppressions::list(&db.store, None, None, 10).await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
 }
 
@@ -358,7 +359,7 @@ async fn operators_list_add_and_remove_suppressions_through_the_api_with_an_audi
     )
     .await;
     assert_eq!(again.status, 404);
-    let audit = outboxd::store::admin::audit_log(&db.pool, 10)
+    let audit = outboxd::store::admin::audit_log(&db.store, 10)
         .await
         .unwrap();
     let actions: Vec<_> = audit
@@ -416,13 +417,13 @@ async fn bad_suppression_requests_are_refused_and_change_nothing() {
         assert_eq!(refused.status, 400, "{path}: {}", refused.body);
     }
     assert!(
-        suppressions::list(&db.pool, None, None, 10)
+        suppressions::list(&db.store, None, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
-        outboxd::store::admin::audit_log(&db.pool, 10)
+        outboxd::store::admin::audit_log(&db.store, 10)
             .await
             .unwrap()
             .is_empty()
@@ -475,7 +476,7 @@ async fn the_cli_lists_adds_and_removes_suppressions() {
     assert!(ok && out.contains("removed zed@example.com"), "{out}");
     let (ok, _, err) = cli(&["remove", "zed@example.com"]);
     assert!(!ok && err.contains("is not suppressed"), "{err}");
-    let audit = outboxd::store::admin::audit_log(&db.pool, 10)
+    let audit = outboxd::store::admin::audit_log(&db.store, 10)
         .await
         .unwrap();
     assert_eq!(
@@ -568,7 +569,7 @@ async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
         "{location}"
     );
     assert!(
-        suppressions::get(&db.pool, "page@example.com")
+        suppressions::get(&db.store, "page@example.com")
             .await
             .unwrap()
             .is_none()

@@ -352,7 +352,9 @@ async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_
         .unwrap();
     let plan: (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (FORMAT JSON) {}",
-        outboxd::store::messages::BY_RECIPIENT
+        db.store
+            .statement_text("messages_by_recipient")
+            .expect("the lookup")
     )))
     .bind(vec!["cc-f@example.com".to_owned()])
     .bind(None::<i64>)

@@ -158,7 +158,7 @@ pub(crate) async fn post(
 }
 
 pub(crate) async fn suppressed(db: &TestDb, address: &str) -> Option<(SuppressionReason, String)> {
-    suppressions::get(&db.pool, address)
+    suppressions::get(&db.store, address)
         .await
         .unwrap()
         .map(|s| (s.reason.0, s.source))
@@ -253,7 +253,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
     assert!(suppressed(&db, "staging-gone@example.com").await.is_some());
     assert_eq!(feedback_of(&db, other).await, None);
     // And the report is in the message's timeline, with who said it and what.
-    let timeline = outboxd::store::messages::message(&db.pool, id)
+    let timeline = outboxd::store::messages::message(&db.store, id)
         .await
         .unwrap()
         .expect("the message")

@@ -1,13 +1,13 @@
 //! The admin page's paused kinds: each with its reason and a button to resume it, and a
 //! form to pause a kind; audited like every admin action.
 
+use crate::store::Store;
 use axum::extract::State;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use minijinja::Value;
 use minijinja::context;
 use serde::Deserialize;
-use sqlx::PgPool;
 use tracing::info;
 
 use super::{PostedForm, ago, back_to, carries_csrf, database_unavailable};
@@ -16,7 +16,7 @@ use crate::message::{NewPause, validate_kind};
 use crate::store::pauses;
 
 /// The section's rows, by kind.
-pub(super) async fn rows(pool: &PgPool, now: DateTime<Utc>) -> anyhow::Result<Vec<Value>> {
+pub(super) async fn rows(pool: &Store, now: DateTime<Utc>) -> anyhow::Result<Vec<Value>> {
     let rows = pauses::list(pool)
         .await?
         .into_iter()

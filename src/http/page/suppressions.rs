@@ -1,13 +1,13 @@
 //! The admin page's suppression list: a search, the addresses found, a form to add one and
 //! a button to remove each; audited like every admin action.
 
+use crate::store::Store;
 use axum::extract::State;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use minijinja::Value;
 use minijinja::context;
 use serde::Deserialize;
-use sqlx::PgPool;
 use tracing::info;
 
 use super::{PostedForm, ago, back_to, carries_csrf, database_unavailable};
@@ -22,7 +22,7 @@ const SHOWN: i64 = 50;
 /// The section's rows, in address order: those matching `search` after `after`, and the
 /// `after` of the next page when there is one.
 pub(super) async fn rows(
-    pool: &PgPool,
+    pool: &Store,
     search: Option<&str>,
     after: Option<&str>,
     now: DateTime<Utc>,

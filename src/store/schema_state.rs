@@ -1,0 +1,121 @@
+//! Whether the database holds the schema this build expects, and whether outboxd may write
+//! to it: what start-up, the command line and readiness ask.
+
+use sqlx::FromRow;
+
+use super::rights::{self, Rights};
+use super::statement::Sql;
+use super::{MIGRATOR, Store};
+
+/// Whether the database holds the schema this build expects.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error(
+        "the outbox schema is missing (from OUTBOXD_SCHEMA, or the search path without it): run `outboxd migrate` first"
+    )]
+    Missing,
+    #[error(
+        "the outbox schema is at version {applied}, this outboxd needs {expected}: run `outboxd migrate`"
+    )]
+    Outdated { applied: i64, expected: i64 },
+    #[error(
+        "the outbox schema is at version {applied}, newer than this outboxd knows ({expected}): run a newer outboxd"
+    )]
+    Newer { applied: i64, expected: i64 },
+    #[error(
+        "a migration failed part-way (version {0}): fix it by hand, then run `outboxd migrate`"
+    )]
+    Dirty(i64),
+    #[error("the migrations are recorded but the table outbox_messages is missing")]
+    TableMissing,
+    /// The schema is right, but outboxd could not record an outcome.
+    #[error("outboxd cannot write: {0}")]
+    NotWritable(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Fails unless every migration this build embeds, and no other, has been applied. Start-up
+/// and the CLI check this; readiness also checks that outboxd can write
+/// ([`check_ready`]).
+pub async fn check_schema(store: &Store) -> Result<(), SchemaError> {
+    schema_state(store, Rights::default())
+        .await?
+        .schema(Newer::Refused)
+}
+
+/// [`check_schema`], and that outboxd can write the table: not a read-only database or
+/// standby, and a role with each of `rights`. One query: readiness runs it often. A schema
+/// newer than this build is ready here: migrations are additive, so a replica keeps
+/// working while a rolling upgrade has migrated ahead of it (it refuses only to start).
+pub async fn check_ready(store: &Store, rights: Rights) -> Result<(), SchemaError> {
+    let state = schema_state(store, rights).await?;
+    state.schema(Newer::Accepted)?;
+    match state.not_writable {
+        Some(reason) => Err(SchemaError::NotWritable(reason)),
+        None => Ok(()),
+    }
+}
+
+/// What the database says of the schema and of outboxd's right to write.
+#[derive(FromRow)]
+struct SchemaState {
+    applied: Vec<i64>,
+    failed: Vec<i64>,
+    table_exists: bool,
+    not_writable: Option<String>,
+}
+
+async fn schema_state(store: &Store, rights: Rights) -> Result<SchemaState, SchemaError> {
+    let (objects, privileges, functions) = rights::as_columns(store, rights);
+    let state = store
+        .alone(async |c| {
+            store
+                .query_as(Sql::SchemaState)
+                .bind(objects)
+                .bind(privileges)
+                .bind(functions)
+                .fetch_one(c)
+                .await
+        })
+        .await;
+    match state {
+        Ok(state) => Ok(state),
+        // undefined_table: never migrated.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => {
+            Err(SchemaError::Missing)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What to make of a schema newer than this build.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Newer {
+    Refused,
+    Accepted,
+}
+
+impl SchemaState {
+    fn schema(&self, newer: Newer) -> Result<(), SchemaError> {
+        if let Some(version) = self.failed.first() {
+            return Err(SchemaError::Dirty(*version));
+        }
+        let (Some(&applied), Some(expected)) = (
+            self.applied.last(),
+            MIGRATOR.iter().map(|m| m.version).max(),
+        ) else {
+            return Err(SchemaError::Missing);
+        };
+        if applied > expected && newer == Newer::Refused {
+            return Err(SchemaError::Newer { applied, expected });
+        }
+        if !MIGRATOR.iter().all(|m| self.applied.contains(&m.version)) {
+            return Err(SchemaError::Outdated { applied, expected });
+        }
+        if !self.table_exists {
+            return Err(SchemaError::TableMissing);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+-- Predicates, column lists and expressions that more than one statement includes
+-- (`{{NAME}}`, or `{{NAME(argument)}}` where the fragment reads `{{argument}}`). A predicate
+-- that a partial index's matches must stay text in the statement, never a bound parameter:
+-- PostgreSQL matches partial indexes at plan time, and a parameter would mean a scan of a
+-- table that keeps millions of dispatched rows.
+
+-- fragment: pending
+-- A row still to send: the pending partial indexes' predicate.
+dispatched_at IS NULL AND dead_lettered_at IS NULL
+
+-- fragment: ended
+-- A row that has ended, sent or dead-lettered: the recipient lookup's indexes' predicate
+-- (migrations 19 and 20), with which of them holds the row.
+(dispatched_at IS NOT NULL OR dead_lettered_at IS NOT NULL)
+
+-- fragment: single_recipient
+-- A payload with one recipient: `to` a string, and no `cc` or `bcc`. The recipient lookup's
+-- B-tree index holds the ended rows that match (keyed by `outbox_single_recipient_key`,
+-- migration 18), its GIN index the others (migrations 19 and 20, whose predicates this
+-- repeats as text: the planner matches them so).
+coalesce(jsonb_typeof(payload -> 'to') = 'string', false) AND NOT payload ?| ARRAY['cc', 'bcc']
+
+-- fragment: dead_letter
+-- A dead letter an operator has not discarded.
+dead_lettered_at IS NOT NULL AND discarded_at IS NULL
+
+-- fragment: active_suppression
+-- A suppression list entry in force now: permanent, or temporary and not yet lapsed.
+(suppressed_until IS NULL OR suppressed_until > now())
+
+-- fragment: times_on_the_calendar
+-- For an `UPDATE outbox_messages`' SET: the row's times moved into the years the table
+-- allows (`outbox_on_the_calendar`, migration 12), since its CHECKs, added `NOT VALID`,
+-- refuse any update of a row written before them that keeps a time off the calendar.
+-- `next_attempt_at` is left to each statement, which may set it anyway.
+created_at = {{schema}}outbox_on_the_calendar(created_at),
+not_before = {{schema}}outbox_on_the_calendar(not_before),
+expires_at = {{schema}}outbox_on_the_calendar(expires_at)
+
+-- fragment: replaced_for_good
+-- Of an `ON CONFLICT (address) DO UPDATE` on the suppression list by a report that
+-- suppresses for good (a hard bounce, a complaint, an unsubscribe): the existing entries it
+-- replaces, those that end (an operator's temporary entry, lapsed or not). Before, a
+-- complaint during an operator's temporary entry was answered "recorded" and dropped, and
+-- the complainer was mailed again when the entry ended.
+outbox_suppressions.suppressed_until IS NOT NULL
+
+-- fragment: recipients_column
+-- The addresses of a payload's `to`, `cc` and `bcc` (each a string or an array of
+-- strings), in that order, as a `recipients` text array; anything else is left out.
+ARRAY(SELECT r.address #>> '{}'
+      FROM unnest(ARRAY[payload->'to', payload->'cc', payload->'bcc'])
+           WITH ORDINALITY AS f(field, i),
+           jsonb_array_elements(CASE jsonb_typeof(f.field) WHEN 'array' THEN f.field
+                                ELSE jsonb_build_array(f.field) END)
+           WITH ORDINALITY AS r(address, j)
+      WHERE jsonb_typeof(r.address) = 'string' ORDER BY f.i, r.j) AS recipients
+
+-- fragment: address_key
+-- An address as the suppression list keys it (`suppression::address_key`), from the text
+-- `{{argument}}` of an envelope entry: the part between `<` and `>`, else the whole text,
+-- trimmed, its ASCII letters lower-cased. `lower()` under the "C" collation changes A to Z
+-- only; under another, it folds KELVIN SIGN into `k` and would take one mailbox for
+-- another. `outbox_single_recipient_key` (migration 18) keys the recipient lookup's index
+-- the same way.
+lower(btrim(CASE WHEN strpos({{argument}}, '<') > 0
+                 THEN coalesce(substring({{argument}} FROM '<([^<>]*)>[[:space:]]*$'), {{argument}})
+                 ELSE {{argument}} END) COLLATE "C") COLLATE "default"
+
+-- fragment: message_columns
+-- What an operator sees of a message, for a `FROM outbox_messages` to follow. Its times are
+-- read through `outbox_on_the_calendar` (migration 12): a producer may have written any
+-- time, and one the driver cannot read back must not take an operator's view of the row
+-- down.
+SELECT id, kind, payload::text AS payload, {{recipients_column}},
+       CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched'
+            WHEN dead_lettered_at IS NULL THEN 'pending'
+            WHEN end_reason IS NOT NULL THEN end_reason
+            WHEN discarded_at IS NULL THEN 'dead_lettered'
+            ELSE 'discarded' END AS state,
+       attempts, last_error, error_class,
+       {{schema}}outbox_on_the_calendar(created_at) AS created_at,
+       {{schema}}outbox_on_the_calendar(not_before) AS not_before,
+       {{schema}}outbox_on_the_calendar(next_attempt_at) AS next_attempt_at,
+       {{schema}}outbox_on_the_calendar(dispatched_at) AS dispatched_at,
+       {{schema}}outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at,
+       {{schema}}outbox_on_the_calendar(discarded_at) AS discarded_at, discarded_by, locked_by,
+       traceparent, priority, {{schema}}outbox_on_the_calendar(expires_at) AS expires_at,
+       idempotency_key, end_reason, feedback,
+       {{schema}}outbox_on_the_calendar(feedback_at) AS feedback_at, smtp_reply, sent_by, send_ms
+
+-- fragment: regular_due
+-- The transactional lane's due rows from its floor, in due order, locked and skipped as
+-- every tier of the claim locks and skips, `{{argument}}` of them: the claim's `regular`
+-- tier, and its head, which the `urgent` tier measures a priority row's turn against. One
+-- text for both, so that the head is always a row the tier could take. The claim's $4, $7
+-- and $8.
+FROM {{schema}}outbox_messages
+WHERE {{pending}}
+  AND next_attempt_at <= coalesce($4, now())
+  AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0
+  AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[])
+ORDER BY next_attempt_at, id
+LIMIT {{argument}}
+FOR NO KEY UPDATE SKIP LOCKED

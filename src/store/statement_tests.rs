@@ -1,0 +1,176 @@
+//! The statements' files hold what `statement` says they hold.
+
+use std::collections::BTreeSet;
+
+use super::{BlockKind, FILES, Sql, blocks, render_all};
+use crate::message::{AUTOMATIC_ACTOR, actions};
+use crate::suppression::{FeedbackSource, SuppressionReason, marks};
+
+/// The Rust definition of each stored word the files mark (`'sent' /* word: action.sent */`).
+fn word(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "action.sent" => actions::SENT,
+        "action.retry" => actions::RETRY,
+        "action.dead" => actions::DEAD,
+        "action.release" => actions::RELEASE,
+        "action.expired" => actions::EXPIRED,
+        "action.suppressed" => actions::SUPPRESSED,
+        "action.logged_only" => actions::LOGGED_ONLY,
+        "class.throttled" => actions::THROTTLED,
+        "actor.automatic" => AUTOMATIC_ACTOR,
+        "mark.hard_bounce" => marks::HARD_BOUNCE,
+        "mark.soft_bounce" => marks::SOFT_BOUNCE,
+        "mark.complaint" => marks::COMPLAINT,
+        "reason.hard_bounce" => SuppressionReason::HardBounce.as_str(),
+        "source.smtp" => FeedbackSource::Smtp.as_str(),
+        "audit.lookup" => super::super::messages::AUDIT_LOOKUP,
+        "audit.resume" => super::super::pauses::AUDIT_RESUME,
+        "tier.urgent" => super::super::claim::URGENT,
+        "tier.regular" => super::super::claim::REGULAR,
+        "tier.bulk" => super::super::claim::BULK,
+        "event.enqueued" => super::super::timeline::ENQUEUED,
+        _ => return None,
+    })
+}
+
+/// outboxd's tables and functions: each a statement names must carry `{{schema}}`.
+const OBJECTS: &[&str] = &[
+    "outbox_messages",
+    "outbox_suppressions",
+    "outbox_send_rate",
+    "outbox_schema_migrations",
+    "outbox_webhook_receipts",
+    "outbox_admin_audit",
+    "outbox_kind_pauses",
+    "outbox_message_events",
+    "outbox_installation",
+    "outbox_replica_circuits",
+    "outbox_recipient_keys",
+    "outbox_single_recipient_key",
+    "outbox_on_the_calendar",
+];
+
+fn mail() -> outboxd_producer::Schema {
+    "mail".parse().expect("a schema name")
+}
+
+fn parameters_in(text: &str) -> BTreeSet<u32> {
+    let mut found = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        let digits: String = rest[at + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if let Ok(n) = digits.parse() {
+            found.insert(n);
+        }
+        rest = &rest[at + 1..];
+    }
+    found
+}
+
+#[test]
+fn every_statement_renders_in_a_schema_and_without_one() {
+    for schema in [None, Some(mail())] {
+        let texts = render_all(schema.as_ref()).expect("every statement renders");
+        assert_eq!(texts.len(), Sql::ALL.len());
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(Sql::ALL[i] as usize, i, "Sql::ALL is in the enum's order");
+            assert!(!text.contains("{{"), "{:?} keeps a marker", Sql::ALL[i]);
+        }
+    }
+}
+
+#[test]
+fn each_statement_has_a_header_naming_its_parameters_and_its_index() {
+    let texts = render_all(None).expect("renders");
+    let all = blocks();
+    for sql in Sql::ALL {
+        let name = sql.name();
+        let block = all
+            .iter()
+            .find(|b| b.kind == BlockKind::Statement && b.name == name)
+            .expect("a block");
+        let preamble = FILES
+            .iter()
+            .find(|(file, _)| *file == block.file)
+            .map(|(_, text)| text.split("\n-- name: ").next().unwrap_or_default())
+            .unwrap_or_default();
+        let header = block.header.join("\n");
+        assert!(
+            block.header.iter().any(|line| line.starts_with("Index:")),
+            "{name}: no `Index:` line"
+        );
+        let used = parameters_in(&texts[*sql as usize]);
+        let declared: BTreeSet<u32> = parameters_in(&header)
+            .union(&parameters_in(preamble))
+            .copied()
+            .collect();
+        for n in &used {
+            assert!(declared.contains(n), "{name}: ${n} is not in its header");
+        }
+        if used.is_empty() {
+            assert!(
+                header.contains("No parameters."),
+                "{name}: say `No parameters.`"
+            );
+        }
+        for n in parameters_in(&header) {
+            assert!(
+                used.contains(&n),
+                "{name}: its header names ${n}, which it does not use"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_stored_word_is_the_rust_definition_it_names() {
+    let mut seen = 0;
+    for (file, text) in FILES {
+        let mut rest: &str = text;
+        while let Some(at) = rest.find("/* word: ") {
+            let name = rest[at + 9..].split(" */").next().unwrap_or_default();
+            let before = rest[..at].trim_end();
+            let literal = before
+                .strip_suffix('\'')
+                .and_then(|b| b.rfind('\'').map(|open| &b[open + 1..]))
+                .unwrap_or_else(|| panic!("{file}: word {name} follows no literal"));
+            let expected = word(name).unwrap_or_else(|| panic!("{file}: unknown word {name}"));
+            assert_eq!(literal, expected, "{file}: word {name}");
+            seen += 1;
+            rest = &rest[at + 9..];
+        }
+    }
+    assert!(seen > 20, "the files mark their words ({seen} found)");
+}
+
+#[test]
+fn every_object_a_statement_names_is_in_the_schema() {
+    let texts = render_all(Some(&mail())).expect("renders");
+    let all = blocks();
+    for sql in Sql::ALL {
+        let block = all.iter().find(|b| b.name == sql.name()).expect("a block");
+        if block.file == "migrations" {
+            // Run with the schema as the connection's search_path (`migrations::migrate`).
+            continue;
+        }
+        let text = &texts[*sql as usize];
+        for object in OBJECTS {
+            for (at, _) in text.match_indices(object) {
+                let after = text[at + object.len()..].chars().next();
+                let before = &text[..at];
+                let is_name =
+                    !matches!(after, Some(c) if c.is_ascii_alphanumeric() || c == '_' || c == '.');
+                if is_name {
+                    assert!(
+                        before.ends_with("\"mail\"."),
+                        "{}: {object} without {{{{schema}}}}",
+                        sql.name()
+                    );
+                }
+            }
+        }
+    }
+}
