@@ -1,35 +1,6 @@
-//! Where a claim starts scanning the due index.
-//!
-//! A row that is sent leaves its entries in the due index until vacuum removes them, and
-//! vacuum cannot while any transaction in the database is older than the row's last
-//! change. One `REPEATABLE READ` transaction left open by an application would make a
-//! claim that scans from the start of the index walk every message sent since it began
-//! (linear growth, 30 ms after five minutes at 200/s). So a claim scans from a floor: the
-//! lowest `next_attempt_at` of the last batch claimed. No due row below it was left
-//! behind but those another transaction held locked (an application's lock on a row is
-//! left to the full scan below), and rows claimed, retried or released get a
-//! `next_attempt_at` of now or later.
-//! Each lane has its own floor (`message::Lanes`): the transactional part of a claim would
-//! otherwise walk again, at every claim, the bulk backlog the bulk part has yet to take.
-//! A lane whose part of a claim came back short left no row it could see below the bound
-//! of its scan, but rows another transaction locked and rows of paused kinds, so its floor
-//! rises to [`SETTLE`] before that bound even when it took no row: a bulk run enqueued
-//! after the last transactional message leaves no transactional floor below it. A row
-//! locked then (by another replica's claim or outcome write) is leased or written anew,
-//! due from then on; a paused kind's are found again when it is resumed (the resume
-//! clears the floors).
-//!
-//! A row can still appear below the floor: a producer's transaction that commits late
-//! (its `now()` is when it began), a `not_before` in the past, an operator's retry. The
-//! insert trigger notifies the due time (in milliseconds) of every row it inserts, and the
-//! floor drops to it; a notification without one (an operator's retry, an older trigger)
-//! or a lost LISTEN connection clears the floor. Without LISTEN there is no floor at all.
-//! Notifications are read between drains, not between a drain's claims: a row that
-//! commits late during an unpaced drain (a paced one ends at each second's slots) waits
-//! for the drain's end. A full scan every [`FULL_SCAN_EVERY`] (owed to each lane until a
-//! claim has scanned it from the start) covers what nobody announces (a claim rolled back
-//! by a replica that died in the middle of it, a retry written after a long wait on an
-//! application's row lock, whose due time is counted from the wait's start).
+//! Where a claim starts scanning the due index: a floor per lane, raised by each claim,
+//! lowered by the insert trigger's notifications, cleared by a full scan every
+//! [`FULL_SCAN_EVERY`]. Why: docs/adr/0003-the-claim-floor.md.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,21 +1,8 @@
-//! What the relay's replies say about the pace, a window of a second or more at a time.
-//!
-//! A relay that limits a rate accepts as many a second whatever is sent, and refuses the
-//! share of sends above that. A relay that refuses a share of messages whatever the rate (a
-//! limit per recipient domain, a greylist answering 4.7.x, a backend that sheds load)
-//! refuses the same share however few are sent, and cutting again for it, second after
-//! second, is how a quarter refused took a 50/s pace down to 2.2/s. So each time the shared
-//! pace falls (a cut, this replica's or another's), the share refused after it is held
-//! against both: where the two foretell shares chance cannot confuse and the share stayed
-//! the same, twice in a row, it is tolerated from then on, by every replica (it is kept with
-//! the schedule), and only refusals above it, by more than chance explains, cut the pace
-//! again. In doubt it is the rate: a share that changed, one a pace grown back since
-//! foretells as well, a window in which the pace did not hold sends back (fewer to send than
-//! it allows, so a cut changes nothing sent), or a single fall, which the relay's burst
-//! running out could explain. The tolerated share falls back as the refusals stop.
-//!
-//! Replies to sends booked at the pace before a cut (up to `settle` after it) say nothing of
-//! the new pace and are not judged.
+//! What the relay's replies say about the pace, a window of a second or more at a time:
+//! a share refused above what the relay refuses whatever the rate cuts the pace; a share
+//! that stayed the same across two falls of the pace is tolerated. Why:
+//! docs/adr/0004-the-pace.md. Replies to sends booked at the pace before a cut (up to
+//! `settle` after it) say nothing of the new pace and are not judged.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
