@@ -6,13 +6,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
 use super::Step;
-use super::claimer::Payloads;
-use super::held::HeldOutcomes;
 use super::pace::Slots;
 use super::recipients::Suppressed;
 use crate::message::{ClaimedBatch, Delivery, Outcome};
+use crate::render::ReadPayload;
+use crate::store::RowLocks;
 use crate::suppression::ListedAtClaim;
+
+/// Each message's payload, read once by the claimer, in the batch's order.
+pub(super) type Payloads = Arc<[ReadPayload]>;
 
 /// A claimed batch, with the local time its lease started: the start deadline of its
 /// sends counts from there.
@@ -81,14 +86,41 @@ pub(super) struct SentBatch {
     pub outage: bool,
 }
 
+/// What the claimer's claim came to.
+pub(super) enum Claiming {
+    /// Boxed: a claim is large, the other answers small.
+    Rows(Box<Claim>),
+    /// Nothing due.
+    NothingDue,
+    /// The pace allows no send yet: claim again after this long.
+    Paced(Duration),
+}
+
 /// What a claim came to.
 pub(super) enum NextBatch {
     /// Boxed: a claimed batch is large, and the enum is moved between futures.
     Leased(Box<LeasedBatch>),
     /// Nothing due.
     Empty,
+    /// The pace allows no send yet: claim again after this long.
+    Paced(Duration),
     /// Not claimed at all: shutting down, or the circuit is open.
     Halt(Step),
+}
+
+impl NextBatch {
+    /// The step that ends with this claim, after batches that did `done`: halted (when
+    /// nothing was claimed before), paced, or a batch report.
+    pub fn step_after(self, done: BatchReport) -> Step {
+        match self {
+            NextBatch::Halt(step) if done.claimed == 0 => step,
+            NextBatch::Paced(resume_in) => Step::Paced {
+                report: done,
+                resume_in,
+            },
+            _ => Step::Batch(done),
+        }
+    }
 }
 
 /// What one batch, or a drain of several, did.
@@ -158,6 +190,60 @@ impl BatchReport {
             Outcome::Release { .. } => self.released += 1,
             Outcome::Expired => self.expired += 1,
             Outcome::Suppressed { .. } => self.suppressed += 1,
+        }
+    }
+}
+
+/// How often outcomes held for rows locked by another transaction are tried again.
+pub(super) const LOCKED_RETRY: Duration = Duration::from_secs(1);
+
+/// Decided outcomes of one claim, not written yet.
+pub(super) struct HeldOutcomes {
+    pub claimed: ClaimedBatch,
+    pub decided: Vec<Decided>,
+    pub span: tracing::Span,
+    /// When their rows were found locked: the next try comes [`LOCKED_RETRY`] later at the
+    /// earliest, however often the dispatcher claims, and hands them to a waiter that waits
+    /// for the locks on a connection of its own (or, while one already waits, writes them
+    /// skipping the rows still locked).
+    locked_at: Option<Instant>,
+}
+
+impl HeldOutcomes {
+    /// Outcomes to write at the next chance.
+    pub fn new(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
+        Self {
+            claimed,
+            decided,
+            span,
+            locked_at: None,
+        }
+    }
+
+    /// Outcomes whose rows another transaction has locked, found so now.
+    pub fn locked(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
+        Self {
+            locked_at: Some(Instant::now()),
+            ..Self::new(claimed, decided, span)
+        }
+    }
+
+    pub fn is_locked(&self) -> bool {
+        self.locked_at.is_some()
+    }
+
+    /// The schedule: due at once after a database failure, [`LOCKED_RETRY`] after their
+    /// rows were found locked, and all of them when stopping.
+    pub fn is_due(&self, stopping: bool) -> bool {
+        stopping || self.locked_at.is_none_or(|at| at.elapsed() >= LOCKED_RETRY)
+    }
+
+    /// How the next try treats locked rows.
+    pub fn row_locks(&self) -> RowLocks {
+        if self.is_locked() {
+            RowLocks::Skip
+        } else {
+            RowLocks::WaitBriefly
         }
     }
 }

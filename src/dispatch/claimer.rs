@@ -10,13 +10,13 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::batch::Claim;
+use super::batch::{Claim, Claiming};
 use super::floor::{ClaimFloor, Floors};
 use super::pace::{Allowance, Pace};
 use super::recipients::Suppressed;
 use super::{DispatchError, DispatchSettings};
 use crate::message::ClaimedBatch;
-use crate::render::{ReadPayload, Renderer, envelope_keys};
+use crate::render::{Renderer, envelope_keys};
 use crate::store::{ClaimRequest, KeptConnection};
 use crate::suppression::ListedAtClaim;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
@@ -83,16 +83,9 @@ impl Claimer {
         &self.floor
     }
 
-    pub fn pace(&self) -> &Pace {
-        &self.pace
-    }
-
-    /// Claims the next batch, as many rows as the pace and the claim size allow; `None`
-    /// when nothing is due or the pace says wait.
-    pub async fn claim(
-        &self,
-        due_by: Option<DateTime<Utc>>,
-    ) -> Result<Option<Claim>, DispatchError> {
+    /// Claims the next batch, as many rows as the pace and the claim size allow, or says
+    /// that nothing is due or how long the pace says to wait.
+    pub async fn claim(&self, due_by: Option<DateTime<Utc>>) -> Result<Claiming, DispatchError> {
         let wanted = self.claim_size.load(Ordering::Relaxed);
         let (requested, slots) = match self
             .pace
@@ -101,7 +94,7 @@ impl Claimer {
             .map_err(DispatchError::database(DatabaseOperation::Claim))?
         {
             Allowance::Take { rows, slots } => (rows, slots),
-            Allowance::Wait(_) => return Ok(None),
+            Allowance::Wait(wait) => return Ok(Claiming::Paced(wait)),
         };
         // The lease starts in the database during the claim; counting from before it
         // errs on the safe side. The send slots count from the booking, just before.
@@ -121,7 +114,7 @@ impl Claimer {
             warn!(error = %e, slots = unused, "could not hand unused send slots back");
         }
         if claimed.messages.is_empty() {
-            return Ok(None);
+            return Ok(Claiming::NothingDue);
         }
         // Each payload is read here, once: the suppression lookup and the render share it.
         let payloads = claimed
@@ -129,14 +122,14 @@ impl Claimer {
             .iter()
             .map(|message| self.renderer.read_payload(message))
             .collect();
-        Ok(Some(Claim {
+        Ok(Claiming::Rows(Box::new(Claim {
             claimed,
             payloads,
             at_claim,
             lease_start,
             requested,
             slots,
-        }))
+        })))
     }
 
     /// Which addresses of a claimed batch are suppressed: as the claim found them, and for
@@ -211,6 +204,3 @@ impl Claimer {
         Ok((claimed.batch, claimed.suppression))
     }
 }
-
-/// A payload as the claimer read it, for the message at the same place in its batch.
-pub(super) type Payloads = Arc<[ReadPayload]>;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tracing::{debug, error, info};
 
+use super::batch::LOCKED_RETRY;
 use super::batch::{BatchReport, NextBatch, SentBatch};
-use super::held::LOCKED_RETRY;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
 use crate::store;
@@ -16,12 +16,11 @@ impl Dispatcher {
     /// Claims one batch of due rows, sends it and records every outcome.
     pub async fn dispatch_once(&self) -> Result<Step, DispatchError> {
         Ok(match self.claim_next(None).await? {
-            NextBatch::Halt(step) => step,
-            NextBatch::Empty => Step::Batch(BatchReport::default()),
             NextBatch::Leased(leased) => {
                 let sent = self.send_batch(leased).await?;
                 Step::Batch(self.finish_batch(sent).await?)
             }
+            other => other.step_after(BatchReport::default()),
         })
     }
 
@@ -88,10 +87,7 @@ impl Dispatcher {
         if let Some(previous) = previous {
             total.add(&self.finish_batch(previous).await?);
         }
-        Ok(match next {
-            NextBatch::Halt(step) if total.claimed == 0 => step,
-            _ => Step::Batch(total),
-        })
+        Ok(next.step_after(total))
     }
 
     /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
@@ -119,13 +115,13 @@ impl Dispatcher {
             let looked = tokio::time::Instant::now();
             let drained = self.drain().await;
             self.say_circuit(&drained, &mut circuit_said_open).await;
-            let Some((wait, notified)) = self.next_wait(drained, &mut database_failures) else {
+            let next = self.next_look(drained, &mut database_failures, &mut wakeups, looked);
+            let Some((wait, notified)) = next else {
                 break;
             };
             // Every wait ends within a poll interval, so the heartbeat the liveness probe
             // reads keeps beating through SMTP and database outages.
             self.metrics.cycle_completed();
-            let wait = self.bounded_wait(&mut wakeups, wait, notified, looked);
             let woken = wakeups
                 .wait(wait, notified, &self.shutdown.stop, self.claimer.floor())
                 .await;
@@ -198,50 +194,34 @@ impl Dispatcher {
         self.recorder.held_outcomes()
     }
 
-    /// `wait`, ended sooner by the poll interval, by the next try of outcomes held for
-    /// locked rows (an application's commit sends no notification), and, in an ordinary
-    /// wait, by the soonest retry or `not_before` row known to fall due.
-    fn bounded_wait(
-        &self,
-        wakeups: &mut Wakeups,
-        wait: Duration,
-        notified: bool,
-        looked: tokio::time::Instant,
-    ) -> Duration {
-        let poll = wakeups.poll_interval(self.settings.poll_interval);
-        let mut wait = wait.min(poll);
-        if self.recorder.holds_locked() {
-            wait = wait.min(LOCKED_RETRY);
-        }
-        for retry in self.recorder.take_retries_due() {
-            wakeups.expect(retry);
-        }
-        match wakeups.until_due(looked).filter(|_| notified) {
-            Some(due) => wait.min(due),
-            None => wait,
-        }
-    }
-
-    /// How long to wait after a drain, and whether a notification ends the wait; `None`
-    /// when stopping.
-    fn next_wait(
+    /// When the loop next looks for work, after a drain: the one place that decides. The
+    /// drain's step says how long: the pace's wait, the circuit breaker's next probe, a
+    /// database back-off, or, after an ordinary drain, the poll interval, which a
+    /// notification ends sooner (`true`). Every wait ends within the poll interval, by the
+    /// next try of outcomes held for locked rows (an application's commit sends no
+    /// notification) and, after an ordinary drain, by the soonest retry or `not_before`
+    /// row known to fall due. `None` when stopping.
+    fn next_look(
         &self,
         drained: Result<Step, DispatchError>,
         database_failures: &mut u32,
+        wakeups: &mut Wakeups,
+        looked: tokio::time::Instant,
     ) -> Option<(Duration, bool)> {
-        Some(match drained {
+        let (wait, notified) = match drained {
             Ok(Step::Stopped) => return None,
             Ok(Step::CircuitOpen { retry_in }) => (retry_in, false),
+            Ok(Step::Paced { report, resume_in }) => {
+                *database_failures = 0;
+                debug!(?report, resume_in = %crate::text::duration(resume_in), "drained what the pace allows");
+                (resume_in, false)
+            }
             Ok(Step::Batch(report)) => {
                 *database_failures = 0;
                 if report.claimed > 0 {
                     debug!(?report, "drained");
                 }
-                // Paced: come back when the next message may go, not at the next poll.
-                match self.claimer.pace().resume_in() {
-                    Some(resume_in) => (resume_in, false),
-                    None => (self.settings.poll_interval, true),
-                }
+                (self.settings.poll_interval, true)
             }
             Err(e) => {
                 let DispatchError::Database { operation, .. } = &e;
@@ -255,6 +235,17 @@ impl Dispatcher {
                 );
                 (retry_in, false)
             }
-        })
+        };
+        let mut wait = wait.min(wakeups.poll_interval(self.settings.poll_interval));
+        if self.recorder.holds_locked() {
+            wait = wait.min(LOCKED_RETRY);
+        }
+        for retry in self.recorder.take_retries_due() {
+            wakeups.expect(retry);
+        }
+        if let Some(due) = wakeups.until_due(looked).filter(|_| notified) {
+            wait = wait.min(due);
+        }
+        Some((wait, notified))
     }
 }

@@ -1,72 +1,15 @@
 //! Outcomes decided but not written yet, held by the recorder under one schedule: after
 //! the database did not take them (it was down, or the connection dropped), before the
-//! next claim; when another transaction has locked their rows, [`LOCKED_RETRY`] after
+//! next claim; when another transaction has locked their rows, [`super::batch::LOCKED_RETRY`] after
 //! that was found, by one task at a time that waits for the locks while claims go on.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
-use super::batch::Decided;
+use super::batch::HeldOutcomes;
 use crate::lock::lock;
-use crate::message::ClaimedBatch;
-use crate::store::{self, RowLocks};
-
-/// How often outcomes held for rows locked by another transaction are tried again.
-pub(super) const LOCKED_RETRY: Duration = Duration::from_secs(1);
-
-/// Decided outcomes of one claim, not written yet.
-pub(super) struct HeldOutcomes {
-    pub claimed: ClaimedBatch,
-    pub decided: Vec<Decided>,
-    pub span: tracing::Span,
-    /// When their rows were found locked: the next try comes [`LOCKED_RETRY`] later at the
-    /// earliest, however often the dispatcher claims, and hands them to a waiter that waits
-    /// for the locks on a connection of its own (or, while one already waits, writes them
-    /// skipping the rows still locked).
-    locked_at: Option<Instant>,
-}
-
-impl HeldOutcomes {
-    /// Outcomes to write at the next chance.
-    pub fn new(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
-        Self {
-            claimed,
-            decided,
-            span,
-            locked_at: None,
-        }
-    }
-
-    /// Outcomes whose rows another transaction has locked, found so now.
-    pub fn locked(claimed: ClaimedBatch, decided: Vec<Decided>, span: tracing::Span) -> Self {
-        Self {
-            locked_at: Some(Instant::now()),
-            ..Self::new(claimed, decided, span)
-        }
-    }
-
-    pub fn is_locked(&self) -> bool {
-        self.locked_at.is_some()
-    }
-
-    /// The schedule: due at once after a database failure, [`LOCKED_RETRY`] after their
-    /// rows were found locked, and all of them when stopping.
-    fn is_due(&self, stopping: bool) -> bool {
-        stopping || self.locked_at.is_none_or(|at| at.elapsed() >= LOCKED_RETRY)
-    }
-
-    /// How the next try treats locked rows.
-    pub fn row_locks(&self) -> RowLocks {
-        if self.is_locked() {
-            RowLocks::Skip
-        } else {
-            RowLocks::WaitBriefly
-        }
-    }
-}
+use crate::store::{self};
 
 /// Outcomes whose rows another transaction has locked, being written by a task that waits
 /// for the locks on a connection of its own.

@@ -14,7 +14,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::attempt::{self, AttemptResult, outcome_of};
 use super::batch::Decided;
-use super::claimer::Payloads;
+use super::batch::Payloads;
 use super::expiry::ExpireAfter;
 use super::pace::{Pace, Slots};
 use super::queue::OutcomeQueue;

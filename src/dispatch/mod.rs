@@ -95,6 +95,12 @@ pub struct Shutdown {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     Batch(BatchReport),
+    /// Sent what the pace allowed (`report`); the pace allows the next send after
+    /// `resume_in`, and the loop claims again then, not at the next poll.
+    Paced {
+        report: BatchReport,
+        resume_in: Duration,
+    },
     /// The SMTP server is unreachable; nothing was claimed. Try again after `retry_in`.
     CircuitOpen {
         retry_in: Duration,

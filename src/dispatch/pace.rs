@@ -1,27 +1,7 @@
-//! How fast the dispatcher may send: the send-rate limit all replicas share, cut when the
-//! relay says it is throttling and recovering after.
-//!
-//! With `OUTBOXD_RATE_LIMIT`, every claim first books send slots from a schedule in the
-//! database ([`crate::store::send_rate`]), one every `1 / pace` seconds and up to
-//! [`HORIZON_SECONDS`] ahead, claims no more rows than it booked, and each send waits for
-//! its slot: any number of replicas together stay under the limit, and one replica still
-//! keeps all its connections busy when the relay is slow to answer. A throttling reply
-//! releases its message without an attempt; the replies are judged a second at a time
-//! ([`replies`]), and a cut takes off the share refused above what the relay refuses
-//! whatever the pace (at most one cut every 2 s for all replicas); the pace then grows back
-//! additively, by [`RECOVERY_PER_SECOND`] of the limit each second, that growth itself
-//! ramping up over [`RAMP_SECONDS`] after a cut: the pace stays near the rate the relay
-//! refused at, where it is likeliest to refuse again.
-//!
-//! Without a limit nothing is booked until the relay first throttles. From then on the
-//! replicas book from a schedule of their own ([`DISCOVERED`]) that starts at the rate
-//! this replica saw accepted, is cut the same way, and grows by [`DISCOVERY_INCREASE`] of
-//! its ceiling each second. The ceiling is the pace before the last cut (the rate sent at,
-//! for the first): the pace grows back to where the relay refused, and past it only by
-//! doubling the ceiling each second in which the pace held sends back while the relay took
-//! every one. A found pace is forgotten after [`FORGET_AFTER`] without a refusal: one
-//! refusal must not pace a replica for good (a single `451 4.7.1` in quiet traffic once
-//! held one at 1/s until it restarted).
+//! How fast the dispatcher may send: slots booked from a schedule all replicas share (with
+//! `OUTBOXD_RATE_LIMIT`, or once the relay throttles without one), cut when the relay says
+//! it is throttling ([`replies`]), grown back after, and a found pace forgotten after
+//! [`FORGET_AFTER`] without a refusal. Why: docs/adr/0004-the-pace.md.
 
 mod replies;
 
@@ -141,7 +121,6 @@ pub(super) struct Pace {
     /// Without a limit, once the relay has throttled: the pace found, until it is
     /// forgotten.
     discovered: Mutex<Option<Found>>,
-    resume_at: Mutex<Option<Instant>>,
     /// The pace of the last booking: what the sends since were paced at; `None` before
     /// any (without a limit, until the relay throttles).
     booked_pace: Mutex<Option<f64>>,
@@ -209,7 +188,6 @@ impl Pace {
             // Slots booked before a cut are sent at the pace before it, up to the horizon.
             replies: Replies::new(seconds(HORIZON_SECONDS)),
             discovered: Mutex::new(None),
-            resume_at: Mutex::new(None),
             booked_pace: Mutex::new(None),
         }
     }
@@ -308,7 +286,8 @@ impl Pace {
             // The horizon is full: the next slot opens when the first booked one is due.
             _ => {
                 self.replies.held_back();
-                self.wait(seconds(booking.starts_in - HORIZON_SECONDS + spacing))
+                let wait = seconds(booking.starts_in - HORIZON_SECONDS + spacing);
+                Allowance::Wait(wait.max(Duration::from_millis(1)))
             }
         })
     }
@@ -372,22 +351,6 @@ impl Pace {
             }
             _ => Ok(()),
         }
-    }
-
-    /// How long the loop should wait before claiming again, if the pace said so.
-    pub fn resume_in(&self) -> Option<Duration> {
-        let resume_at = self.lock().take()?;
-        Some(resume_at.saturating_duration_since(Instant::now()))
-    }
-
-    fn wait(&self, wait: Duration) -> Allowance {
-        let wait = wait.max(Duration::from_millis(1));
-        *self.lock() = Some(Instant::now() + wait);
-        Allowance::Wait(wait)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        lock(&self.resume_at)
     }
 }
 

@@ -10,8 +10,9 @@ use tokio::time::Instant;
 use tracing::{Instrument as _, debug, warn};
 
 use super::DispatchError;
+use super::batch::HeldOutcomes;
 use super::batch::{BatchReport, Decided};
-use super::held::{Held, HeldOutcomes, LockWaiter};
+use super::held::{Held, LockWaiter};
 use super::outcome_log::{latency, log_outcome};
 use super::queue::{Chunk, OutcomeQueue};
 use crate::lock::lock;

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use futures_util::future::join;
 use tracing::{Instrument as _, debug};
 
-use super::batch::{BatchReport, LeasedBatch, NextBatch, SentBatch};
-use super::held::HeldOutcomes;
+use super::batch::HeldOutcomes;
+use super::batch::{BatchReport, Claiming, LeasedBatch, NextBatch, SentBatch};
 use super::{DispatchError, Dispatcher, Step};
 
 impl Dispatcher {
@@ -25,8 +25,10 @@ impl Dispatcher {
         if let Some(retry_in) = self.sender.circuit_closed_or_wait().await {
             return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
         }
-        let Some(mut claim) = self.claimer.claim(due_by).await? else {
-            return Ok(NextBatch::Empty);
+        let mut claim = match self.claimer.claim(due_by).await? {
+            Claiming::Rows(claim) => *claim,
+            Claiming::NothingDue => return Ok(NextBatch::Empty),
+            Claiming::Paced(wait) => return Ok(NextBatch::Paced(wait)),
         };
         // Nothing is sent without the batch's suppressed addresses: on a failure the rows
         // go back at once (or are held, if the database does not take that either), and
