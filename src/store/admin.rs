@@ -123,23 +123,19 @@ pub async fn list_dead_letters(
     limit: i64,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
     store
-        .alone(async |c| {
+        .all(
             store
                 .query_as(Sql::ListDeadLetters)
                 .bind(kind)
                 .bind(after)
-                .bind(limit)
-                .fetch_all(c)
-                .await
-        })
+                .bind(limit),
+        )
         .await
 }
 
 /// Dead letters grouped by kind and failure, largest group first, each with its newest example.
 pub async fn groups(store: &Store) -> Result<Vec<Group>, sqlx::Error> {
-    store
-        .alone(async |c| store.query_as(Sql::DeadLetterGroups).fetch_all(c).await)
-        .await
+    store.all(store.query_as(Sql::DeadLetterGroups)).await
 }
 
 /// Retries or discards the selected dead letters in one transaction with its audit entry,
@@ -252,7 +248,5 @@ pub(super) async fn audit(
 /// and come by the dozen, are left out (they are in the table, for an audit of who looked
 /// at whose messages).
 pub async fn audit_log(store: &Store, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    store
-        .alone(async |c| store.query_as(Sql::AuditLog).bind(limit).fetch_all(c).await)
-        .await
+    store.all(store.query_as(Sql::AuditLog).bind(limit)).await
 }

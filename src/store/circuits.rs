@@ -21,13 +21,7 @@ pub struct OpenCircuit {
 /// `worker_id`'s circuit is open (since its first call while open).
 pub async fn opened(store: &Store, worker_id: &str) -> Result<(), sqlx::Error> {
     store
-        .alone(async |c| {
-            store
-                .query(Sql::CircuitOpened)
-                .bind(worker_id)
-                .execute(c)
-                .await
-        })
+        .execute(store.query(Sql::CircuitOpened).bind(worker_id))
         .await
         .map(drop)
 }
@@ -35,13 +29,7 @@ pub async fn opened(store: &Store, worker_id: &str) -> Result<(), sqlx::Error> {
 /// `worker_id`'s circuit closed.
 pub async fn closed(store: &Store, worker_id: &str) -> Result<(), sqlx::Error> {
     store
-        .alone(async |c| {
-            store
-                .query(Sql::CircuitClosed)
-                .bind(worker_id)
-                .execute(c)
-                .await
-        })
+        .execute(store.query(Sql::CircuitClosed).bind(worker_id))
         .await
         .map(drop)
 }
@@ -49,7 +37,5 @@ pub async fn closed(store: &Store, worker_id: &str) -> Result<(), sqlx::Error> {
 /// The circuits open now: said within the last five minutes (a replica probes at least
 /// once a minute while its circuit is open).
 pub async fn open(store: &Store) -> Result<Vec<OpenCircuit>, sqlx::Error> {
-    store
-        .alone(async |c| store.query_as(Sql::OpenCircuits).fetch_all(c).await)
-        .await
+    store.all(store.query_as(Sql::OpenCircuits)).await
 }

@@ -28,33 +28,20 @@ pub struct TableHealth {
 
 /// The server's version, as `server_version` says it, and as a number.
 pub async fn server_version(store: &Store) -> Result<(String, i32), sqlx::Error> {
-    store
-        .alone(async |c| store.query_as(Sql::ServerVersion).fetch_one(c).await)
-        .await
+    store.one(store.query_as(Sql::ServerVersion)).await
 }
 
 /// The oldest transaction or snapshot another session holds open in this database.
 pub async fn oldest_transaction(store: &Store) -> Result<Option<OpenTransaction>, sqlx::Error> {
-    store
-        .alone(async |c| {
-            store
-                .query_as(Sql::OldestTransaction)
-                .fetch_optional(c)
-                .await
-        })
-        .await
+    store.optional(store.query_as(Sql::OldestTransaction)).await
 }
 
 /// Indexes of outboxd's tables that a failed `CREATE INDEX CONCURRENTLY` left invalid.
 pub async fn invalid_indexes(store: &Store) -> Result<Vec<String>, sqlx::Error> {
-    store
-        .alone(async |c| store.query_scalar(Sql::InvalidIndexes).fetch_all(c).await)
-        .await
+    store.scalars(store.query_scalar(Sql::InvalidIndexes)).await
 }
 
 /// The outbox table's tuples and vacuum, from the statistics.
 pub async fn table_health(store: &Store) -> Result<TableHealth, sqlx::Error> {
-    store
-        .alone(async |c| store.query_as(Sql::TableHealth).fetch_one(c).await)
-        .await
+    store.one(store.query_as(Sql::TableHealth)).await
 }

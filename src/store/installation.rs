@@ -7,7 +7,7 @@ use crate::message::InstallationTag;
 /// This database's installation tag.
 pub async fn tag(store: &Store) -> anyhow::Result<InstallationTag> {
     let text: String = store
-        .alone(async |c| store.query_scalar(Sql::InstallationTag).fetch_one(c).await)
+        .scalar(store.query_scalar(Sql::InstallationTag))
         .await?;
     InstallationTag::parse(&text).map_err(anyhow::Error::msg)
 }

@@ -138,13 +138,7 @@ pub struct MessageDetail {
 /// One message in any state, with its payload and its timeline.
 pub async fn message(store: &Store, id: i64) -> Result<Option<MessageDetail>, sqlx::Error> {
     let found: Option<MessageDetail> = store
-        .alone(async |c| {
-            store
-                .query_as(Sql::MessageById)
-                .bind(id)
-                .fetch_optional(c)
-                .await
-        })
+        .optional(store.query_as(Sql::MessageById).bind(id))
         .await?;
     let Some(mut message) = found else {
         return Ok(None);

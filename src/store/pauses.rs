@@ -77,9 +77,7 @@ pub async fn resume(store: &Store, kind: &str, actor: &str) -> Result<bool, sqlx
 
 /// Every paused kind, by kind.
 pub async fn list(store: &Store) -> Result<Vec<Pause>, sqlx::Error> {
-    store
-        .alone(async |c| store.query_as(Sql::ListPauses).fetch_all(c).await)
-        .await
+    store.all(store.query_as(Sql::ListPauses)).await
 }
 
 /// Pauses `kind` on a bounce or complaint breach of the sends judged from `judged_since`,

@@ -38,7 +38,7 @@ pub async fn prune(
         Prunable::Discarded => Sql::PruneDiscarded,
     };
     let done = store
-        .alone(async |c| store.query(sql).bind(cutoff).bind(limit).execute(c).await)
+        .execute(store.query(sql).bind(cutoff).bind(limit))
         .await?;
     Ok(done.rows_affected())
 }

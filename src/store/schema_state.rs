@@ -69,15 +69,13 @@ struct SchemaState {
 async fn schema_state(store: &Store, rights: Rights) -> Result<SchemaState, SchemaError> {
     let (objects, privileges, functions) = rights::as_columns(store, rights);
     let state = store
-        .alone(async |c| {
+        .one(
             store
                 .query_as(Sql::SchemaState)
                 .bind(objects)
                 .bind(privileges)
-                .bind(functions)
-                .fetch_one(c)
-                .await
-        })
+                .bind(functions),
+        )
         .await;
     match state {
         Ok(state) => Ok(state),

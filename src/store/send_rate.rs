@@ -49,7 +49,7 @@ pub struct Booking {
 pub async fn book(store: &Store, request: &SlotRequest<'_>) -> Result<Booking, sqlx::Error> {
     loop {
         let booking: Option<Booking> = store
-            .alone(async |c| {
+            .optional(
                 store
                     .query_as(Sql::BookSlots)
                     .bind(request.bucket)
@@ -58,23 +58,19 @@ pub async fn book(store: &Store, request: &SlotRequest<'_>) -> Result<Booking, s
                     .bind(request.horizon_seconds)
                     .bind(request.increase_per_second)
                     .bind(request.ramp_seconds)
-                    .bind(request.tolerated_share)
-                    .fetch_optional(c)
-                    .await
-            })
+                    .bind(request.tolerated_share),
+            )
             .await?;
         if let Some(booking) = booking {
             return Ok(booking);
         }
         store
-            .alone(async |c| {
+            .execute(
                 store
                     .query(Sql::StartSchedule)
                     .bind(request.bucket)
-                    .bind(request.limit)
-                    .execute(c)
-                    .await
-            })
+                    .bind(request.limit),
+            )
             .await?;
     }
 }
@@ -88,15 +84,13 @@ pub async fn hand_back(
     slots: i64,
 ) -> Result<(), sqlx::Error> {
     store
-        .alone(async |c| {
+        .execute(
             store
                 .query(Sql::HandBackSlots)
                 .bind(bucket)
                 .bind(booking.ends_at)
-                .bind(slots as f64 / booking.pace)
-                .execute(c)
-                .await
-        })
+                .bind(slots as f64 / booking.pace),
+        )
         .await?;
     Ok(())
 }
@@ -116,17 +110,15 @@ pub async fn slow_down(
     stale_after: std::time::Duration,
 ) -> Result<(), sqlx::Error> {
     store
-        .alone(async |c| {
+        .execute(
             store
                 .query(Sql::SlowDown)
                 .bind(bucket)
                 .bind(min_pace)
                 .bind(factor)
                 .bind(start)
-                .bind(stale_after.as_secs_f64())
-                .execute(c)
-                .await
-        })
+                .bind(stale_after.as_secs_f64()),
+        )
         .await?;
     Ok(())
 }

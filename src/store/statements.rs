@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxd_producer::{EnqueueError, NewMessage, Outbox, Schema};
-use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::postgres::{PgArguments, PgQueryResult, PgRow};
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{AssertSqlSafe, Connection as _, PgConnection, PgExecutor, PgPool, Transaction};
 use sqlx::{FromRow, Postgres};
@@ -163,6 +163,70 @@ impl Store {
         self.on_its_own(&mut connection, statement).await
     }
 
+    /// Executes `query` on a connection from the pool, on its own.
+    pub(crate) async fn execute(
+        &self,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<PgQueryResult, sqlx::Error> {
+        self.alone(async |c| query.execute(c).await).await
+    }
+
+    /// Every row `query` returns, on a connection from the pool, on its own.
+    pub(crate) async fn rows(
+        &self,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
+        self.alone(async |c| query.fetch_all(c).await).await
+    }
+
+    /// The one row `query` returns, on its own.
+    pub(crate) async fn one<O: Row>(
+        &self,
+        query: QueryAs<'_, Postgres, O, PgArguments>,
+    ) -> Result<O, sqlx::Error> {
+        self.alone(async |c| query.fetch_one(c).await).await
+    }
+
+    /// The row `query` may return, on its own.
+    pub(crate) async fn optional<O: Row>(
+        &self,
+        query: QueryAs<'_, Postgres, O, PgArguments>,
+    ) -> Result<Option<O>, sqlx::Error> {
+        self.alone(async |c| query.fetch_optional(c).await).await
+    }
+
+    /// Every row `query` returns, on its own.
+    pub(crate) async fn all<O: Row>(
+        &self,
+        query: QueryAs<'_, Postgres, O, PgArguments>,
+    ) -> Result<Vec<O>, sqlx::Error> {
+        self.alone(async |c| query.fetch_all(c).await).await
+    }
+
+    /// The one value `query` returns, on its own.
+    pub(crate) async fn scalar<O>(
+        &self,
+        query: QueryScalar<'_, Postgres, O, PgArguments>,
+    ) -> Result<O, sqlx::Error>
+    where
+        O: Send + Unpin,
+        (O,): for<'r> FromRow<'r, PgRow>,
+    {
+        self.alone(async |c| query.fetch_one(c).await).await
+    }
+
+    /// Every value `query` returns, on its own.
+    pub(crate) async fn scalars<O>(
+        &self,
+        query: QueryScalar<'_, Postgres, O, PgArguments>,
+    ) -> Result<Vec<O>, sqlx::Error>
+    where
+        O: Send + Unpin,
+        (O,): for<'r> FromRow<'r, PgRow>,
+    {
+        self.alone(async |c| query.fetch_all(c).await).await
+    }
+
     /// A transaction on a connection from the pool whose statements the server cancels
     /// past `bound`. The bounds are the transaction's own (`SET LOCAL`, sent with `BEGIN`
     /// in one round trip), so that they never reach another session, as they would through
@@ -249,6 +313,10 @@ pub(crate) async fn begin_bounded_on<'c>(
 ) -> Result<Transaction<'c, Postgres>, sqlx::Error> {
     connection.begin_with(begin_with_bounds(bounds)).await
 }
+
+/// What a row read into `O` needs: `query_as`'s bounds, sent between tasks.
+pub(crate) trait Row: for<'r> FromRow<'r, PgRow> + Send + Unpin {}
+impl<O: for<'r> FromRow<'r, PgRow> + Send + Unpin> Row for O {}
 
 /// A statement of outboxd's own that no store renders: a setting, or the catalog.
 pub(crate) fn raw(sql: &'static str) -> Query<'static, Postgres, PgArguments> {

@@ -87,9 +87,7 @@ shared_counts!(
 /// hour of sent rows, never the whole history.
 pub async fn stats(store: &Store) -> Result<Stats, sqlx::Error> {
     let mut stats = Stats::default();
-    let pending = store
-        .alone(async |c| store.query(Sql::StatsPending).fetch_all(c).await)
-        .await?;
+    let pending = store.rows(store.query(Sql::StatsPending)).await?;
     for row in &pending {
         let entry = stats.kinds.entry(row.try_get("kind")?).or_default();
         entry.pending = row.try_get("pending")?;
@@ -112,15 +110,11 @@ pub async fn stats(store: &Store) -> Result<Stats, sqlx::Error> {
         }),
     ];
     for (sql, reason, field) in per_kind {
-        let counts: Vec<(String, i64)> = store
-            .alone(async |c| {
-                let query = store.query_as(sql);
-                match reason {
-                    Some(reason) => query.bind(reason).fetch_all(c).await,
-                    None => query.fetch_all(c).await,
-                }
-            })
-            .await?;
+        let query = store.query_as(sql);
+        let counts: Vec<(String, i64)> = match reason {
+            Some(reason) => store.all(query.bind(reason)).await?,
+            None => store.all(query).await?,
+        };
         for (kind, n) in counts {
             *field(stats.kinds.entry(kind).or_default()) = n;
         }

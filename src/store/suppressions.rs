@@ -106,14 +106,12 @@ pub async fn suppressed_recipients_of(
         return Ok(Vec::new());
     }
     store
-        .alone(async |c| {
+        .all(
             store
                 .query_as(Sql::SuppressedRecipientsOf)
                 .bind(ids)
-                .bind(MAX_SUPPRESSED_SHOWN)
-                .fetch_all(c)
-                .await
-        })
+                .bind(MAX_SUPPRESSED_SHOWN),
+        )
         .await
 }
 
@@ -127,28 +125,20 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<Suppression>, sqlx::Error> {
     store
-        .alone(async |c| {
+        .all(
             store
                 .query_as(Sql::ListSuppressions)
                 .bind(search.map(str::to_ascii_lowercase))
                 .bind(after)
-                .bind(limit)
-                .fetch_all(c)
-                .await
-        })
+                .bind(limit),
+        )
         .await
 }
 
 /// One address's entry, if any.
 pub async fn get(store: &Store, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
     store
-        .alone(async |c| {
-            store
-                .query_as(Sql::GetSuppression)
-                .bind(address)
-                .fetch_optional(c)
-                .await
-        })
+        .optional(store.query_as(Sql::GetSuppression).bind(address))
         .await
 }
 
