@@ -8,7 +8,6 @@ use crate::store::Store;
 use anyhow::Context as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -18,15 +17,17 @@ use crate::background::{auto_pause, recorder_upkeep, sampler, supervise};
 use crate::config::RunConfig;
 use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
-use crate::message::{MessageIds, NewMessage};
+use crate::message::MessageIds;
 use crate::render::Renderer;
 use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::text::mask_addresses;
 use crate::{http, store};
 
+mod demo;
 mod demo_cluster;
 mod pools;
 
+pub use demo::{demo, demo_database, sample_messages};
 pub use demo_cluster::DemoCluster;
 use pools::Pools;
 pub use pools::connect_checked;
@@ -381,63 +382,6 @@ async fn bind_listeners(
         None => None,
     };
     Ok((listener, admin_listener))
-}
-
-/// The demo's own PostgreSQL, when none answers at its default address: a throwaway
-/// cluster from the server binaries installed here (or why there can be none).
-pub async fn demo_database() -> anyhow::Result<Option<DemoCluster>> {
-    let options: sqlx::postgres::PgConnectOptions = crate::config::DEFAULT_DATABASE_URL.parse()?;
-    if store::answers(&options).await {
-        return Ok(None);
-    }
-    let mut cluster = DemoCluster::start()?;
-    cluster.ready().await?;
-    Ok(Some(cluster))
-}
-
-/// `outboxd demo`: a migrated database, three sample emails, and a running dispatcher.
-pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
-    let database = &config.database;
-    let pool = store::migrate_database(
-        database.options(),
-        database.schema(),
-        store::Create::IfMissing,
-    )
-    .await?;
-    for message in sample_messages() {
-        let kind = message.kind.clone();
-        let id = pool
-            .enqueue_alone(message)
-            .await
-            .with_context(|| format!("could not enqueue the sample {kind}"))?;
-        info!(outbox.id = id, outbox.kind = %kind, "enqueued a sample message");
-    }
-    pool.close().await;
-    App::build(config).await?.run().await
-}
-
-/// One message of each kind the first application sends.
-pub fn sample_messages() -> Vec<NewMessage> {
-    vec![
-        NewMessage::new(
-            "account_verification",
-            json!({"to": "Ada Lovelace <ada@example.com>", "name": "Ada",
-                   "verify_url": "https://app.example.com/verify?token=demo"}),
-        ),
-        NewMessage::new(
-            "workspace_invite",
-            json!({"to": "grace@example.com", "inviter_name": "Ada Lovelace",
-                   "workspace_name": "Analytical Engines",
-                   "accept_url": "https://app.example.com/invites/demo"}),
-        ),
-        NewMessage::new(
-            "invoice_notice",
-            json!({"to": ["billing@example.com"], "cc": "ada@example.com",
-                   "customer_name": "Analytical Engines Ltd", "invoice_number": "INV-2026-0042",
-                   "amount": "1,250.00", "currency": "EUR", "due_date": "2026-12-31",
-                   "invoice_url": "https://app.example.com/invoices/INV-2026-0042"}),
-        ),
-    ]
 }
 
 /// First SIGTERM or Ctrl-C: stop claiming and let sends in flight finish within `bound`.

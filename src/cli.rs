@@ -8,7 +8,6 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{DatabaseArgs, RunArgs};
 use crate::message::NewMessage;
-use crate::store::admin::{self, Action, Selection};
 use crate::telemetry::{self, LogFormat};
 use crate::{app, store};
 
@@ -29,6 +28,7 @@ macro_rules! outln {
     }};
 }
 
+mod dead_letters;
 mod doctor;
 mod messages;
 mod pauses;
@@ -58,7 +58,7 @@ pub enum Command {
     /// Migrate, enqueue one sample email of each built-in kind, and run (logging them when no SMTP is set).
     Demo(Box<RunArgs>),
     /// Inspect, retry and discard dead letters, directly in the database.
-    DeadLetters(DeadLettersArgs),
+    DeadLetters(dead_letters::DeadLettersArgs),
     /// Pending, due, in-flight and dead-lettered messages, and sends in the last hour, per kind.
     Stats(StatsArgs),
     /// List, add and remove addresses on the suppression list, directly in the database.
@@ -85,76 +85,6 @@ pub struct MigrateArgs {
     /// that does not exist is refused: a mistyped name must not make a new, empty one).
     #[arg(long)]
     pub create_database: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct DeadLettersArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    #[command(subcommand)]
-    pub command: DeadLettersCommand,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DeadLettersCommand {
-    /// Dead letters, newest first.
-    List {
-        /// Only this kind.
-        #[arg(long)]
-        kind: Option<String>,
-        /// How many (1 to 500).
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=crate::store::MAX_PAGE))]
-        limit: i64,
-        /// Older than this id (the last id of the previous page).
-        #[arg(long)]
-        after: Option<i64>,
-        /// JSON for scripts instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// One message with its payload, as JSON.
-    Show { id: i64 },
-    /// Back to pending with attempts reset, due now.
-    Retry(SelectionArgs),
-    /// Keep the rows but mark them discarded: out of the dead-letter view and gauge.
-    Discard(SelectionArgs),
-}
-
-/// Which dead letters: ids, or --kind, or --group, or --all.
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("selection").required(true).args(["ids", "all", "kind", "group"])))]
-pub struct SelectionArgs {
-    /// Message ids.
-    pub ids: Vec<i64>,
-    /// Every dead letter.
-    #[arg(long)]
-    pub all: bool,
-    /// Every dead letter of this kind.
-    #[arg(long)]
-    pub kind: Option<String>,
-    /// Every dead letter of a group, as KIND/ERROR_CLASS (see `outboxd dead-letters list`).
-    #[arg(long, value_name = "KIND/ERROR_CLASS")]
-    pub group: Option<String>,
-}
-
-impl SelectionArgs {
-    fn selection(self) -> anyhow::Result<Selection> {
-        Ok(if self.all {
-            Selection::All
-        } else if let Some(kind) = self.kind {
-            Selection::Kind(kind)
-        } else if let Some(group) = self.group {
-            let Some((kind, error_class)) = group.split_once('/') else {
-                anyhow::bail!("--group must be KIND/ERROR_CLASS, e.g. invoice_notice/smtp_550");
-            };
-            Selection::Group {
-                kind: kind.to_owned(),
-                error_class: error_class.to_owned(),
-            }
-        } else {
-            Selection::Ids(self.ids)
-        })
-    }
 }
 
 #[derive(Debug, Args)]
@@ -243,7 +173,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             args.database = args.database.or_demo_database();
             app::demo(args.validate()?).await
         }
-        Command::DeadLetters(args) => dead_letters_command(args).await,
+        Command::DeadLetters(args) => dead_letters::command(args).await,
         Command::Preview(args) => preview::run(args),
         Command::Doctor(args) => doctor::run(*args).await,
         Command::Suppressions(args) => {
@@ -286,19 +216,6 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
         Command::Stats(args) => stats(args).await,
         Command::Enqueue(args) => enqueue(args).await,
     }
-}
-
-async fn dead_letters_command(args: DeadLettersArgs) -> anyhow::Result<()> {
-    let output = match &args.command {
-        DeadLettersCommand::List { json, .. } => Output::unless_json(*json),
-        DeadLettersCommand::Show { .. } => Output::ForScripts,
-        _ => Output::ForPeople,
-    };
-    let command = args.command;
-    with_database(&args.database, output, async |pool| {
-        dead_letters(pool, command).await
-    })
-    .await
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
@@ -382,73 +299,9 @@ async fn with_database<T>(
 }
 
 /// Who runs the CLI, for the audit table.
-fn cli_actor() -> String {
+pub(super) fn cli_actor() -> String {
     std::env::var("USER")
         .ok()
         .filter(|u| !u.is_empty())
         .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"))
-}
-
-async fn dead_letters(
-    pool: &crate::store::Store,
-    command: DeadLettersCommand,
-) -> anyhow::Result<()> {
-    match command {
-        DeadLettersCommand::List {
-            kind,
-            limit,
-            after,
-            json,
-        } => {
-            let page = admin::list_dead_letters(pool, kind.as_deref(), after, limit).await?;
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&page)?)?;
-            } else {
-                out!("{}", crate::report::dead_letter_table(&page, limit))?;
-            }
-        }
-        DeadLettersCommand::Show { id } => match admin::message(pool, id).await? {
-            Some(message) => outln!("{}", serde_json::to_string_pretty(&message)?)?,
-            None => anyhow::bail!("no message {id}"),
-        },
-        DeadLettersCommand::Retry(selection) => {
-            apply(pool, Action::Retry, selection.selection()?).await?;
-        }
-        DeadLettersCommand::Discard(selection) => {
-            apply(pool, Action::Discard, selection.selection()?).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn apply(
-    pool: &crate::store::Store,
-    action: Action,
-    selection: Selection,
-) -> anyhow::Result<()> {
-    let changed = if let Selection::Ids(ids) = &selection
-        && let [id] = ids.as_slice()
-    {
-        admin::apply_one(pool, action, *id, &cli_actor()).await?;
-        outln!("{} message {id}", action.past_tense())?;
-        vec![*id]
-    } else {
-        let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
-        outln!(
-            "{} {} dead letters ({selection})",
-            action.past_tense(),
-            changed.len()
-        )?;
-        changed
-    };
-    // The action is done: what it left undone is told if it can be read, and never fails it.
-    match admin::left_undone(pool, action, &changed).await {
-        Ok(undone) => {
-            for undone in undone {
-                eprintln!("warning: {}", undone.warning());
-            }
-        }
-        Err(e) => eprintln!("warning: could not check the retried messages' recipients: {e}"),
-    }
-    Ok(())
 }

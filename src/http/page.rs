@@ -3,16 +3,15 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Form, Router};
+use axum::{Extension, Router};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use minijinja::value::Serde;
 use minijinja::{Environment, context};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
@@ -24,9 +23,12 @@ use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
 use crate::store::stats;
 use crate::text::cut_with_ellipsis;
 
+mod forms;
 mod messages;
 mod pauses;
 mod suppressions;
+
+use forms::{PostedForm, carries_csrf};
 
 /// Errors longer than this are folded behind "more".
 const FOLD_AT: usize = 140;
@@ -312,6 +314,8 @@ struct BulkForm {
     error_class: String,
 }
 
+carries_csrf!(OneForm, BulkForm);
+
 fn back(kind: &str, notice: &str) -> Response {
     if kind.is_empty() {
         back_to(&[], notice)
@@ -428,91 +432,4 @@ fn database_unavailable(error: &dyn std::fmt::Display) -> Response {
         StatusCode::SERVICE_UNAVAILABLE,
         "outboxd admin: the database did not answer; try again\n".to_owned(),
     )
-}
-
-/// A form the admin page posted for the signed-in actor. Extracting it refuses any other
-/// post (see [`refuse_forged`]) before the handler runs.
-struct PostedForm<T> {
-    actor: Actor,
-    form: T,
-}
-
-/// A form that carries the CSRF token the page put in it.
-trait CarriesCsrf {
-    fn csrf(&self) -> &str;
-}
-
-/// Implements [`CarriesCsrf`] for forms whose token is their `csrf` field.
-macro_rules! carries_csrf {
-    ($($form:ident),*) => {
-        $(impl $crate::http::page::CarriesCsrf for $form {
-            fn csrf(&self) -> &str {
-                &self.csrf
-            }
-        })*
-    };
-}
-// For the suppression section's forms too.
-use carries_csrf;
-
-carries_csrf!(OneForm, BulkForm);
-
-impl<T> FromRequest<AdminState> for PostedForm<T>
-where
-    T: DeserializeOwned + CarriesCsrf,
-{
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &AdminState) -> Result<Self, Response> {
-        let (mut parts, body) = request.into_parts();
-        let Extension(actor) = Extension::<Actor>::from_request_parts(&mut parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let headers = parts.headers.clone();
-        let Form(form) = Form::<T>::from_request(Request::from_parts(parts, body), state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        match refuse_forged(state, &actor, &headers, form.csrf()) {
-            Some(refused) => Err(refused),
-            None => Ok(Self { actor, form }),
-        }
-    }
-}
-
-/// A POST from another site is refused: by its `Origin` (or, without one, its `Referer`)
-/// naming another host than the one it was sent to, or by a CSRF token that is not this
-/// actor's.
-fn refuse_forged(
-    state: &AdminState,
-    actor: &Actor,
-    headers: &HeaderMap,
-    csrf: &str,
-) -> Option<Response> {
-    if !same_origin(headers) {
-        return Some(plain(
-            StatusCode::FORBIDDEN,
-            "outboxd admin: cross-origin form posts are refused\n".to_owned(),
-        ));
-    }
-    (!state.auth.csrf_matches(actor, csrf)).then(csrf_refused)
-}
-
-fn same_origin(headers: &HeaderMap) -> bool {
-    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let Some(host) = text(header::HOST) else {
-        return false;
-    };
-    let Some(source) = text(header::ORIGIN).or_else(|| text(header::REFERER)) else {
-        return true;
-    };
-    let Ok(source) = url::Url::parse(source) else {
-        return false;
-    };
-    // `Host` carries the port only when it is not the scheme's default; so may `Origin`.
-    let Ok(host) = url::Url::parse(&format!("{}://{host}", source.scheme())) else {
-        return false;
-    };
-    source.host_str().is_some()
-        && source.host_str() == host.host_str()
-        && source.port_or_known_default() == host.port_or_known_default()
 }
