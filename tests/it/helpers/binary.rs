@@ -1,0 +1,121 @@
+//! outboxd itself: its configuration as the binary parses it, the application built in
+//! process, and the binary run as a child process.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clap::Parser as _;
+use outboxd::app::App;
+use outboxd::cli::{Cli, Command as CliCommand};
+use outboxd::config::RunConfig;
+
+use super::*;
+
+pub const FROM: &str = "Outbox Test <outbox@example.test>";
+
+/// `outboxd run`'s configuration, parsed from flags exactly as the binary does.
+pub fn config(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> RunConfig {
+    let mut args = vec!["outboxd", "run", "--database-url", &db.url];
+    if let Some(url) = smtp_url {
+        args.extend(["--smtp-url", url, "--from", FROM]);
+    }
+    // Many apps run at once in this process: each gets its own port unless a test picks one.
+    if !extra.contains(&"--listen") {
+        args.extend(["--listen", "127.0.0.1:0"]);
+    }
+    args.extend(extra);
+    let cli = Cli::try_parse_from(args).expect("arguments parse");
+    let CliCommand::Run(run) = cli.command else {
+        unreachable!("parsed a run command")
+    };
+    run.validate().expect("valid configuration")
+}
+
+/// The real application, built as `outboxd run` builds it.
+pub async fn app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> App {
+    App::build(config(db, smtp_url, extra))
+        .await
+        .expect("app builds")
+}
+
+/// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment, and an
+/// HTTP port of its own unless a test names one (many run at once).
+/// The one line a command that refused to run printed, after checking it failed.
+pub fn refusal(output: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "it ran: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
+pub fn outboxd() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("OUTBOXD_") || key == "DATABASE_URL" || key == "RUST_LOG" {
+            command.env_remove(key);
+        }
+    }
+    command.env("OUTBOXD_LISTEN", "127.0.0.1:0");
+    command
+}
+
+/// The real outboxd binary, running `run` until dropped (or stopped with SIGTERM).
+pub struct Outboxd {
+    pub child: Child,
+    pub http: String,
+}
+
+impl Outboxd {
+    /// Starts `outboxd run` with these flags on a free port, and waits until it is ready.
+    pub async fn start(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
+        let this = Self::start_unready(db_url, flags, envs);
+        let http = this.http.clone();
+        eventually(Duration::from_secs(60), "outboxd ready", || {
+            let http = http.clone();
+            async move { http_get(&http, "/readyz").await.0 == 200 }
+        })
+        .await;
+        this
+    }
+
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Starts the binary without waiting for it to be ready.
+    pub fn start_unready(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
+        let http = format!("127.0.0.1:{}", free_port());
+        let child = outboxd()
+            .args(["run", "--database-url", db_url, "--listen", &http])
+            .args(flags)
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start outboxd");
+        Self { child, http }
+    }
+
+    /// Waits for the process to exit; returns its exit status and stderr.
+    pub fn wait(mut self, within: Duration) -> (std::process::ExitStatus, String) {
+        let status = poll_until_blocking(within, "outboxd to exit", || {
+            self.child.try_wait().expect("wait")
+        });
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        (status, stderr)
+    }
+}
+
+impl Drop for Outboxd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

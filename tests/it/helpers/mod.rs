@@ -1,0 +1,18 @@
+//! The real things the tests run against: a fresh PostgreSQL database per test, an
+//! aiosmtpd server per test, and the real application or binary, one concern a file.
+
+mod binary;
+mod cluster;
+mod database;
+mod fixtures;
+mod http;
+mod smtp;
+mod wait;
+
+pub use binary::*;
+pub use cluster::*;
+pub use database::*;
+pub use fixtures::*;
+pub use http::*;
+pub use smtp::*;
+pub use wait::*;
