@@ -27,7 +27,9 @@ mod demo;
 mod demo_cluster;
 mod pools;
 
-pub use demo::{demo, demo_database, sample_messages};
+pub use demo::{demo, demo_database};
+#[cfg(feature = "testing")]
+pub use demo::sample_messages;
 pub use demo_cluster::DemoCluster;
 use pools::Pools;
 pub use pools::connect_checked;
@@ -41,8 +43,6 @@ const MAX_ADMIN_CONNECTIONS: usize = 256;
 
 /// A dispatcher ready to run, with what it was built from.
 pub struct App {
-    /// The dispatcher's connections.
-    pub pool: Store,
     /// Every pool, the dispatcher's included.
     pools: Pools,
     pub dispatcher: Arc<Dispatcher>,
@@ -105,7 +105,6 @@ impl App {
             config.liveness_bound(),
         ));
         Ok(Self {
-            pool: pools.dispatch.clone(),
             pools,
             dispatcher,
             mailer,
@@ -123,12 +122,20 @@ impl App {
         })
     }
 
+    /// The dispatcher's store, whose sessions a test inspects.
+    #[cfg(feature = "testing")]
+    pub fn store(&self) -> &Store {
+        &self.pools.dispatch
+    }
+
     /// The address the HTTP server listens on (useful with port 0).
+    #[cfg(feature = "testing")]
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
     }
 
     /// Where the admin page and API are served, when an admin token turns them on.
+    #[cfg(feature = "testing")]
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
     }

@@ -25,10 +25,12 @@ mod database;
 mod deliverability;
 mod values;
 
-pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig, MIN_CONNECTIONS};
+pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
+#[cfg(test)]
+pub(crate) use database::MIN_CONNECTIONS;
 pub use deliverability::DeliverabilityArgs;
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
-pub use values::{parse_bytes, parse_duration, parse_duration_up_to, parse_retention};
+pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
 
 /// The sender used when none is configured; only sensible without SMTP.
 pub const DEV_FROM: &str = "outboxd <outboxd@localhost>";

@@ -1,3 +1,5 @@
+//! The binary: `outboxd::main`, with mimalloc as the global allocator.
+
 /// glibc's malloc took a tenth of the dispatcher's CPU time in the drain benchmark (many
 /// short-lived buffers per email, freed on another thread); mimalloc does the same work in
 /// less. Built with `no_thp`: by default mimalloc asks the kernel for transparent huge
@@ -7,5 +9,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    outboxd::cli::main()
+    outboxd::main()
 }

@@ -12,10 +12,7 @@ pub use lane::{Lane, Lanes, parse_kinds};
 pub use message_id::{InstallationTag, MessageIds, Named};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
-pub use outboxd_producer::{
-    InvalidMessage, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY, NewMessage,
-    TIME_RANGE_SECS, validate_kind,
-};
+pub use outboxd_producer::{NewMessage, validate_kind};
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
 pub use pause::{

@@ -7,10 +7,6 @@ use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 
-/// The current span's context as a W3C `traceparent`: the producer crate's, which
-/// `enqueue` writes.
-pub use outboxd_producer::current_traceparent;
-
 /// The span context a `traceparent` names, if it is well-formed.
 pub fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
     let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);

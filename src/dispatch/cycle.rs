@@ -13,7 +13,9 @@ use super::{DispatchError, Dispatcher, Step};
 use crate::store;
 
 impl Dispatcher {
-    /// Claims one batch of due rows, sends it and records every outcome.
+    /// Claims one batch of due rows, sends it and records every outcome: one step, for
+    /// tests to drive.
+    #[cfg(feature = "testing")]
     pub async fn dispatch_once(&self) -> Result<Step, DispatchError> {
         Ok(match self.claim_next(None).await? {
             NextBatch::Leased(leased) => {

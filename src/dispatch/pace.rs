@@ -78,10 +78,6 @@ impl RateLimit {
         }
         Ok(Self { per_second })
     }
-
-    pub fn per_second(self) -> f64 {
-        self.per_second
-    }
 }
 
 /// How many rows the next claim may take, and when each may be sent.
@@ -406,7 +402,7 @@ mod tests {
             ("50000/h", 50000.0 / 3600.0),
         ] {
             let rate = RateLimit::parse(text).unwrap();
-            assert!((rate.per_second() - per_second).abs() < 1e-9, "{text}");
+            assert!((rate.per_second - per_second).abs() < 1e-9, "{text}");
         }
     }
 

@@ -127,7 +127,8 @@ impl StandardSettings {
     }
 
     /// Both checks at once, for a body already in hand.
-    pub fn verify(
+    #[cfg(test)]
+    fn verify(
         &self,
         id: Option<&str>,
         timestamp: Option<&str>,

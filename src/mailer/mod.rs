@@ -15,7 +15,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::message::{Delivery, FailureType};
 use crate::text::redact_url;
-pub use reply::{Reply, Status};
+pub use reply::Reply;
 
 /// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
 /// deferral is retried, and an unreachable server may be an outage that is nobody's fault.

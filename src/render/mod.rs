@@ -29,7 +29,7 @@ pub use addresses::{envelope_keys, suppression_key};
 
 /// A claimed payload as a JSON object, or why it cannot be used.
 pub type ReadPayload = Result<Value, String>;
-pub use dkim::{Algorithm as DkimAlgorithm, DkimKey};
+pub use dkim::DkimKey;
 use errors::describe;
 pub use errors::{RenderError, TemplateLoadError};
 use extras::DeclaredHeader;
@@ -231,7 +231,8 @@ impl Renderer {
     }
 
     /// Reads a claimed row's payload, renders it, and formats the email, each within the
-    /// limits.
+    /// limits: what the dispatcher does in two steps, for the renderer's own tests.
+    #[cfg(test)]
     pub fn render_claimed(&self, message: &ClaimedMessage) -> Result<RenderedEmail, RenderError> {
         self.render_read(message, &self.read_payload(message))
     }

@@ -8,7 +8,7 @@ use super::statement::Sql;
 use super::statements::Store;
 
 use super::NOTIFY_CHANNEL;
-pub use super::messages::{MessageDetail, MessageState, StoredPayload, message};
+pub use super::messages::{MessageDetail, MessageState, message};
 use super::timeline;
 
 /// A dead letter as listed: no payload.

@@ -37,18 +37,22 @@ pub use listen::{
     CHECK_CHANNEL, linger, listen, notification_round_trip, send_check,
     transaction_pooler_in_the_way,
 };
-pub use outboxd_producer::{InvalidSchema, Schema};
+pub use outboxd_producer::Schema;
 pub use outcomes::{
     OutcomeRow, Recorded, RowLocks, record_outcomes, record_outcomes_when_unlocked,
 };
 pub use prune::Prunable;
-pub use rights::{AUTO_PAUSE_RIGHTS, RUN_RIGHTS, Right, Rights};
-pub use sample::{KindSample, PausedKind, Sample, sample};
+pub use rights::Rights;
+#[cfg(feature = "testing")]
+pub use rights::{AUTO_PAUSE_RIGHTS, RUN_RIGHTS, Right};
+pub use sample::{Sample, sample};
 pub use schema_state::{SchemaError, check_ready, check_schema};
 pub use statement::RenderError;
 pub use statements::{Preparing, Store};
 
-pub use migrations::{MIGRATIONS_TABLE, MIGRATOR, migrate};
+pub use migrations::MIGRATOR;
+#[cfg(feature = "testing")]
+pub use migrations::{MIGRATIONS_TABLE, migrate};
 
 /// The outbox table.
 pub const TABLE: &str = "outbox_messages";

@@ -12,7 +12,9 @@ use super::statement::Sql;
 use super::statements::Store;
 
 /// The event of a message's enqueueing, read from its row.
-pub const ENQUEUED: &str = "enqueued";
+/// The timeline statement writes it (`sql/timeline.sql`); the word test holds the two equal.
+#[cfg(test)]
+pub(crate) const ENQUEUED: &str = "enqueued";
 
 /// One thing that happened to a message.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]

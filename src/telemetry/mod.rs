@@ -5,7 +5,7 @@ mod labels;
 pub mod metrics;
 mod panics;
 
-pub use panics::{PANIC_TARGET, PanicContext, catch_panic, log_panics};
+pub use panics::{PanicContext, catch_panic, log_panics};
 
 use std::io::IsTerminal as _;
 

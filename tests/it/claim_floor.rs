@@ -124,7 +124,7 @@ async fn the_dispatchers_sessions_run_without_jit_compilation() {
     db.set_default("jit", Some("on")).await;
     let app = app(&db, None, &[]).await;
     let jit: String = sqlx::query_scalar("SHOW jit")
-        .fetch_one(app.pool.pool())
+        .fetch_one(app.store().pool())
         .await
         .unwrap();
     assert_eq!(jit, "off");

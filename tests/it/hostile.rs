@@ -285,8 +285,8 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
     // The Rust producer API holds the same range (`TIME_RANGE_SECS`): it refuses a second
     // past either end before the database does, and the database takes both ends.
     let (first, last) = (
-        *outboxd::message::TIME_RANGE_SECS.start(),
-        *outboxd::message::TIME_RANGE_SECS.end(),
+        *outboxd_producer::TIME_RANGE_SECS.start(),
+        *outboxd_producer::TIME_RANGE_SECS.end(),
     );
     let at = |secs: i64, nanos: u32| chrono::DateTime::from_timestamp(secs, nanos).unwrap();
     let message = |time| {
