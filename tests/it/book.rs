@@ -171,6 +171,21 @@ fn files_under(dir: &Path, found: &mut Vec<String>) {
 }
 
 #[test]
+fn every_file_in_src_says_what_it_is_in_its_first_line() {
+    let mut files = Vec::new();
+    files_under(&manifest("src"), &mut files);
+    let silent: Vec<&String> = files
+        .iter()
+        .filter(|file| file.ends_with(".rs"))
+        .filter(|file| {
+            let text = std::fs::read_to_string(manifest(file)).unwrap_or_default();
+            !text.starts_with("//! ")
+        })
+        .collect();
+    assert!(silent.is_empty(), "no `//!` first line: {silent:?}");
+}
+
+#[test]
 fn the_architecture_map_names_every_file_in_src() {
     let architecture = std::fs::read_to_string(manifest("ARCHITECTURE.md")).unwrap();
     let mut files = Vec::new();

@@ -1,3 +1,5 @@
+//! Replies read as a relay sends them: codes, statuses, echoed addresses.
+
 use super::{Reply, Status};
 
 fn reply(code: u16, lines: &str) -> Reply {

@@ -1,3 +1,5 @@
+//! The panic hook and `catch_panic`: what a panic in a send logs, and where.
+
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt as _;

@@ -1,3 +1,5 @@
+//! How the replies of each window are judged: rates, tolerated shares, chance.
+
 use std::time::Duration;
 
 use tokio::time::Instant;
