@@ -191,9 +191,9 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             .await
         }
         Command::Resume(args) => {
-            pauses::checked_resume(&args)?;
+            let kind = pauses::checked_resume(&args)?;
             with_database(&args.database, Output::ForPeople, async |pool| {
-                pauses::resume(pool, &args.kind, &cli_actor()).await
+                pauses::resume(pool, &kind, &cli_actor()).await
             })
             .await
         }

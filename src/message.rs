@@ -12,7 +12,7 @@ pub use lane::{Lane, Lanes, parse_kinds};
 pub use message_id::{InstallationTag, MessageIds, Named};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
-pub use outboxd_producer::{NewMessage, validate_kind};
+pub use outboxd_producer::{Kind, NewMessage};
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
 pub use pause::{
@@ -138,8 +138,8 @@ mod tests {
 
     #[test]
     fn kinds_are_kept_to_a_safe_alphabet() {
-        assert!(validate_kind("account_verification").is_ok());
-        assert!(validate_kind("v2.invoice-notice").is_ok());
+        assert!(Kind::parse("account_verification").is_ok());
+        assert!(Kind::parse("v2.invoice-notice").is_ok());
         for bad in [
             "",
             "../etc",
@@ -148,7 +148,7 @@ mod tests {
             ".hidden",
             &"a".repeat(101),
         ] {
-            assert!(validate_kind(bad).is_err(), "{bad:?} accepted");
+            assert!(Kind::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
 

@@ -28,8 +28,8 @@ pub mod template;
 mod trace;
 
 pub use message::{
-    InvalidMessage, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY, MAX_TRACEPARENT_CHARS,
-    NewMessage, TIME_RANGE_SECS, validate_kind,
+    InvalidMessage, Kind, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY,
+    MAX_TRACEPARENT_CHARS, NewMessage, TIME_RANGE_SECS,
 };
 pub use schema::{InvalidSchema, Schema};
 pub use trace::current_traceparent;

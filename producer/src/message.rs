@@ -59,7 +59,7 @@ impl NewMessage {
 
     /// Refuses what the table would refuse, with a message that says why.
     pub fn validate(&self) -> Result<(), InvalidMessage> {
-        validate_kind(&self.kind)?;
+        Kind::parse(&self.kind)?;
         if !self.payload.is_object() {
             return Err(InvalidMessage::PayloadNotObject);
         }
@@ -148,17 +148,57 @@ fn nul_in(value: &Value, path: &str) -> Option<String> {
     }
 }
 
-/// Kind names double as template directory names, so they are kept to a safe alphabet.
-pub fn validate_kind(kind: &str) -> Result<(), InvalidMessage> {
-    let valid = !kind.is_empty()
-        && kind.chars().count() <= MAX_KIND_CHARS
-        && kind
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
-        && !kind.starts_with('.');
-    if valid {
-        Ok(())
-    } else {
-        Err(InvalidMessage::Kind(kind.to_owned()))
+/// A kind's name, checked: what `outbox_messages.kind` holds and a templates folder is
+/// named. Kind names double as template directory names, so they are kept to a safe
+/// alphabet: ASCII lower-case letters, digits, `_`, `-` and `.`, not first, at most
+/// [`MAX_KIND_CHARS`] characters. Every kind outboxd reads from a person or a file is one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Kind(String);
+
+impl Kind {
+    /// `name` as a kind, or why it cannot be one.
+    pub fn parse(name: &str) -> Result<Self, InvalidMessage> {
+        let valid = !name.is_empty()
+            && name.chars().count() <= MAX_KIND_CHARS
+            && name.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.')
+            })
+            && !name.starts_with('.');
+        if valid {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(InvalidMessage::Kind(name.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = InvalidMessage;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::parse(name)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for Kind {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A set of kinds is looked up by a row's `kind` text.
+impl std::borrow::Borrow<str> for Kind {
+    fn borrow(&self) -> &str {
+        &self.0
     }
 }

@@ -24,7 +24,7 @@ pub async fn run(
 ) {
     loop {
         for kind in &rule.kinds {
-            match check(&pool, &rule, kind, interval).await {
+            match check(&pool, &rule, kind.as_str(), interval).await {
                 Ok(Some(reason)) => {
                     error!(kind = %kind, reason = %reason, "paused a kind: resume it with outboxd resume once the cause is fixed");
                 }

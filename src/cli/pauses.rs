@@ -4,7 +4,7 @@
 use clap::Args;
 
 use crate::config::DatabaseArgs;
-use crate::message::{NewPause, validate_kind};
+use crate::message::{Kind, NewPause};
 use crate::store::pauses;
 use crate::text::printable;
 
@@ -54,11 +54,11 @@ pub async fn pause(pool: &crate::store::Store, new: &NewPause, actor: &str) -> a
     Ok(())
 }
 
-pub fn checked_resume(args: &ResumeArgs) -> anyhow::Result<()> {
-    validate_kind(&args.kind).map_err(anyhow::Error::from)
+pub fn checked_resume(args: &ResumeArgs) -> anyhow::Result<Kind> {
+    Kind::parse(&args.kind).map_err(anyhow::Error::from)
 }
 
-pub async fn resume(pool: &crate::store::Store, kind: &str, actor: &str) -> anyhow::Result<()> {
+pub async fn resume(pool: &crate::store::Store, kind: &Kind, actor: &str) -> anyhow::Result<()> {
     if !pauses::resume(pool, kind, actor).await? {
         anyhow::bail!("{kind} is not paused");
     }

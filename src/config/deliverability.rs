@@ -15,7 +15,7 @@ use crate::render::DkimKey;
 use crate::text::debug_showing_only;
 
 use super::parse_bytes;
-use crate::message::{AutoPause, parse_kinds, parse_share};
+use crate::message::{AutoPause, Kind, parse_kinds, parse_share};
 
 #[derive(Clone, Args)]
 pub struct DeliverabilityArgs {
@@ -80,7 +80,7 @@ pub struct DeliverabilityArgs {
     /// Kinds outboxd pauses by itself when their latest sends bounce hard or draw
     /// complaints past the thresholds below (newsletter,digest); an operator resumes them.
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_KINDS", value_parser = parse_kinds, default_value = "")]
-    pub auto_pause_kinds: BTreeSet<String>,
+    pub auto_pause_kinds: BTreeSet<Kind>,
 
     /// Distinct hard-bounced recipients per send that pause such a kind, 5 at least (10%:
     /// where SES pauses an account).
@@ -97,7 +97,7 @@ pub struct DeliverabilityArgs {
     /// where an outsider's complaints could otherwise stop it for everyone. A kind may not
     /// be in both lists.
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS", value_parser = parse_kinds, default_value = "account_verification")]
-    pub auto_pause_exempt_kinds: BTreeSet<String>,
+    pub auto_pause_exempt_kinds: BTreeSet<Kind>,
 
     /// How many of a kind's latest sends (of the last day) are judged, 100 at least; a
     /// kind with fewer is not judged.

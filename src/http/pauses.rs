@@ -10,7 +10,7 @@ use tracing::info;
 use super::AdminState;
 use super::api_error::ApiError;
 use super::auth::Actor;
-use crate::message::{NewPause, PauseRequest, validate_kind};
+use crate::message::{Kind, NewPause, PauseRequest};
 use crate::store::pauses;
 
 pub fn routes() -> Router<AdminState> {
@@ -43,10 +43,10 @@ async fn resume(
     Extension(actor): Extension<Actor>,
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    validate_kind(&kind).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let kind = Kind::parse(&kind).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if pauses::resume(&state.pool, &kind, &actor.0).await? {
         info!(actor = %actor.0, action = "resume", kind = %kind, "admin action");
-        Ok(Json(json!({ "kind": kind, "resumed": true })))
+        Ok(Json(json!({ "kind": kind.as_str(), "resumed": true })))
     } else {
         Err(ApiError::not_found(format!("{kind} is not paused")))
     }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use super::validate_kind;
+use super::Kind;
 
 /// A lane; its `as_str` is the `lane` label of the per-lane metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -29,7 +29,7 @@ impl Lane {
 /// The kinds of the bulk lane (`OUTBOXD_BULK_KINDS`); every other kind is transactional.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lanes {
-    bulk: BTreeSet<String>,
+    bulk: BTreeSet<Kind>,
 }
 
 impl Lanes {
@@ -50,16 +50,15 @@ impl Lanes {
 
     /// The bulk kinds, as the claim binds them.
     pub fn bulk_kinds(&self) -> Vec<String> {
-        self.bulk.iter().cloned().collect()
+        self.bulk.iter().map(|kind| kind.as_str().to_owned()).collect()
     }
 }
 
 /// Reads `newsletter,digest`: kinds separated by commas, each a valid kind, none twice.
-pub fn parse_kinds(text: &str) -> Result<BTreeSet<String>, String> {
+pub fn parse_kinds(text: &str) -> Result<BTreeSet<Kind>, String> {
     let mut kinds = BTreeSet::new();
     for kind in text.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-        validate_kind(kind).map_err(|e| e.to_string())?;
-        if !kinds.insert(kind.to_owned()) {
+        if !kinds.insert(Kind::parse(kind).map_err(|e| e.to_string())?) {
             return Err(format!("{kind:?} is given twice"));
         }
     }

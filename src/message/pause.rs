@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::validate_kind;
+use super::Kind;
 
 /// outboxd itself where it acts on its own: who pauses a kind automatically (in the pause
 /// and the audit log), and who discards a message it ends (`discarded_by` of an expired or
@@ -26,7 +26,7 @@ pub struct PauseRequest {
 /// A pause checked: a kind name outboxd could have templates for, and a reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPause {
-    pub kind: String,
+    pub kind: Kind,
     pub reason: String,
 }
 
@@ -34,7 +34,7 @@ impl NewPause {
     /// Checks `kind` as a message's kind is checked, and `reason`: 1 to
     /// [`MAX_PAUSE_REASON_CHARS`] characters once trimmed, no control character.
     pub fn new(kind: &str, reason: &str) -> Result<Self, String> {
-        validate_kind(kind).map_err(|e| e.to_string())?;
+        let kind = Kind::parse(kind).map_err(|e| e.to_string())?;
         let reason = reason.trim();
         if reason.is_empty() {
             return Err("a pause needs a reason: say why, for whoever resumes it".to_owned());
@@ -48,7 +48,7 @@ impl NewPause {
             return Err("the reason must not hold control characters".to_owned());
         }
         Ok(Self {
-            kind: kind.to_owned(),
+            kind,
             reason: reason.to_owned(),
         })
     }
@@ -70,7 +70,7 @@ pub const MIN_BOUNCED_RECIPIENTS: i64 = 5;
 /// and never for an exempt kind (`OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoPause {
-    pub kinds: BTreeSet<String>,
+    pub kinds: BTreeSet<Kind>,
     /// Hard-bounced recipients per send at which a kind is paused.
     pub hard_bounce_share: f64,
     /// Complainers per send at which a kind is paused.
@@ -171,7 +171,7 @@ mod tests {
 
     fn auto_pause() -> AutoPause {
         AutoPause {
-            kinds: BTreeSet::from(["newsletter".to_owned()]),
+            kinds: BTreeSet::from([Kind::parse("newsletter").expect("a kind")]),
             hard_bounce_share: 0.10,
             complaint_share: 0.005,
             window: 100,

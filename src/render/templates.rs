@@ -5,7 +5,7 @@ use std::path::Path;
 use minijinja::Environment;
 
 use super::TemplateLoadError;
-use crate::message::validate_kind;
+use crate::message::Kind;
 
 /// The templates shipped in the binary, for the kinds the first application sends.
 pub(super) const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
@@ -86,7 +86,7 @@ pub(super) fn read_template_dir(dir: &Path) -> Result<Vec<(String, String)>, Tem
             if let Some((kind, _)) = relative.rsplit_once('/')
                 && relative.ends_with("/subject.txt")
             {
-                validate_kind(kind).map_err(|e| {
+                Kind::parse(kind).map_err(|e| {
                     TemplateLoadError::Layout(path.display().to_string(), e.to_string())
                 })?;
             }

@@ -12,7 +12,7 @@ use super::NOTIFY_CHANNEL;
 use super::admin::audit;
 use super::statement::Sql;
 use super::statements::{Bound, Store};
-use crate::message::{AUTOMATIC_ACTOR, MAX_PAUSE_REASON_CHARS, RecentSends};
+use crate::message::{AUTOMATIC_ACTOR, Kind, MAX_PAUSE_REASON_CHARS, RecentSends};
 use crate::text::cut;
 
 /// The audit log's `action` for a resume, which the automatic pause also reads: only sends
@@ -35,19 +35,19 @@ pub struct Pause {
 /// transaction. Returns the pause as stored.
 pub async fn pause(
     store: &Store,
-    kind: &str,
+    kind: &Kind,
     reason: &str,
     actor: &str,
 ) -> Result<Pause, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let pause: Pause = store
         .query_as(Sql::PauseKind)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(reason)
         .bind(actor)
         .fetch_one(&mut *tx)
         .await?;
-    audit(store, &mut tx, actor, "pause", kind, 1, Some(reason)).await?;
+    audit(store, &mut tx, actor, "pause", kind.as_str(), 1, Some(reason)).await?;
     tx.commit().await?;
     Ok(pause)
 }
@@ -55,16 +55,16 @@ pub async fn pause(
 /// Resumes `kind` for an operator, with the audit entry; false when it was not paused.
 /// The notification without a due time tells every replica's claim to scan its due index
 /// from the start again: the kind's rows were skipped, and its floor may have passed them.
-pub async fn resume(store: &Store, kind: &str, actor: &str) -> Result<bool, sqlx::Error> {
+pub async fn resume(store: &Store, kind: &Kind, actor: &str) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let removed = store
         .query(Sql::ResumeKind)
-        .bind(kind)
+        .bind(kind.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected();
     if removed > 0 {
-        audit(store, &mut tx, actor, AUDIT_RESUME, kind, 1, None).await?;
+        audit(store, &mut tx, actor, AUDIT_RESUME, kind.as_str(), 1, None).await?;
         store
             .query(Sql::WakeDispatchers)
             .bind(NOTIFY_CHANNEL)

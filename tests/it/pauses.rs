@@ -398,7 +398,7 @@ async fn three_complaints_from_one_mailbox_are_one_voice_and_do_not_pause_a_kind
             .unwrap();
     assert_eq!((recent.sends, recent.complainers), (500, 1));
     let rule = outboxd::message::AutoPause {
-        kinds: [FLOWING.to_owned()].into(),
+        kinds: [outboxd_producer::Kind::parse(FLOWING).unwrap()].into(),
         hard_bounce_share: 0.10,
         complaint_share: 0.005,
         window: 500,

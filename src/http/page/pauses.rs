@@ -12,7 +12,7 @@ use tracing::info;
 
 use super::{PostedForm, ago, back_to, carries_csrf, database_unavailable};
 use crate::http::AdminState;
-use crate::message::{NewPause, validate_kind};
+use crate::message::{Kind, NewPause};
 use crate::store::pauses;
 
 /// The section's rows, by kind.
@@ -75,18 +75,16 @@ pub(super) async fn resume(
     State(state): State<AdminState>,
     PostedForm { actor, form }: PostedForm<ResumeForm>,
 ) -> Response {
-    if let Err(e) = validate_kind(&form.kind) {
-        return back_to(&[], &format!("Could not resume: {e}."));
-    }
-    match pauses::resume(&state.pool, &form.kind, &actor.0).await {
+    let kind = match Kind::parse(&form.kind) {
+        Ok(kind) => kind,
+        Err(e) => return back_to(&[], &format!("Could not resume: {e}.")),
+    };
+    match pauses::resume(&state.pool, &kind, &actor.0).await {
         Ok(true) => {
-            info!(actor = %actor.0, action = "resume", kind = %form.kind, "admin action");
-            back_to(&[], &format!("Resumed {}.", form.kind))
+            info!(actor = %actor.0, action = "resume", %kind, "admin action");
+            back_to(&[], &format!("Resumed {kind}."))
         }
-        Ok(false) => back_to(
-            &[],
-            &format!("Could not resume: {} is not paused.", form.kind),
-        ),
+        Ok(false) => back_to(&[], &format!("Could not resume: {kind} is not paused.")),
         Err(e) => database_unavailable(&e),
     }
 }
