@@ -26,6 +26,7 @@ enum State {
 /// Open while the SMTP server is unreachable; see the module's documentation.
 #[derive(Debug, Default)]
 pub(super) struct CircuitBreaker {
+    /// Shared: every send reports to it as it ends, and the loop asks it before a claim.
     state: Mutex<State>,
 }
 

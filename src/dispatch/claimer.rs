@@ -29,7 +29,8 @@ pub(super) struct Claimer {
     floor: ClaimFloor,
     pace: Arc<Pace>,
     /// The claim size now: grows while batches come back full, back to `batch_size` after
-    /// a short one.
+    /// a short one. Only the claim path touches it; an atomic because the stages share
+    /// `&self`.
     claim_size: AtomicU32,
     settings: DispatchSettings,
     /// Where the loop listens for the insert trigger's notifications, which move the floor.

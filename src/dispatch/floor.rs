@@ -24,6 +24,8 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// The floor, shared by the claim (which raises it) and the wake-ups (which lower it).
 #[derive(Debug)]
 pub(super) struct ClaimFloor {
+    /// The claim raises it while a drain runs; the wake-ups lower it between drains. One
+    /// task, but the stages share `&self`, so the state is behind a lock.
     state: Mutex<State>,
 }
 

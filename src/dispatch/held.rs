@@ -21,6 +21,8 @@ pub(super) struct LockWaiter {
 /// Every outcome the recorder holds.
 #[derive(Default)]
 pub(super) struct Held {
+    /// Shared: a batch's sends hold outcomes the database did not take while the next
+    /// claim (joined with them in the drain) writes those held before.
     state: Mutex<HeldState>,
 }
 

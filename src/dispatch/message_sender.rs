@@ -41,6 +41,7 @@ pub(super) struct MessageSender {
 pub(super) struct InFlight {
     pub messages: Arc<[ClaimedMessage]>,
     pub payloads: Payloads,
+    /// The next message to send, taken by whichever of the batch's send tasks is free.
     pub next: AtomicUsize,
     pub outcomes: OutcomeQueue,
     pub lease_start: Instant,
@@ -52,7 +53,8 @@ pub(super) struct InFlight {
     /// Recipients not to mail: the list as of the claim, and those that bounced since.
     pub suppressed: Suppressed,
     /// Some send reached the server, or some found it unreachable: together they tell an
-    /// outage (every send unreachable) from a message's own failure.
+    /// outage (every send unreachable) from a message's own failure. Set by the send tasks,
+    /// read once they are done.
     pub reached: AtomicBool,
     pub unreachable: AtomicBool,
 }

@@ -115,10 +115,11 @@ pub(super) struct Pace {
     limit: Option<RateLimit>,
     replies: Replies,
     /// Without a limit, once the relay has throttled: the pace found, until it is
-    /// forgotten.
+    /// forgotten. Only the claim path touches it and the next one; a lock because the
+    /// stages share `&self`.
     discovered: Mutex<Option<Found>>,
     /// The pace of the last booking: what the sends since were paced at; `None` before
-    /// any (without a limit, until the relay throttles).
+    /// any (without a limit, until the relay throttles). As `discovered`.
     booked_pace: Mutex<Option<f64>>,
 }
 

@@ -30,6 +30,7 @@ enum Slot {
 /// A batch's outcomes on their way from the send tasks to the recorder, and where each
 /// message stands, under one lock: an outcome is marked done exactly when it is queued.
 pub(super) struct OutcomeQueue {
+    /// Shared: the send tasks push, the recorder takes.
     state: Mutex<QueueState>,
     /// Rung when a chunk is full.
     ready: Notify,

@@ -16,6 +16,7 @@ use crate::suppression::SuppressionReason;
 #[derive(Debug, Default)]
 pub(super) struct Suppressed {
     listed: HashMap<String, SuppressionReason>,
+    /// Shared: a send that meets a bounce adds to it, the batch's other sends read it.
     bounced: Mutex<HashMap<String, SuppressionReason>>,
 }
 

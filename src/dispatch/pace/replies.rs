@@ -36,10 +36,12 @@ const MOST_TOLERATED: f64 = 0.99;
 /// The replies counted as sends end, and the judge of each window of them.
 #[derive(Debug)]
 pub(super) struct Replies {
+    /// Counted by the send tasks as they end, taken by the claim's judgement.
     accepted: AtomicU64,
     refused: AtomicU64,
     /// The pace held sends back since the last judgement: more were due than it allowed.
     held_back: AtomicBool,
+    /// Only the claim's judgement touches it; a lock because the stages share `&self`.
     judge: Mutex<Judge>,
 }
 
