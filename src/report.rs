@@ -84,11 +84,10 @@ pub fn dead_letter_table(page: &[DeadLetter], limit: i64) -> String {
         ],
         &rows,
     );
-    if let Some(last) = page.last().filter(|_| page.len() as i64 >= limit) {
+    if let Some(last) = crate::store::next_after(page, limit, |d| d.id) {
         out.push_str(&format!(
-            "({} shown; older: --after {})\n",
-            page.len(),
-            last.id
+            "({} shown; older: --after {last})\n",
+            page.len()
         ));
     }
     out

@@ -233,8 +233,10 @@ pub fn address_key(address: &lettre::Address) -> String {
     format!("{}@{domain}", address.user().to_ascii_lowercase())
 }
 
-/// The longest note an operator may keep with an entry (the column's CHECK).
-const MAX_DETAIL_CHARS: usize = 1000;
+/// The longest detail kept with a suppression entry or an event of a message's timeline
+/// (the columns' CHECKs): an operator's note, a provider's diagnostic, a server's reply.
+/// A longer operator's note is refused; a provider's or a server's is cut to it.
+pub(crate) const MAX_DETAIL_CHARS: usize = 1000;
 
 /// What an operator asks to add: through the API, the page or the command line.
 #[derive(Debug, serde::Deserialize)]

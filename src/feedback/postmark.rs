@@ -87,7 +87,7 @@ pub fn notification(body: &[u8]) -> Result<Notification, FeedbackError> {
     let detail = record["Details"]
         .as_str()
         .or_else(|| record["Description"].as_str())
-        .map(|d| crate::text::cut(d, 1000).to_owned());
+        .map(|d| crate::text::cut(d, crate::suppression::MAX_DETAIL_CHARS).to_owned());
     let text = |field: &str| match &record[field] {
         Value::String(text) => Some(text.clone()),
         Value::Number(number) => Some(number.to_string()),

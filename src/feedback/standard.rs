@@ -214,7 +214,7 @@ pub fn events(body: &[u8]) -> Result<Vec<Event>, FeedbackError> {
         detail: body
             .data
             .detail
-            .map(|d| crate::text::cut(&d, 1000).to_owned()),
+            .map(|d| crate::text::cut(&d, crate::suppression::MAX_DETAIL_CHARS).to_owned()),
     }])
 }
 

@@ -106,9 +106,7 @@ impl ParseQuery for ListQuery {
 impl ListQuery {
     /// The `after` of the next page: the last id of a full page, none after a short one.
     pub fn next_after(&self, page: &[DeadLetter]) -> Option<i64> {
-        (page.len() as i64 == self.limit)
-            .then(|| page.last().map(|d| d.id))
-            .flatten()
+        crate::store::next_after(page, self.limit, |d| d.id)
     }
 }
 
@@ -201,9 +199,7 @@ impl ParseQuery for RecipientQuery {
 impl RecipientQuery {
     /// The id the next page starts below, when this page is full.
     pub fn next_after(&self, page: &RecipientPage) -> Option<i64> {
-        (page.messages.len() as i64 == self.limit)
-            .then(|| page.messages.last().map(|m| m.id))
-            .flatten()
+        crate::store::next_after(&page.messages, self.limit, |m| m.id)
     }
 }
 

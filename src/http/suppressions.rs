@@ -67,9 +67,7 @@ impl ParseQuery for SuppressionQuery {
 impl SuppressionQuery {
     /// The `after` of the next page, when this one was full.
     pub fn next_after(&self, page: &[Suppression]) -> Option<String> {
-        let full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= self.limit;
-        full.then(|| page.last().map(|s| s.address.clone()))
-            .flatten()
+        crate::store::next_after(page, self.limit, |s| s.address.clone())
     }
 }
 

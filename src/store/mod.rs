@@ -61,6 +61,13 @@ pub const TABLE: &str = "outbox_messages";
 /// the API's and the command line's `limit`.
 pub const MAX_PAGE: i64 = 500;
 
+/// Where the next page of a listing starts: the key of a full page's last row (a page is
+/// full when it holds `limit` rows); none after a short one. Every listing pages so.
+pub fn next_after<T, K>(page: &[T], limit: i64, key: impl FnOnce(&T) -> K) -> Option<K> {
+    let full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= limit;
+    page.last().filter(|_| full).map(key)
+}
+
 /// The channel the insert trigger notifies at commit.
 pub const NOTIFY_CHANNEL: &str = "outbox_messages";
 

@@ -6,8 +6,12 @@ use super::{BlockKind, FILES, Sql, blocks, render_all};
 use crate::message::{AUTOMATIC_ACTOR, actions};
 use crate::suppression::{FeedbackSource, SuppressionReason, marks};
 
-/// The Rust definition of each stored word the files mark (`'sent' /* word: action.sent */`).
-fn word(name: &str) -> Option<&'static str> {
+/// The Rust definition of each stored word the files mark (`'sent' /* word: action.sent */`),
+/// or limit (`1000 /* word: limit.detail_chars */`).
+fn word(name: &str) -> Option<String> {
+    if name == "limit.detail_chars" {
+        return Some(crate::suppression::MAX_DETAIL_CHARS.to_string());
+    }
     Some(match name {
         "action.sent" => actions::SENT,
         "action.retry" => actions::RETRY,
@@ -30,7 +34,8 @@ fn word(name: &str) -> Option<&'static str> {
         "tier.bulk" => super::super::claim::BULK,
         "event.enqueued" => super::super::timeline::ENQUEUED,
         _ => return None,
-    })
+    }
+    .to_owned())
 }
 
 /// outboxd's tables and functions: each a statement names must carry `{{schema}}`.
@@ -133,9 +138,11 @@ fn each_stored_word_is_the_rust_definition_it_names() {
         while let Some(at) = rest.find("/* word: ") {
             let name = rest[at + 9..].split(" */").next().unwrap_or_default();
             let before = rest[..at].trim_end();
+            let number = &before[before.trim_end_matches(|c: char| c.is_ascii_digit()).len()..];
             let literal = before
                 .strip_suffix('\'')
                 .and_then(|b| b.rfind('\'').map(|open| &b[open + 1..]))
+                .or(Some(number).filter(|n| !n.is_empty()))
                 .unwrap_or_else(|| panic!("{file}: word {name} follows no literal"));
             let expected = word(name).unwrap_or_else(|| panic!("{file}: unknown word {name}"));
             assert_eq!(literal, expected, "{file}: word {name}");

@@ -314,7 +314,7 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
         .bind(&entry.address)
         .bind(entry.reason.as_str())
         .bind(entry.source.as_str())
-        .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, 1000)))
+        .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, crate::suppression::MAX_DETAIL_CHARS)))
         .bind(entry.message_id)
         .bind(actor)
         .bind(entry.until)

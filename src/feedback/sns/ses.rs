@@ -49,7 +49,7 @@ pub(super) fn ses_events(message: &str) -> Result<Vec<Event>, FeedbackError> {
             let detail = recipient["diagnosticCode"]
                 .as_str()
                 .or_else(|| ses["complaint"]["complaintFeedbackType"].as_str())
-                .map(|d| crate::text::cut(d, 1000).to_owned());
+                .map(|d| crate::text::cut(d, crate::suppression::MAX_DETAIL_CHARS).to_owned());
             Ok(Event {
                 kind: kind.clone(),
                 address: address(text)?,

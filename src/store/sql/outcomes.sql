@@ -73,7 +73,7 @@ events AS (
 ), suppressed AS (
     INSERT INTO {{schema}}outbox_suppressions (address, reason, source, detail, message_id)
     SELECT DISTINCT ON (bounced) bounced, 'hard_bounce' /* word: reason.hard_bounce */,
-           'smtp' /* word: source.smtp */, left(error, 1000), id
+           'smtp' /* word: source.smtp */, left(error, 1000 /* word: limit.detail_chars */), id
     FROM updated WHERE bounced IS NOT NULL AND suppress
     ON CONFLICT (address) DO UPDATE SET
         reason = excluded.reason, source = excluded.source, detail = excluded.detail,

@@ -111,7 +111,7 @@ FROM {{schema}}outbox_messages WHERE id = $1 FOR NO KEY UPDATE
 -- Index: outbox_messages_pkey.
 WITH event AS (
     INSERT INTO {{schema}}outbox_message_events (message_id, event, actor, detail)
-    VALUES ($1, $3, $4, left($5, 1000)))
+    VALUES ($1, $3, $4, left($5, 1000 /* word: limit.detail_chars */)))
 UPDATE {{schema}}outbox_messages
 SET feedback = $2, feedback_at = now(),
     next_attempt_at = {{schema}}outbox_on_the_calendar(next_attempt_at),
