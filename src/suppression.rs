@@ -9,8 +9,9 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-/// The longest address the list accepts (RFC 5321: 64 + 1 + 255).
-pub const MAX_ADDRESS_CHARS: usize = 320;
+mod address;
+
+pub use address::{Address, lookup_forms};
 
 /// What the claim statement found of a batch's recipients on the list: the addresses it
 /// read from the payloads (by a simpler rule than the renderer's, see `store::claim`) and
@@ -134,8 +135,7 @@ impl BounceType {
 /// An address to add to the list.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSuppression {
-    /// Normalized by [`normalize_address`].
-    pub address: String,
+    pub address: Address,
     pub reason: SuppressionReason,
     pub source: FeedbackSource,
     /// What the server or the provider said, or the operator's note.
@@ -158,9 +158,9 @@ pub(crate) mod marks {
 /// What a provider reported of one message's recipient.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feedback {
-    /// The recipient reported, in the list's normal form: the row is marked only if it
-    /// was one of the row's recipients.
-    pub address: String,
+    /// The recipient reported: the row is marked only if it was one of the row's
+    /// recipients.
+    pub address: Address,
     /// One of [`marks`]: the message row's `feedback`; `None` for an unsubscribe.
     pub mark: Option<&'static str>,
     /// The outbox row it names, if it names one.
@@ -176,61 +176,6 @@ impl Feedback {
     pub fn event(&self) -> &'static str {
         self.mark.unwrap_or(SuppressionReason::Unsubscribe.as_str())
     }
-}
-
-/// An address as the list keeps it ([`address_key`]): its addr-spec (a `Name <addr>` form
-/// is reduced to `addr`), trimmed; refused unless it parses as an email address.
-pub fn normalize_address(text: &str) -> Result<String, String> {
-    let text = text.trim();
-    let spec = match (text.rfind('<'), text.strip_suffix('>')) {
-        (Some(open), Some(_)) => &text[open + 1..text.len() - 1],
-        _ => text,
-    };
-    if spec.chars().any(char::is_control) {
-        return Err("an address may not contain control characters".to_owned());
-    }
-    if spec.chars().count() > MAX_ADDRESS_CHARS {
-        return Err(format!(
-            "an address is at most {MAX_ADDRESS_CHARS} characters"
-        ));
-    }
-    let address = spec
-        .parse::<lettre::Address>()
-        .map_err(|e| format!("{spec:?} is not an email address: {e}"))?;
-    Ok(address_key(&address))
-}
-
-/// The forms an address a recipient lookup is given may be stored in: the list's normal
-/// form ([`address_key`]), and its addr-spec with ASCII letters lower-cased, which is how
-/// the lookup's index reads a payload (`outbox_recipient_keys`; it cannot turn a domain
-/// into its IDNA form), so that `Ann@Bücher.de` finds what was sent to `ann@bücher.de`
-/// and to `ann@xn--bcher-kva.de`. Refused unless it parses as an email address.
-pub fn lookup_forms(text: &str) -> Result<Vec<String>, String> {
-    let key = normalize_address(text)?;
-    let text = text.trim();
-    let spec = match (text.rfind('<'), text.strip_suffix('>')) {
-        (Some(open), Some(_)) => &text[open + 1..text.len() - 1],
-        _ => text,
-    };
-    let folded = spec.trim().to_ascii_lowercase();
-    Ok(if folded == key {
-        vec![key]
-    } else {
-        vec![key, folded]
-    })
-}
-
-/// An address as the list keeps it, the one normal form every path uses (the SMTP
-/// replies, the webhooks, the API, the page and the CLI): the local part with ASCII
-/// letters lower-cased and nothing else changed, the domain in IDNA's ASCII form
-/// (`bücher.de` and `xn--bcher-kva.de` are one domain; providers report the latter).
-/// Unicode case folding of the local part would map two mailboxes onto one: KELVIN SIGN
-/// (U+212A) lower-cases to `k`, so a bounce for `\u{212A}ate@` suppressed `kate@`. The
-/// claim statement folds the same way (`store::claim`, ASCII only).
-pub fn address_key(address: &lettre::Address) -> String {
-    let domain = address.domain();
-    let domain = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase());
-    format!("{}@{domain}", address.user().to_ascii_lowercase())
 }
 
 /// The longest detail kept with a suppression entry or an event of a message's timeline
@@ -263,7 +208,7 @@ impl AddRequest {
             return Err("until must be in the future".to_owned());
         }
         Ok(NewSuppression {
-            address: normalize_address(&self.address)?,
+            address: Address::parse(&self.address)?,
             reason: self.reason.unwrap_or(SuppressionReason::Manual),
             source: FeedbackSource::Operator,
             detail: self.detail,
@@ -276,44 +221,6 @@ impl AddRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_are_reduced_to_their_spec_and_lower_cased() {
-        assert_eq!(
-            normalize_address(" Ada Lovelace <Ada@Example.COM> ").unwrap(),
-            "ada@example.com"
-        );
-        assert_eq!(normalize_address("BOB@x.org").unwrap(), "bob@x.org");
-        for bad in ["", "not an address", "a@b\r\nBcc: x@y", "<>"] {
-            assert!(normalize_address(bad).is_err(), "{bad:?} accepted");
-        }
-        assert!(normalize_address(&format!("{}@x.org", "a".repeat(400))).is_err());
-        assert_eq!(
-            normalize_address("Ana@Bücher.de").unwrap(),
-            normalize_address("ana@xn--bcher-kva.de").unwrap()
-        );
-    }
-
-    #[test]
-    fn no_two_mailboxes_share_a_normal_form() {
-        // KELVIN SIGN, LATIN CAPITAL I WITH DOT, and the long s fold to ASCII letters under
-        // Unicode's lower-casing; each is a mailbox of its own.
-        for (unicode, ascii) in [
-            ("\u{212A}ate@example.com", "kate@example.com"),
-            ("\u{0130}da@example.com", "ida@example.com"),
-            ("\u{017F}am@example.com", "sam@example.com"),
-            ("\u{00C5}sa@example.com", "\u{00E5}sa@example.com"),
-        ] {
-            assert_ne!(
-                normalize_address(unicode).unwrap(),
-                normalize_address(ascii).unwrap()
-            );
-        }
-        assert_eq!(
-            normalize_address("\u{00C5}sa@Example.COM").unwrap(),
-            "\u{00C5}sa@example.com"
-        );
-    }
 
     #[test]
     fn reasons_round_trip_through_their_names() {

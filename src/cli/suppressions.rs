@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use crate::config::DatabaseArgs;
 use crate::store::suppressions;
-use crate::suppression::{AddRequest, SuppressionReason, normalize_address};
+use crate::suppression::{AddRequest, SuppressionReason, Address};
 use crate::text::printable;
 
 #[derive(Debug, Args)]
@@ -93,16 +93,16 @@ pub async fn run(
             suppressions::add(pool, &entry, actor).await?;
             outln!(
                 "suppressed {} ({})",
-                printable(&entry.address),
+                printable(entry.address.as_str()),
                 entry.reason
             )?;
         }
         SuppressionsCommand::Remove { address } => {
-            let address = normalize_address(&address).map_err(anyhow::Error::msg)?;
+            let address = Address::parse(&address).map_err(anyhow::Error::msg)?;
             if !suppressions::remove(pool, &address, actor).await? {
-                anyhow::bail!("{} is not suppressed", printable(&address));
+                anyhow::bail!("{} is not suppressed", printable(address.as_str()));
             }
-            outln!("removed {}", printable(&address))?;
+            outln!("removed {}", printable(address.as_str()))?;
         }
     }
     Ok(())

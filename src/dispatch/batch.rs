@@ -14,7 +14,7 @@ use super::recipients::Suppressed;
 use crate::message::{ClaimedBatch, Delivery, Outcome};
 use crate::render::ReadPayload;
 use crate::store::RowLocks;
-use crate::suppression::ListedAtClaim;
+use crate::suppression::{Address, ListedAtClaim};
 
 /// Each message's payload, read once by the claimer, in the batch's order.
 pub(super) type Payloads = Arc<[ReadPayload]>;
@@ -62,7 +62,7 @@ pub(super) struct Decided {
     /// How long the send took, when one was made.
     pub took: Option<Duration>,
     /// The recipient the server said does not exist, to suppress (in the list's normal form).
-    pub bounced: Option<String>,
+    pub bounced: Option<Address>,
 }
 
 impl Decided {

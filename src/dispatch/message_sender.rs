@@ -119,7 +119,7 @@ impl MessageSender {
             AttemptResult::SendFailed(e) => e
                 .unknown_recipient()
                 .and_then(|to| to.parse::<lettre::Address>().ok())
-                .map(|to| crate::suppression::address_key(&to)),
+                .map(|to| crate::suppression::Address::of(&to)),
             _ => None,
         };
         // The pace hears every throttling reply, also one that costs a message that has met

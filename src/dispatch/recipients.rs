@@ -9,7 +9,7 @@ use lettre::address::Envelope;
 
 use crate::lock::lock;
 use crate::render::suppression_key;
-use crate::suppression::SuppressionReason;
+use crate::suppression::{Address, SuppressionReason};
 
 /// The addresses of one batch that were on the list at its claim, and those a server said
 /// do not exist while it was being sent.
@@ -41,8 +41,8 @@ impl Suppressed {
     }
 
     /// An address that bounced hard in this batch: its batch-mates to it are not sent.
-    pub fn bounced(&self, address: &str) {
-        lock(&self.bounced).insert(address.to_owned(), SuppressionReason::HardBounce);
+    pub fn bounced(&self, address: &Address) {
+        lock(&self.bounced).insert(address.to_string(), SuppressionReason::HardBounce);
     }
 
     pub fn filter(&self, envelope: &Envelope) -> Filtered {

@@ -18,6 +18,7 @@ use super::queue::{Chunk, OutcomeQueue};
 use crate::lock::lock;
 use crate::message::{ClaimedBatch, Delivery, Outcome};
 use crate::store::{self, KeptConnection};
+use crate::suppression::Address;
 use crate::suppression::{BounceType, FeedbackSource};
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
 
@@ -194,7 +195,7 @@ impl Recorder {
                 id: held.claimed.messages[d.index].id,
                 outcome: &d.outcome,
                 took: d.took,
-                bounced: d.bounced.as_deref(),
+                bounced: d.bounced.as_ref().map(Address::as_str),
                 suppress: self.suppress_hard_bounces,
             })
             .collect()

@@ -160,7 +160,7 @@ pub enum EventKind {
 pub struct Event {
     pub kind: EventKind,
     /// Normalized as the suppression list keeps addresses.
-    pub address: String,
+    pub address: crate::suppression::Address,
     /// How the notification names its outbox row, if it does.
     pub row: RowNames,
     /// What the provider said (a diagnostic code, a feedback type).
@@ -230,8 +230,8 @@ fn parse_id(text: &str) -> Option<i64> {
 }
 
 /// An address from a notification, or why the notification is refused.
-fn address(text: &str) -> Result<String, FeedbackError> {
-    crate::suppression::normalize_address(text).map_err(FeedbackError::Invalid)
+fn address(text: &str) -> Result<crate::suppression::Address, FeedbackError> {
+    crate::suppression::Address::parse(text).map_err(FeedbackError::Invalid)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::api_error::{ApiError, CheckedQuery, ParseQuery, check_text};
 use super::auth::Actor;
 use crate::store::MAX_PAGE;
 use crate::store::suppressions::{self, Suppression};
-use crate::suppression::{AddRequest, normalize_address};
+use crate::suppression::{AddRequest, Address};
 
 const DEFAULT_PAGE: i64 = 50;
 
@@ -87,8 +87,8 @@ async fn list(
     ))
 }
 
-fn address(raw: &str) -> Result<String, ApiError> {
-    normalize_address(raw).map_err(ApiError::bad_request)
+fn address(raw: &str) -> Result<Address, ApiError> {
+    Address::parse(raw).map_err(ApiError::bad_request)
 }
 
 async fn show(

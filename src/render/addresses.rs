@@ -71,7 +71,7 @@ pub fn envelope_keys(payload: &Value) -> Vec<String> {
 
 /// An envelope address as the suppression list keeps it.
 pub fn suppression_key(address: &Address) -> String {
-    crate::suppression::address_key(address)
+    crate::suppression::Address::of(address).into()
 }
 
 /// Refuses a payload with more than `max` addresses in `to`, `cc`, `bcc` and `reply_to`

@@ -9,7 +9,7 @@ use super::admin::audit;
 use super::statement::Sql;
 use super::statements::{Bound, Store};
 use crate::suppression::{
-    Feedback, FeedbackSource, NewSuppression, SuppressionReason, normalize_address,
+    Address, Feedback, FeedbackSource, NewSuppression, SuppressionReason,
 };
 
 /// One address on the list.
@@ -136,9 +136,9 @@ pub async fn list(
 }
 
 /// One address's entry, if any.
-pub async fn get(store: &Store, address: &str) -> Result<Option<Suppression>, sqlx::Error> {
+pub async fn get(store: &Store, address: &Address) -> Result<Option<Suppression>, sqlx::Error> {
     store
-        .optional(store.query_as(Sql::GetSuppression).bind(address))
+        .optional(store.query_as(Sql::GetSuppression).bind(address.as_str()))
         .await
 }
 
@@ -147,16 +147,16 @@ pub async fn get(store: &Store, address: &str) -> Result<Option<Suppression>, sq
 pub async fn add(store: &Store, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     upsert(store, &mut *tx, entry, Some(actor)).await?;
-    audit(store, &mut tx, actor, "suppress", &entry.address, 1, None).await?;
+    audit(store, &mut tx, actor, "suppress", entry.address.as_str(), 1, None).await?;
     tx.commit().await
 }
 
 /// Removes an address for an operator, with the audit entry; false when it was not listed.
-pub async fn remove(store: &Store, address: &str, actor: &str) -> Result<bool, sqlx::Error> {
+pub async fn remove(store: &Store, address: &Address, actor: &str) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let removed = store
         .query(Sql::RemoveSuppression)
-        .bind(address)
+        .bind(address.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -165,7 +165,7 @@ pub async fn remove(store: &Store, address: &str, actor: &str) -> Result<bool, s
         &mut tx,
         actor,
         "unsuppress",
-        address,
+        address.as_str(),
         usize::try_from(removed).unwrap_or(0),
         None,
     )
@@ -269,7 +269,7 @@ async fn note_on_row(
     feedback: &Feedback,
     source: FeedbackSource,
 ) -> Result<bool, sqlx::Error> {
-    let address = feedback.address.as_str();
+    let address = &feedback.address;
     let recipients: Option<(Vec<String>,)> = store
         .query_as(Sql::EnvelopeOf)
         .bind(id)
@@ -280,8 +280,8 @@ async fn note_on_row(
     };
     let sent_to = recipients
         .iter()
-        .filter_map(|text| normalize_address(text).ok())
-        .any(|recipient| recipient == address);
+        .filter_map(|text| Address::parse(text).ok())
+        .any(|recipient| recipient == *address);
     if !sent_to {
         return Ok(false);
     }
@@ -311,7 +311,7 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
 ) -> Result<bool, sqlx::Error> {
     let changed = store
         .query(Sql::UpsertSuppression)
-        .bind(&entry.address)
+        .bind(entry.address.as_str())
         .bind(entry.reason.as_str())
         .bind(entry.source.as_str())
         .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, crate::suppression::MAX_DETAIL_CHARS)))

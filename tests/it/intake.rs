@@ -296,9 +296,13 @@ async fn a_replayed_notification_does_not_undo_an_operators_removal() {
     let (_outboxd, addr) = with_webhooks(&db, &smtp, false).await;
     let complaint = json!({"type": "email.complained", "data": {"email": "ann@example.com"}});
     assert_eq!(signed(&addr, "msg_once", &complaint).await.status, 200);
-    outboxd::store::suppressions::remove(&db.store, "ann@example.com", "ops")
-        .await
-        .unwrap();
+    outboxd::store::suppressions::remove(
+        &db.store,
+        &outboxd::suppression::Address::parse("ann@example.com").unwrap(),
+        "ops",
+    )
+    .await
+    .unwrap();
     // Captured and sent again inside the five minutes the signature is good for.
     let replay = signed(&addr, "msg_once", &complaint).await;
     assert_eq!(replay.status, 200, "{}", replay.body);

@@ -21,7 +21,7 @@ async fn suppress(db: &TestDb, address: &str, reason: SuppressionReason) {
 
 fn entry(address: &str, reason: SuppressionReason) -> NewSuppression {
     NewSuppression {
-        address: address.to_owned(),
+        address: outboxd::suppression::Address::parse(address).unwrap(),
         reason,
         source: FeedbackSource::Operator,
         detail: None,
@@ -182,10 +182,13 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
             Some("hard_bounce"),
             "{address}"
         );
-        let listed = suppressions::get(&db.store, address)
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("{address} suppressed"));
+        let listed = suppressions::get(
+            &db.store,
+            &outboxd::suppression::Address::parse(address).unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{address} suppressed"));
         assert_eq!(listed.reason.0, SuppressionReason::HardBounce);
         assert_eq!(
             (listed.source.as_str(), listed.message_id),
@@ -223,10 +226,13 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
         app.dispatcher.dispatch_once().await.unwrap();
         assert!(db.row(id).await.dead, "{address}");
         assert!(
-            suppressions::get(&db.store, address)
-                .await
-                .unwrap()
-                .is_none(),
+            suppressions::get(
+                &db.store,
+                &outboxd::suppression::Address::parse(address).unwrap()
+            )
+            .await
+            .unwrap()
+            .is_none(),
             "{address}"
         );
         assert_eq!(state_of(&db, id).await.1, None, "{address}");
@@ -569,10 +575,13 @@ async fn the_page_searches_adds_and_removes_suppressions_with_the_csrf_token() {
         "{location}"
     );
     assert!(
-        suppressions::get(&db.store, "page@example.com")
-            .await
-            .unwrap()
-            .is_none()
+        suppressions::get(
+            &db.store,
+            &outboxd::suppression::Address::parse("page@example.com").unwrap()
+        )
+        .await
+        .unwrap()
+        .is_none()
     );
     let page = get("/admin".into()).await;
     assert!(

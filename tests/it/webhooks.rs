@@ -158,10 +158,13 @@ pub(crate) async fn post(
 }
 
 pub(crate) async fn suppressed(db: &TestDb, address: &str) -> Option<(SuppressionReason, String)> {
-    suppressions::get(&db.store, address)
-        .await
-        .unwrap()
-        .map(|s| (s.reason.0, s.source))
+    suppressions::get(
+        &db.store,
+        &outboxd::suppression::Address::parse(address).unwrap(),
+    )
+    .await
+    .unwrap()
+    .map(|s| (s.reason.0, s.source))
 }
 
 pub(crate) async fn feedback_of(db: &TestDb, id: i64) -> Option<String> {

@@ -13,7 +13,7 @@ use tracing::info;
 use super::{PostedForm, ago, back_to, carries_csrf, database_unavailable};
 use crate::http::AdminState;
 use crate::store::suppressions;
-use crate::suppression::{AddRequest, SuppressionReason, normalize_address};
+use crate::suppression::{AddRequest, SuppressionReason, Address};
 use crate::text::mask_addresses;
 
 /// Addresses the page shows at once.
@@ -109,7 +109,7 @@ pub(super) async fn remove(
     State(state): State<AdminState>,
     PostedForm { actor, form }: PostedForm<RemoveForm>,
 ) -> Response {
-    let address = match normalize_address(&form.address) {
+    let address = match Address::parse(&form.address) {
         Ok(address) => address,
         Err(e) => return back(&format!("Could not remove: {e}.")),
     };
