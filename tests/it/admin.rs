@@ -6,7 +6,7 @@ use outboxd::dispatch::{BatchReport, Step};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    HttpResponse, SmtpServer, TestDb, app, free_port, http_full, outboxd, verification,
+    HttpResponse, SmtpServer, TestDb, app, free_port, http_full, one_step, outboxd, verification,
 };
 
 pub(crate) const TOKEN: &str = "test-admin-token-0123456789";
@@ -210,8 +210,7 @@ async fn dead_letters_are_listed_newest_first_page_by_page_and_by_kind() {
         );
     }
     let other = dead_letter(&db, "workspace_invite", "address", "x@example.com").await;
-    db.enqueue("account_verification", verification("pending@example.com"))
-        .await;
+    db.verification_to("pending@example.com").await;
 
     let first = api(&addr, "GET", "/api/v1/dead-letters?limit=4", None)
         .await
@@ -278,9 +277,7 @@ async fn one_dead_letter_comes_with_its_payload_and_unknown_ids_are_404() {
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
     let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
-    let pending = db
-        .enqueue("account_verification", verification("p@example.com"))
-        .await;
+    let pending = db.verification_to("p@example.com").await;
 
     let one = api(&addr, "GET", &format!("/api/v1/dead-letters/{id}"), None).await;
     assert_eq!(one.status, 200);
@@ -319,10 +316,8 @@ async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
     )
     .await;
     // Greylisted once: with one attempt allowed, that is a dead letter.
-    let id = db
-        .enqueue("account_verification", verification("flaky1@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let id = db.verification_to("flaky1@example.com").await;
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -643,8 +638,7 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
 async fn stats_count_pending_due_in_flight_dead_letters_and_recent_sends_per_kind() {
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
-    db.enqueue("account_verification", verification("due@example.com"))
-        .await;
+    db.verification_to("due@example.com").await;
     let mut later =
         outboxd::NewMessage::new("account_verification", verification("later@example.com"));
     later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::postgres::PgListener;
 
-use crate::helpers::{SmtpServer, TestDb, app, verification};
+use crate::helpers::{SmtpServer, TestDb, app, one_step, verification};
 use outboxd::message::{Delivery, Outcome};
 use outboxd::store::{self, ClaimRequest, OutcomeRow, RowLocks};
 
@@ -73,14 +73,12 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
 async fn a_row_an_application_holds_a_key_share_lock_on_is_still_claimed() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let id = db
-        .enqueue("account_verification", verification("held@example.com"))
-        .await;
+    let id = db.verification_to("held@example.com").await;
     // What a foreign key check from an application's table takes, in a transaction left
     // open: it does not stop an update that keeps the key, and must not stop the claim.
     let application = db.hold_row(id, "FOR KEY SHARE").await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert!(db.row(id).await.dispatched, "the row was skipped as locked");
     application.rollback().await.unwrap();
     app.dispatcher.release_connection();

@@ -6,7 +6,9 @@ use std::process::Command;
 use base64::Engine as _;
 use serde_json::json;
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, app, assert_refused, outboxd, python, refusal};
+use crate::helpers::{
+    Outboxd, SmtpServer, TestDb, app, assert_refused, one_step, outboxd, python, refusal,
+};
 
 /// An RSA private key of `bits` made with openssl, in PKCS#1 PEM.
 fn rsa_key(path: &std::path::Path, bits: &str) {
@@ -135,7 +137,7 @@ async fn signed_and_verified(bits: &str, with_ed25519: bool) {
         ed_args = vec!["e2026", &ed_public];
     }
     let app = app(&db, Some(&smtp.url()), &flags).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert_eq!(smtp.messages().len(), 4);
 
     let verified = Command::new(python())
@@ -371,7 +373,7 @@ async fn declared_headers_arrive_intact_and_a_line_break_through_them_is_refused
         .await;
     let dir = templates.path().display().to_string();
     let app = app(&db, Some(&smtp.url()), &["--templates", &dir]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
@@ -497,7 +499,7 @@ async fn an_attachment_arrives_intact_and_bad_ones_are_dead_lettered_with_a_clea
         ));
     }
     let app = app(&db, Some(&smtp.url()), &["--max-attachment-bytes", "4KiB"]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");

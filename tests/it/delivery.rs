@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use outboxd::dispatch::{BatchReport, Step};
 use serde_json::json;
 
-use crate::helpers::{SmtpServer, TestCa, TestDb, app, eventually};
+use crate::helpers::{Scenario, SmtpServer, TestCa, TestDb, app, eventually, one_step};
 
 fn verification(to: &str) -> serde_json::Value {
     json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify?t=abc"})
@@ -11,9 +11,7 @@ fn verification(to: &str) -> serde_json::Value {
 
 #[tokio::test]
 pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
 
     let verify = db
         .enqueue(
@@ -37,7 +35,7 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
         )
         .await;
 
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -105,16 +103,14 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
 
 #[tokio::test]
 async fn cc_bcc_and_reply_to_reach_the_envelope_and_bcc_stays_hidden() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     db.enqueue(
         "account_verification",
         json!({"to": "ada@example.com", "cc": ["cc@example.com"], "bcc": "hidden@example.com",
                "reply_to": "Support <support@example.com>", "name": "Ada", "verify_url": "u"}),
     )
     .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let m = &smtp.messages()[0];
     assert_eq!(
         m.rcpt_tos,
@@ -138,7 +134,7 @@ async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) 
         "defer1@example.com",
         "c@example.com",
     ] {
-        ids.push(db.enqueue("account_verification", verification(to)).await);
+        ids.push(db.verification_to(to).await);
     }
     ids.push(
         db.enqueue(
@@ -148,11 +144,8 @@ async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) 
         )
         .await,
     );
-    ids.push(
-        db.enqueue("account_verification", verification("e@example.com"))
-            .await,
-    );
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    ids.push(db.verification_to("e@example.com").await);
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -223,9 +216,9 @@ async fn starttls_and_auth_carry_pipelined_mail_to_a_server_with_a_private_ca() 
     )
     .await;
     for to in ["a@example.com", "reject@example.com", "b@example.com"] {
-        db.enqueue("account_verification", verification(to)).await;
+        db.verification_to(to).await;
     }
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -250,9 +243,8 @@ async fn smtps_speaks_tls_from_the_first_byte() {
     let db = TestDb::new().await;
     let url = format!("smtps://127.0.0.1:{}", smtp.port);
     let app = app(&db, Some(&url), &["--smtp-ca-file", &ca.path("ca.pem")]).await;
-    db.enqueue("account_verification", verification("a@example.com"))
-        .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    db.verification_to("a@example.com").await;
+    one_step(&app).await;
     let received = smtp.messages();
     assert_eq!(received.len(), 1);
     assert!(received[0].tls, "{received:?}");
@@ -265,10 +257,8 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
     let db = TestDb::new().await;
     let url = format!("smtp://127.0.0.1:{}?tls=required", smtp.port);
     let app = app(&db, Some(&url), &[]).await;
-    let id = db
-        .enqueue("account_verification", verification("a@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let id = db.verification_to("a@example.com").await;
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -284,9 +274,7 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
 
 #[tokio::test]
 async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivered() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
 
     sqlx::query("CREATE TABLE accounts (email text PRIMARY KEY)")
         .execute(&db.pool)
@@ -322,7 +310,7 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
     .unwrap();
     tx.commit().await.unwrap();
 
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert_eq!(db.count("all").await, 1);
     let accounts: i64 = sqlx::query_scalar("SELECT count(*) FROM accounts")
         .fetch_one(&db.pool)
@@ -347,7 +335,7 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
         )
         .await;
     }
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -370,9 +358,7 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
 
 #[tokio::test]
 pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "10m"]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&["--poll-interval", "10m"]).await;
     let dispatcher = app.dispatcher.clone();
     let shutdown = app.shutdown.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
@@ -380,8 +366,7 @@ pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_int
     db.wait_for_listener().await;
 
     let committed = Instant::now();
-    db.enqueue("account_verification", verification("fast@example.com"))
-        .await;
+    db.verification_to("fast@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
     let waited = committed.elapsed();
     shutdown.stop.cancel();
@@ -429,10 +414,8 @@ pub(crate) async fn after_a_notification_the_dispatcher_lingers_for_more_commits
     .await;
 
     let committed = Instant::now();
-    db.enqueue("account_verification", verification("first@example.com"))
-        .await;
-    db.enqueue("account_verification", verification("second@example.com"))
-        .await;
+    db.verification_to("first@example.com").await;
+    db.verification_to("second@example.com").await;
     smtp.wait_for(2, Duration::from_secs(30)).await;
     let waited = committed.elapsed();
     shutdown.stop.cancel();
@@ -473,7 +456,7 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
         .into_iter()
         .enumerate()
     {
-        db.enqueue("account_verification", verification(to)).await;
+        db.verification_to(to).await;
         smtp.wait_for(i + 1, Duration::from_secs(30)).await;
     }
     let lingering = listening("SELECT pg_sleep%").await;
@@ -484,18 +467,14 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
 
 #[tokio::test]
 async fn a_message_is_not_sent_before_its_not_before_time() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     let mut later =
         outboxd::NewMessage::new("account_verification", verification("later@example.com"));
     later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
     let later = db.store.enqueue(&db.pool, later).await.unwrap();
-    let now = db
-        .enqueue("account_verification", verification("now@example.com"))
-        .await;
+    let now = db.verification_to("now@example.com").await;
 
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert!(db.row(now).await.dispatched);
     let row = db.row(later).await;
     assert!(!row.dispatched && row.waiting, "{row:?}");
@@ -532,9 +511,8 @@ async fn custom_templates_add_kinds_and_override_builtin_ones() {
         json!({"to": "a@example.com", "name": "Ada", "reset_url": "https://r"}),
     )
     .await;
-    db.enqueue("account_verification", verification("b@example.com"))
-        .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    db.verification_to("b@example.com").await;
+    one_step(&app).await;
 
     let mut received = smtp.messages();
     received.sort_by(|a, b| a.outbox_id.cmp(&b.outbox_id));
@@ -550,14 +528,8 @@ async fn custom_templates_add_kinds_and_override_builtin_ones() {
 
 #[tokio::test]
 async fn a_drain_continues_while_batches_come_back_full() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--batch-size", "4", "--smtp-concurrency", "3"],
-    )
-    .await;
+    let Scenario { db, smtp, app } =
+        Scenario::new(&["--batch-size", "4", "--smtp-concurrency", "3"]).await;
     for i in 0..10 {
         db.enqueue(
             "account_verification",
@@ -583,18 +555,15 @@ async fn a_pooled_connection_the_server_dropped_is_replaced_without_costing_an_a
     let port = crate::helpers::free_port();
     let first = SmtpServer::start_on(port);
     let app = app(&db, Some(&first.url()), &["--smtp-concurrency", "1"]).await;
-    db.enqueue("account_verification", verification("a@example.com"))
-        .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    db.verification_to("a@example.com").await;
+    one_step(&app).await;
     assert_eq!(first.messages().len(), 1);
 
     // The server restarts while outboxd keeps its connection in the pool.
     drop(first);
     let second = SmtpServer::start_on(port);
-    let id = db
-        .enqueue("account_verification", verification("b@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let id = db.verification_to("b@example.com").await;
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -619,12 +588,10 @@ async fn two_databases_migrated_apart_give_their_first_messages_different_messag
             .output()
             .expect("outboxd migrate");
         assert!(migrated.status.success(), "{migrated:?}");
-        let first = db
-            .enqueue("account_verification", verification("ada@example.com"))
-            .await;
+        let first = db.verification_to("ada@example.com").await;
         assert_eq!(first, 1, "each database's first message");
         let app = app(&db, Some(&smtp.url()), &[]).await;
-        app.dispatcher.dispatch_once().await.unwrap();
+        one_step(&app).await;
         tags.push(db.installation_tag().await);
     }
     let received = smtp.wait_for(2, Duration::from_secs(30)).await;

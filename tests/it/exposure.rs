@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, eventually, http_get, outboxd, poll_until, verification,
+    Outboxd, Scenario, SmtpServer, TestDb, eventually, http_get, outboxd, poll_until, verification,
 };
 
 /// Open file descriptors of a process.
@@ -73,8 +73,7 @@ async fn thousands_of_half_open_connections_leave_the_probes_metrics_and_deliver
     )
     .await;
     assert!(files < 400);
-    db.enqueue("account_verification", verification("through@example.com"))
-        .await;
+    db.verification_to("through@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
     drop(held);
 }
@@ -95,9 +94,7 @@ async fn a_connection_that_never_finishes_its_request_head_is_closed() {
 
 #[tokio::test]
 async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_connections() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     let mut app = app;
     let http = app.http_addr().to_string();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -120,8 +117,7 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
         .collect();
     let dispatcher = app.dispatcher.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
-    db.enqueue("account_verification", verification("flood@example.com"))
-        .await;
+    db.verification_to("flood@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
     let (status, body) = http_get(&http, "/readyz?verbose").await;
     assert_eq!(status, 503, "{body}");
@@ -164,10 +160,8 @@ async fn no_recipient_address_reaches_the_logs() {
         verification("defer-hush2@example.com"),
     )
     .await;
-    db.enqueue("account_verification", verification("hush3@@example.com"))
-        .await;
-    db.enqueue("account_verification", verification("hush4@example.com"))
-        .await;
+    db.verification_to("hush3@@example.com").await;
+    db.verification_to("hush4@example.com").await;
     eventually(Duration::from_secs(30), "every row ends", || async {
         db.count("dead").await == 3 && db.count("dispatched").await == 1
     })

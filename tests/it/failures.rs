@@ -7,19 +7,16 @@ use outboxd::telemetry::metrics::DatabaseOperation;
 use serde_json::json;
 
 use crate::helpers::{
-    BlackHole, SmtpServer, TestDb, app, eventually, free_port, poll_until, verification,
+    BlackHole, Scenario, SmtpServer, TestDb, app, eventually, free_port, one_step, poll_until,
+    verification,
 };
 
 #[tokio::test]
 pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
-    let id = db
-        .enqueue("account_verification", verification("flaky1@example.com"))
-        .await;
+    let Scenario { db, smtp, app } = Scenario::new(&["--retry-backoff", "0s"]).await;
+    let id = db.verification_to("flaky1@example.com").await;
 
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -36,7 +33,7 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     );
     assert!(!row.dispatched && !row.dead && row.locked_by.is_none());
 
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -52,18 +49,13 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
 
 #[tokio::test]
 async fn a_retry_waits_for_its_backoff() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--retry-backoff", "1h", "--retry-backoff-max", "2h"],
-    )
-    .await;
-    let id = db
-        .enqueue("account_verification", verification("defer@example.com"))
-        .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&["--retry-backoff", "1h", "--retry-backoff-max", "2h"]).await;
+    let id = db.verification_to("defer@example.com").await;
+    one_step(&app).await;
     let (min, max): (f64, f64) = sqlx::query_as(
         "SELECT extract(epoch FROM next_attempt_at - now())::float8, 7200::float8 FROM outbox_messages WHERE id = $1",
     )
@@ -72,19 +64,19 @@ async fn a_retry_waits_for_its_backoff() {
     .await
     .unwrap();
     assert!((3500.0..=max).contains(&min), "next attempt in {min}s");
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(step, Step::Batch(BatchReport::default()));
 }
 
 #[tokio::test]
 pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    let id = db
-        .enqueue("account_verification", verification("reject@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&[]).await;
+    let id = db.verification_to("reject@example.com").await;
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -99,22 +91,13 @@ pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
         row.last_error.as_deref().unwrap().contains("550"),
         "{row:?}"
     );
-    assert_eq!(
-        app.dispatcher.dispatch_once().await.unwrap(),
-        Step::Batch(BatchReport::default())
-    );
+    assert_eq!(one_step(&app).await, Step::Batch(BatchReport::default()));
 }
 
 #[tokio::test]
 async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_characters() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--retry-backoff", "0s", "--max-attempts", "3"],
-    )
-    .await;
+    let Scenario { db, smtp, app } =
+        Scenario::new(&["--retry-backoff", "0s", "--max-attempts", "3"]).await;
     let id = db
         .enqueue(
             "account_verification",
@@ -122,7 +105,7 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
         )
         .await;
     for attempt in 1..=2 {
-        let step = app.dispatcher.dispatch_once().await.unwrap();
+        let step = one_step(&app).await;
         assert_eq!(
             step,
             Step::Batch(BatchReport {
@@ -133,7 +116,7 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
         );
         assert_eq!(db.row(id).await.attempts, attempt);
     }
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -152,12 +135,8 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
 
 #[tokio::test]
 pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    let good1 = db
-        .enqueue("account_verification", verification("one@example.com"))
-        .await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let good1 = db.verification_to("one@example.com").await;
     let bad = [
         (
             db.enqueue("no_such_kind", json!({"to": "x@example.com"}))
@@ -173,8 +152,7 @@ pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
             "undefined",
         ),
         (
-            db.enqueue("account_verification", verification("not an address"))
-                .await,
+            db.verification_to("not an address").await,
             "invalid address in to",
         ),
         (
@@ -211,11 +189,9 @@ pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
             "header injection",
         ),
     ];
-    let good2 = db
-        .enqueue("account_verification", verification("two@example.com"))
-        .await;
+    let good2 = db.verification_to("two@example.com").await;
 
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -251,14 +227,12 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
     let url = format!("smtp://127.0.0.1:{port}");
     let app = app(&db, Some(&url), &["--max-attempts", "1"]).await;
     let ids = [
-        db.enqueue("account_verification", verification("a@example.com"))
-            .await,
-        db.enqueue("account_verification", verification("b@example.com"))
-            .await,
+        db.verification_to("a@example.com").await,
+        db.verification_to("b@example.com").await,
     ];
 
     // Nobody listens on the port: connection refused for every message.
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -278,15 +252,12 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
             "{row:?}"
         );
     }
-    assert!(matches!(
-        app.dispatcher.dispatch_once().await.unwrap(),
-        Step::CircuitOpen { .. }
-    ));
+    assert!(matches!(one_step(&app).await, Step::CircuitOpen { .. }));
 
     // The server comes back: the breaker's probe closes the circuit and delivery resumes.
     let smtp = SmtpServer::start_on(port);
     let delivered = poll_until(Duration::from_secs(30), "delivery to resume", || async {
-        match app.dispatcher.dispatch_once().await.unwrap() {
+        match one_step(&app).await {
             Step::Batch(report) if report.sent > 0 => Some(report),
             _ => None,
         }
@@ -298,28 +269,22 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
 
 #[tokio::test]
 async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &[
-            "--smtp-timeout",
-            "1s",
-            "--lease",
-            "10s",
-            "--retry-backoff",
-            "0s",
-        ],
-    )
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&[
+        "--smtp-timeout",
+        "1s",
+        "--lease",
+        "10s",
+        "--retry-backoff",
+        "0s",
+    ])
     .await;
-    let slow = db
-        .enqueue("account_verification", verification("slow3@example.com"))
-        .await;
-    let fast = db
-        .enqueue("account_verification", verification("fast@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let slow = db.verification_to("slow3@example.com").await;
+    let fast = db.verification_to("fast@example.com").await;
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -339,10 +304,8 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
         "{error}"
     );
     // The pool was replaced after the timeout; the next message goes through cleanly.
-    let next = db
-        .enqueue("account_verification", verification("next@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let next = db.verification_to("next@example.com").await;
+    let step = one_step(&app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.claimed == 2),
         "{step:?}"
@@ -360,10 +323,8 @@ async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
         &["--smtp-timeout", "500ms", "--lease", "5s"],
     )
     .await;
-    let id = db
-        .enqueue("account_verification", verification("a@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let id = db.verification_to("a@example.com").await;
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -373,18 +334,13 @@ async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
         })
     );
     assert_eq!(db.row(id).await.attempts, 0);
-    assert!(matches!(
-        app.dispatcher.dispatch_once().await.unwrap(),
-        Step::CircuitOpen { .. }
-    ));
+    assert!(matches!(one_step(&app).await, Step::CircuitOpen { .. }));
 }
 
 #[tokio::test]
 pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that_took_over() {
     let db = TestDb::new().await;
-    let id = db
-        .enqueue("account_verification", verification("a@example.com"))
-        .await;
+    let id = db.verification_to("a@example.com").await;
     let request = |worker| ClaimRequest {
         limit: 10,
         lease: Duration::from_millis(200),
@@ -480,20 +436,13 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
 
 #[tokio::test]
 async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--retry-backoff", "0s", "--batch-size", "1"],
-    )
-    .await;
-    let a = db
-        .enqueue("account_verification", verification("defer-a@example.com"))
-        .await;
-    let b = db
-        .enqueue("account_verification", verification("defer-b@example.com"))
-        .await;
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&["--retry-backoff", "0s", "--batch-size", "1"]).await;
+    let a = db.verification_to("defer-a@example.com").await;
+    let b = db.verification_to("defer-b@example.com").await;
     let step = app.dispatcher.drain().await.unwrap();
     assert_eq!(
         step,
@@ -509,18 +458,14 @@ async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
 
 #[tokio::test]
 async fn the_dispatcher_survives_losing_its_database_connections() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--poll-interval", "1s"]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&["--poll-interval", "1s"]).await;
     let dispatcher = app.dispatcher.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
-    db.enqueue("account_verification", verification("before@example.com"))
-        .await;
+    db.verification_to("before@example.com").await;
     smtp.wait_for(1, Duration::from_secs(20)).await;
 
     db.cut_other_connections().await;
-    db.enqueue("account_verification", verification("after@example.com"))
-        .await;
+    db.verification_to("after@example.com").await;
     smtp.wait_for(2, Duration::from_secs(30)).await;
     assert!(!running.is_finished());
     app.shutdown.stop.cancel();
@@ -530,13 +475,9 @@ async fn the_dispatcher_survives_losing_its_database_connections() {
 #[tokio::test]
 pub(crate) async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sent_again()
 {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     // The server holds its reply to DATA until released: the database is cut meanwhile.
-    let id = db
-        .enqueue("account_verification", verification("hold@example.com"))
-        .await;
+    let id = db.verification_to("hold@example.com").await;
     let dispatcher = app.dispatcher.clone();
     let sending = tokio::spawn(async move { dispatcher.dispatch_once().await });
     eventually(

@@ -4,7 +4,7 @@
 //! sent.
 
 use crate::admin::{TOKEN, admin_app, api, basic, csrf_in, dead_letter};
-use crate::helpers::{TestDb, app, http_full, outboxd, verification};
+use crate::helpers::{TestDb, app, http_full, one_step, outboxd, verification};
 
 async fn suppress(db: &TestDb, address: &str) {
     sqlx::query(
@@ -125,11 +125,9 @@ async fn retrying_a_dead_letter_whose_recipient_is_suppressed_warns_and_names_th
 #[tokio::test]
 async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
     let db = TestDb::new().await;
-    let id = db
-        .enqueue("account_verification", verification("ada@example.com"))
-        .await;
+    let id = db.verification_to("ada@example.com").await;
     let app = app(&db, None, &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     app.dispatcher.release_connection();
     let row = db.row(id).await;
     assert!(!row.dispatched, "{row:?}");
@@ -231,9 +229,7 @@ async fn stats_and_messages_say_when_an_open_circuit_holds_mail() {
         "replica-a",
     ];
     let _replica = crate::helpers::Outboxd::start(&db.url, &flags, &[]).await;
-    let id = db
-        .enqueue("account_verification", verification("ada@example.com"))
-        .await;
+    let id = db.verification_to("ada@example.com").await;
     let stats = crate::helpers::poll_until(
         std::time::Duration::from_secs(30),
         "the open circuit in stats",

@@ -6,7 +6,7 @@ use std::time::Duration;
 use outboxd::dispatch::{BatchReport, Step};
 use serde_json::json;
 
-use crate::helpers::{SmtpServer, TestDb, app, verification};
+use crate::helpers::{Scenario, SmtpServer, TestDb, app, one_step, verification};
 
 /// Claims, sends and records one batch, which must end within 30 s: no input may hold it.
 async fn one_batch(app: &outboxd::app::App) -> Step {
@@ -23,9 +23,7 @@ fn payload_with(to: &str, extra: &str) -> String {
 
 #[tokio::test]
 async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mates_are_sent() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     let deep = format!("\"deep\": {}1{}", "[".repeat(200), "]".repeat(200));
     // One statement, as a producer's bulk insert would: the poisoned rows sit between
     // good ones in the same claim.
@@ -84,9 +82,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
 
 #[tokio::test]
 async fn a_message_with_more_recipients_than_the_limit_is_refused_without_rendering() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--max-recipients", "100"]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&["--max-recipients", "100"]).await;
     let bcc: Vec<String> = (0..20_000)
         .map(|i| format!("user{i}@example.com"))
         .collect();
@@ -125,14 +121,12 @@ async fn a_message_with_more_recipients_than_the_limit_is_refused_without_render
 
 #[tokio::test]
 async fn an_address_named_twice_is_sent_to_once() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     let mut payload = verification("twice@example.com");
     payload["cc"] = json!(vec!["twice@EXAMPLE.com"; 50]);
     payload["bcc"] = json!(["Twice@example.com"]);
     db.enqueue("account_verification", payload).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let received = smtp.wait_for(1, Duration::from_secs(30)).await;
     // The domain is case-insensitive; the local part is kept as written.
     assert_eq!(
@@ -143,15 +137,12 @@ async fn an_address_named_twice_is_sent_to_once() {
 
 #[tokio::test]
 async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--max-message-bytes", "8KiB"]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&["--max-message-bytes", "8KiB"]).await;
     let mut big = verification("big@example.com");
     big["padding"] = json!("x".repeat(20_000));
     let big = db.enqueue("account_verification", big).await;
-    db.enqueue("account_verification", verification("small@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    db.verification_to("small@example.com").await;
+    let step = one_step(&app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 1),
         "{step:?}"
@@ -169,9 +160,7 @@ async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
 
 #[tokio::test]
 async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_claim() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     // The claim statement reads the addresses for the suppression list: none of these may
     // fail it, which would leave the whole batch leased and unsent.
     let mut no_cc = verification("kept@example.com");
@@ -189,7 +178,7 @@ async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_cla
         payload["to"] = to;
         odd.push(db.enqueue("account_verification", payload).await);
     }
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 4),
         "{step:?}"
@@ -311,14 +300,11 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
 
 #[tokio::test]
 async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--expire-after", "account_verification=24h"],
-    )
-    .await;
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&["--expire-after", "account_verification=24h"]).await;
     drop_time_checks(&db).await;
     let ids: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO outbox_messages (kind, payload, created_at, not_before, next_attempt_at, expires_at) \
@@ -414,9 +400,11 @@ async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_c
 
 #[tokio::test]
 async fn a_row_whose_attempts_are_at_the_integers_end_fails_alone_and_its_batch_is_recorded() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&[]).await;
     // A producer may write any count of attempts; this one cannot go up by one more.
     let ids: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO outbox_messages (kind, payload, attempts) \

@@ -230,8 +230,7 @@ async fn trickled_bodies_on_the_main_listener_leave_the_probes_answering() {
         let (status, body) = http_get(&outboxd.http, path).await;
         assert_eq!(status, 200, "{path}: {body}");
     }
-    db.enqueue("account_verification", verification("through@example.com"))
-        .await;
+    db.verification_to("through@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
 }
 
@@ -252,8 +251,7 @@ async fn a_bounce_for_a_lookalike_address_suppresses_only_that_address() {
         Some(SuppressionReason::HardBounce)
     );
     assert_eq!(suppressed(&db, "kate@example.com").await, None);
-    db.enqueue("account_verification", verification("kate@example.com"))
-        .await;
+    db.verification_to("kate@example.com").await;
     let received = smtp.wait_for(1, Duration::from_secs(30)).await;
     assert_eq!(received[0].rcpt_tos, ["kate@example.com"]);
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 
 use crate::admin::{TOKEN, admin_app, api};
-use crate::helpers::{TestDb, eventually, http_get, metric_value, verification};
+use crate::helpers::{TestDb, eventually, http_get, metric_value};
 use crate::webhooks::{post, standard_signature};
 
 /// `n` pending messages, not due for a day, so that no claim takes them.
@@ -68,13 +68,9 @@ async fn signed_complaint(addr: &str, n: usize) -> (u16, Duration) {
 #[tokio::test]
 async fn four_lookups_over_300_000_pending_rows_never_make_a_signed_webhook_wait() {
     let db = TestDb::new().await;
-    let first_due = db
-        .enqueue("account_verification", verification("Ann@Example.com"))
-        .await;
+    let first_due = db.verification_to("Ann@Example.com").await;
     backlog(&db, 300_000).await;
-    let newest = db
-        .enqueue("account_verification", verification("bo@example.com"))
-        .await;
+    let newest = db.verification_to("bo@example.com").await;
     let (app, addr) = admin_app(&db, None, &["--webhook-secret", &whsec()]).await;
     // The lookups are held at their last step (their audit entry) for as long as an
     // application's transaction holds the audit table: they keep their connections, as

@@ -124,8 +124,7 @@ async fn prometheus_sees_what_the_database_holds_and_every_dashboard_query_retur
         )
         .await;
     }
-    db.enqueue("account_verification", verification("defer1@example.com"))
-        .await;
+    db.verification_to("defer1@example.com").await;
     db.enqueue(
         "workspace_invite",
         json!({"to": "defer2@example.com", "inviter_name": "A",
@@ -259,9 +258,7 @@ async fn livez_fails_when_the_dispatch_loop_makes_no_progress_and_recovers_when_
 async fn readyz_explains_each_check_and_turns_false_first_on_sigterm() {
     let db = TestDb::new().await;
     let hole = crate::helpers::BlackHole::start().await;
-    let id = db
-        .enqueue("account_verification", verification("a@example.com"))
-        .await;
+    let id = db.verification_to("a@example.com").await;
     let outboxd = Outboxd::start(
         &db.url,
         &[
@@ -936,9 +933,7 @@ async fn enqueue_records_the_callers_trace_context() {
     );
 
     // Without a trace there is nothing to record.
-    let untraced = db
-        .enqueue("account_verification", verification("b@example.com"))
-        .await;
+    let untraced = db.verification_to("b@example.com").await;
     let none: Option<String> =
         sqlx::query_scalar("SELECT traceparent FROM outbox_messages WHERE id = $1")
             .bind(untraced)

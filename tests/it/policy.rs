@@ -7,7 +7,7 @@ use std::time::Duration;
 use outboxd::dispatch::{BatchReport, Step};
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, eventually, http_get, outboxd, verification,
+    Outboxd, SmtpServer, TestDb, app, eventually, http_get, one_step, outboxd, verification,
 };
 
 /// The most messages the server took in any one-second window.
@@ -199,7 +199,7 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     urgent.priority = 10;
     let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
     let app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let first_batch = smtp.messages();
     assert_eq!(first_batch.len(), 25);
     assert!(
@@ -228,7 +228,7 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     urgent.priority = 10;
     db.store.enqueue(&db.pool, urgent).await.unwrap();
     let app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let last = smtp.messages().pop().expect("a message");
     assert_eq!(last.outbox_id, old.to_string());
 }
@@ -256,7 +256,7 @@ async fn a_priority_message_is_not_held_back_by_an_older_row_an_application_has_
     // and the oldest of those that can be claimed now is `plain`.
     let application = db.hold_row(locked, "FOR UPDATE").await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let mut sent: Vec<String> = smtp
         .wait_for(2, Duration::from_secs(30))
         .await
@@ -383,16 +383,14 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let fresh = db
-        .enqueue("account_verification", verification("fresh@example.com"))
-        .await;
+    let fresh = db.verification_to("fresh@example.com").await;
     let app = app(
         &db,
         Some(&smtp.url()),
         &["--expire-after", "workspace_invite=1h"],
     )
     .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -499,6 +497,6 @@ pub(crate) async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
     }
     assert_eq!(db.count("all").await, 1);
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert_eq!(smtp.messages().len(), 1);
 }

@@ -6,20 +6,24 @@ use std::time::Duration;
 
 use outboxd::dispatch::{BatchReport, Step};
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, app, eventually, free_port, verification};
+use crate::helpers::{
+    Outboxd, Scenario, SmtpServer, TestDb, app, eventually, free_port, one_step, verification,
+};
 
 #[tokio::test]
 async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_outage() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
+    let Scenario {
+        db,
+        smtp: _smtp,
+        app,
+    } = Scenario::new(&["--retry-backoff", "0s"]).await;
     let id = db
         .enqueue(
             "account_verification",
             verification("resetafter@example.com"),
         )
         .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let step = one_step(&app).await;
     assert_eq!(
         step,
         Step::Batch(BatchReport {
@@ -37,9 +41,8 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
     );
     assert_eq!(db.error_class(id).await.as_deref(), Some("ambiguous"));
     // Not an outage: the circuit stays closed and the next message goes out.
-    db.enqueue("account_verification", verification("next@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    db.verification_to("next@example.com").await;
+    let step = one_step(&app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1),
         "{step:?}"
@@ -48,19 +51,11 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
 
 #[tokio::test]
 async fn a_reply_to_the_message_that_never_comes_is_ambiguous_not_an_outage() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(
-        &db,
-        Some(&smtp.url()),
-        &["--smtp-timeout", "1s", "--lease", "10s"],
-    )
-    .await;
+    let Scenario { db, smtp, app } =
+        Scenario::new(&["--smtp-timeout", "1s", "--lease", "10s"]).await;
     // The only message of its batch: under the old rule this opened the circuit.
-    let id = db
-        .enqueue("account_verification", verification("hold@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    let id = db.verification_to("hold@example.com").await;
+    let step = one_step(&app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.retried == 1),
         "{step:?}"
@@ -68,9 +63,8 @@ async fn a_reply_to_the_message_that_never_comes_is_ambiguous_not_an_outage() {
     assert_eq!(db.row(id).await.attempts, 1);
     assert_eq!(db.error_class(id).await.as_deref(), Some("ambiguous"));
     smtp.release();
-    db.enqueue("account_verification", verification("next@example.com"))
-        .await;
-    let step = app.dispatcher.dispatch_once().await.unwrap();
+    db.verification_to("next@example.com").await;
+    let step = one_step(&app).await;
     assert!(
         !matches!(step, Step::CircuitOpen { .. }),
         "an ambiguous outcome is not an outage: {step:?}"
@@ -167,7 +161,7 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
     for round in 0..rounds {
         for i in 0..4 {
             let to = format!("lag900-r{round}-{i}@example.com");
-            db.enqueue("account_verification", verification(&to)).await;
+            db.verification_to(&to).await;
             expected.push(to);
         }
         db.enqueue(
@@ -244,9 +238,7 @@ async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     let dispatcher = app.dispatcher.clone();
     let running = tokio::spawn(async move { dispatcher.run().await });
     let open = lock_while_held(&db, &smtp, locked, mate).await;
-    let later = db
-        .enqueue("account_verification", verification("later@example.com"))
-        .await;
+    let later = db.verification_to("later@example.com").await;
     eventually(
         Duration::from_secs(30),
         "a later message sent and recorded while the row is locked",
@@ -316,12 +308,8 @@ async fn stopping_while_a_row_is_locked_says_its_message_will_be_sent_again() {
 /// Two messages for the server to hold: the row to lock, and its batch-mate. Enqueued
 /// before outboxd starts, so that one claim takes both.
 async fn two_to_hold(db: &TestDb) -> (i64, i64) {
-    let locked = db
-        .enqueue("account_verification", verification("hold-a@example.com"))
-        .await;
-    let mate = db
-        .enqueue("account_verification", verification("hold-b@example.com"))
-        .await;
+    let locked = db.verification_to("hold-a@example.com").await;
+    let mate = db.verification_to("hold-b@example.com").await;
     (locked, mate)
 }
 

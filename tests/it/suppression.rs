@@ -10,7 +10,9 @@ use outboxd::store::{self, ClaimRequest, suppressions};
 use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
 
 use crate::admin::{admin_app, api, basic, csrf_in};
-use crate::helpers::{SmtpServer, TestDb, app, http_full, outboxd, verification};
+use crate::helpers::{
+    Scenario, SmtpServer, TestDb, app, http_full, one_step, outboxd, verification,
+};
 
 /// Puts `address` on the list, as an operator would.
 async fn suppress(db: &TestDb, address: &str, reason: SuppressionReason) {
@@ -55,7 +57,7 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     mixed["cc"] = json!(["gone@example.com"]);
     let mixed = db.enqueue("account_verification", mixed).await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
@@ -95,14 +97,10 @@ async fn an_address_the_claim_cannot_read_as_listed_is_still_looked_up_and_suppr
     // The list keeps a domain in ASCII; the claim statement reads the payload's Unicode
     // form, which it cannot convert, so the dispatcher looks this one up itself.
     suppress(&db, "ada@xn--bcher-kva.de", SuppressionReason::Unsubscribe).await;
-    let unicode = db
-        .enqueue("account_verification", verification("Ada <Ada@Bücher.de>"))
-        .await;
-    let kept = db
-        .enqueue("account_verification", verification("kept@example.com"))
-        .await;
+    let unicode = db.verification_to("Ada <Ada@Bücher.de>").await;
+    let kept = db.verification_to("kept@example.com").await;
     let app = app(&db, Some(&smtp.url()), &[]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
@@ -161,9 +159,7 @@ async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
 
 #[tokio::test]
 async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_the_next_message() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
     // Gmail's, Microsoft 365's (after DATA, as Exchange Online refuses) and Postfix's own
     // replies, as their documentation gives them (tests/support/provider_replies.json).
     for (address, status) in [
@@ -171,10 +167,8 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
         ("datareply-microsoft-5-1-10-kim@example.com", "5.1.10"),
         ("reply-postfix-local-lee@example.com", "5.1.1"),
     ] {
-        let first = db
-            .enqueue("account_verification", verification(address))
-            .await;
-        app.dispatcher.dispatch_once().await.unwrap();
+        let first = db.verification_to(address).await;
+        one_step(&app).await;
         assert!(db.row(first).await.dead, "{address}: dead-lettered");
         assert_eq!(db.row(first).await.attempts, 1, "{address}: after one try");
         assert_eq!(
@@ -202,7 +196,7 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
                 verification(&address.to_uppercase()),
             )
             .await;
-        app.dispatcher.dispatch_once().await.unwrap();
+        one_step(&app).await;
         assert_eq!(
             state_of(&db, next).await.0.as_deref(),
             Some("suppressed"),
@@ -220,10 +214,8 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
         "senderverify-erin@example.com",
         "reply-exim-sender-verify-fay@example.com",
     ] {
-        let id = db
-            .enqueue("account_verification", verification(address))
-            .await;
-        app.dispatcher.dispatch_once().await.unwrap();
+        let id = db.verification_to(address).await;
+        one_step(&app).await;
         assert!(db.row(id).await.dead, "{address}");
         assert!(
             suppressions::get(
@@ -249,10 +241,10 @@ async fn a_bounce_stops_the_rest_of_its_batch_to_the_same_address() {
         "Unknown-Amy@example.com",
         "unknown-amy@example.com",
     ] {
-        ids.push(db.enqueue("account_verification", verification(to)).await);
+        ids.push(db.verification_to(to).await);
     }
     let app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert!(db.row(ids[0]).await.dead);
     for id in &ids[1..] {
         assert_eq!(state_of(&db, *id).await.0.as_deref(), Some("suppressed"));
@@ -267,7 +259,7 @@ async fn a_message_to_several_recipients_of_which_one_is_unknown_reaches_the_oth
     payload["cc"] = json!(["kept-yan@example.com"]);
     let id = db.enqueue("account_verification", payload).await;
     let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let row = db.row(id).await;
     assert!(!row.dead && row.attempts == 1, "{row:?}");
     assert!(
@@ -275,7 +267,7 @@ async fn a_message_to_several_recipients_of_which_one_is_unknown_reaches_the_oth
             .unwrap()
             .contains("trying the other recipients again")
     );
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
     assert_eq!(received[0].rcpt_tos, ["kept-yan@example.com"]);
@@ -298,7 +290,7 @@ async fn automatic_suppression_can_be_turned_off() {
         &["--suppress-hard-bounces", "false"],
     )
     .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     assert!(db.row(id).await.dead);
     // Still a hard bounce on the row (and in the metrics), only not on the list.
     assert_eq!(state_of(&db, id).await.1.as_deref(), Some("hard_bounce"));

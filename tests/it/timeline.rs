@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::admin::{TOKEN, admin_app, api, basic};
-use crate::helpers::{SmtpServer, TestDb, http_full, outboxd, verification};
+use crate::helpers::{SmtpServer, TestDb, http_full, one_step, outboxd, verification};
 
 /// The events of a message as the API gives them: `(type, smtp_code)`.
 fn events(message: &Value) -> Vec<(String, Option<i64>)> {
@@ -36,11 +36,9 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
             verification("flaky1-ann@example.com"),
         )
         .await;
-    let other = db
-        .enqueue("account_verification", verification("bob@example.com"))
-        .await;
+    let other = db.verification_to("bob@example.com").await;
     while !db.row(id).await.dispatched {
-        app.dispatcher.dispatch_once().await.unwrap();
+        one_step(&app).await;
     }
     let queue_id = smtp.wait_for(2, Duration::from_secs(30)).await;
     let queue_id = &queue_id
@@ -130,7 +128,7 @@ async fn dead_letters_and_operators_actions_are_in_the_timeline_and_pending_mess
             verification("reject-carol@example.com"),
         )
         .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    one_step(&app).await;
     let retried = api(
         &addr,
         "POST",
@@ -167,10 +165,8 @@ async fn the_admin_page_finds_a_recipients_messages_behind_the_token() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
-    let id = db
-        .enqueue("account_verification", verification("dana@example.com"))
-        .await;
-    app.dispatcher.dispatch_once().await.unwrap();
+    let id = db.verification_to("dana@example.com").await;
+    one_step(&app).await;
     let page = |path: String, token: bool| {
         let addr = addr.clone();
         async move {
@@ -303,7 +299,7 @@ async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_
     }
     for (id, _) in &sent {
         while !db.row(*id).await.dispatched {
-            app.dispatcher.dispatch_once().await.unwrap();
+            one_step(&app).await;
         }
     }
     for (id, addresses) in &sent {

@@ -13,9 +13,7 @@ use serde_json::{Value, json};
 use outboxd::store::suppressions;
 use outboxd::suppression::SuppressionReason;
 
-use crate::helpers::{
-    HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, python, verification,
-};
+use crate::helpers::{HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, python};
 
 const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:ses-feedback";
 const POSTMARK: &str = "postmark:correct-horse-battery";
@@ -243,9 +241,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
     assert_eq!(feedback_of(&db, id).await.as_deref(), Some("hard_bounce"));
     // Staging's bounce through a provider account production shares names a row of the
     // same id in another installation: it suppresses its address but marks no row here.
-    let other = db
-        .enqueue("account_verification", verification("ann@example.com"))
-        .await;
+    let other = db.verification_to("ann@example.com").await;
     let staging = json!({"notificationType": "Bounce",
         "bounce": {"bounceType": "Permanent", "bouncedRecipients": [
             {"emailAddress": "staging-gone@example.com", "diagnosticCode": "smtp; 550 5.1.1"}]},

@@ -6,6 +6,7 @@ mod cluster;
 mod database;
 mod fixtures;
 mod http;
+mod scenario;
 mod smtp;
 mod wait;
 
@@ -14,5 +15,6 @@ pub use cluster::*;
 pub use database::*;
 pub use fixtures::*;
 pub use http::*;
+pub use scenario::*;
 pub use smtp::*;
 pub use wait::*;
