@@ -92,8 +92,8 @@ pub(super) enum Claiming {
     Rows(Box<Claim>),
     /// Nothing due.
     NothingDue,
-    /// The pace allows no send yet: claim again after this long.
-    Paced(Duration),
+    /// The pace allows no send yet: claim again at this time.
+    Paced(Instant),
 }
 
 /// What a claim came to.
@@ -102,8 +102,9 @@ pub(super) enum NextBatch {
     Leased(Box<LeasedBatch>),
     /// Nothing due.
     Empty,
-    /// The pace allows no send yet: claim again after this long.
-    Paced(Duration),
+    /// The pace allows no send yet: claim again at this time (a drain's claim may be made
+    /// while a batch is still being sent: the wait counts from the claim, not the drain's end).
+    Paced(Instant),
     /// Not claimed at all: shutting down, or the circuit is open.
     Halt(Step),
 }
@@ -114,9 +115,9 @@ impl NextBatch {
     pub fn step_after(self, done: BatchReport) -> Step {
         match self {
             NextBatch::Halt(step) if done.claimed == 0 => step,
-            NextBatch::Paced(resume_in) => Step::Paced {
+            NextBatch::Paced(at) => Step::Paced {
                 report: done,
-                resume_in,
+                resume_in: at.saturating_duration_since(Instant::now()),
             },
             _ => Step::Batch(done),
         }

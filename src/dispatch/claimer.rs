@@ -95,7 +95,7 @@ impl Claimer {
             .map_err(DispatchError::database(DatabaseOperation::Claim))?
         {
             Allowance::Take { rows, slots } => (rows, slots),
-            Allowance::Wait(wait) => return Ok(Claiming::Paced(wait)),
+            Allowance::Wait(wait) => return Ok(Claiming::Paced(Instant::now() + wait)),
         };
         // The lease starts in the database during the claim; counting from before it
         // errs on the safe side. The send slots count from the booking, just before.

@@ -28,7 +28,7 @@ impl Dispatcher {
         let mut claim = match self.claimer.claim(due_by).await? {
             Claiming::Rows(claim) => *claim,
             Claiming::NothingDue => return Ok(NextBatch::Empty),
-            Claiming::Paced(wait) => return Ok(NextBatch::Paced(wait)),
+            Claiming::Paced(at) => return Ok(NextBatch::Paced(at)),
         };
         // Nothing is sent without the batch's suppressed addresses: on a failure the rows
         // go back at once (or are held, if the database does not take that either), and

@@ -40,7 +40,7 @@ pub struct ClaimRequest<'a> {
     pub bulk_floor: Option<DateTime<Utc>>,
 }
 
-/// Claims up to `limit` due rows under a new lease, in the tiers' order (see [`CLAIM`]),
+/// Claims up to `limit` due rows under a new lease, in the tiers' order (`sql/claim.sql`),
 /// and returns them highest priority first, then oldest due. The claim also reads each
 /// row's envelope addresses and which of them are on the suppression list, by a simpler rule
 /// than the renderer's parser: the dispatcher looks up separately any address the renderer

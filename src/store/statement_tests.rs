@@ -75,6 +75,16 @@ fn parameters_in(text: &str) -> BTreeSet<u32> {
     found
 }
 
+/// A file's text before its first block: what it says of all its statements.
+fn preamble(text: &str) -> &str {
+    let first = ["\n-- name: ", "\n-- fragment: "]
+        .iter()
+        .filter_map(|start| text.find(start))
+        .min()
+        .unwrap_or(text.len());
+    &text[..first]
+}
+
 #[test]
 fn every_statement_renders_in_a_schema_and_without_one() {
     for schema in [None, Some(mail())] {
@@ -100,7 +110,7 @@ fn each_statement_has_a_header_naming_its_parameters_and_its_index() {
         let preamble = FILES
             .iter()
             .find(|(file, _)| *file == block.file)
-            .map(|(_, text)| text.split("\n-- name: ").next().unwrap_or_default())
+            .map(|(_, text)| preamble(text))
             .unwrap_or_default();
         let header = block.header.join("\n");
         assert!(

@@ -93,7 +93,7 @@ WITH paused AS (
 ), listed AS MATERIALIZED (
     SELECT address, reason FROM {{schema}}outbox_suppressions
     WHERE address IN (SELECT unnest(looked_up) FROM looked)
-      AND {{active_suppression}}
+      AND {{active_suppression()}}
 )
 SELECT c.id, c.kind, c.attempts, c.traceparent, c.created_at, c.expires_at, c.priority,
        c.throttled_releases, c.payload, c.payload_bytes, c.reclaimed, c.due_at, c.claimed_at,

@@ -26,7 +26,8 @@ dead_lettered_at IS NOT NULL AND discarded_at IS NULL
 
 -- fragment: active_suppression
 -- A suppression list entry in force now: permanent, or temporary and not yet lapsed.
-(suppressed_until IS NULL OR suppressed_until > now())
+-- `{{argument}}` qualifies the column where a statement needs it (`o.`), or is empty.
+({{argument}}suppressed_until IS NULL OR {{argument}}suppressed_until > now())
 
 -- fragment: times_on_the_calendar
 -- For an `UPDATE outbox_messages`' SET: the row's times moved into the years the table

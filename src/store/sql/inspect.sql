@@ -19,17 +19,19 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 ORDER BY xact_start LIMIT 1
 
 -- name: invalid_indexes
--- Indexes of outboxd's tables (those named `outbox_` in its schema) that a failed
--- `CREATE INDEX CONCURRENTLY` left invalid.
+-- Indexes of outboxd's tables (each named here, so that an application's own `outbox_*`
+-- table beside them is not taken for one) that a failed `CREATE INDEX CONCURRENTLY` left
+-- invalid.
 -- No parameters.
 -- Index: none, the catalog.
 SELECT indexrelid::regclass::text FROM pg_index
 WHERE NOT indisvalid
   AND indrelid IN (
-      SELECT c.oid FROM pg_class AS c
-      WHERE c.relname LIKE 'outbox\_%'
-        AND c.relnamespace = (SELECT relnamespace FROM pg_class
-                              WHERE oid = to_regclass('{{schema}}outbox_messages')))
+      to_regclass('{{schema}}outbox_messages'), to_regclass('{{schema}}outbox_suppressions'),
+      to_regclass('{{schema}}outbox_send_rate'), to_regclass('{{schema}}outbox_schema_migrations'),
+      to_regclass('{{schema}}outbox_webhook_receipts'), to_regclass('{{schema}}outbox_admin_audit'),
+      to_regclass('{{schema}}outbox_kind_pauses'), to_regclass('{{schema}}outbox_message_events'),
+      to_regclass('{{schema}}outbox_installation'), to_regclass('{{schema}}outbox_replica_circuits'))
 ORDER BY 1
 
 -- name: table_health

@@ -5,7 +5,7 @@
 -- fragment: suppression_columns
 -- The columns of a listed entry, for a `WHERE` to follow.
 SELECT address, reason, source, detail, message_id, created_at, created_by,
-       suppressed_until, {{active_suppression}} AS active
+       suppressed_until, {{active_suppression()}} AS active
 FROM {{schema}}outbox_suppressions
 
 -- name: suppressed_among
@@ -14,7 +14,7 @@ FROM {{schema}}outbox_suppressions
 -- $1 addresses (text[])
 -- Index: outbox_suppressions_pkey.
 SELECT address, reason FROM {{schema}}outbox_suppressions
-WHERE address = ANY($1) AND {{active_suppression}}
+WHERE address = ANY($1) AND {{active_suppression()}}
 
 -- name: suppressed_recipients_of
 -- The recipients of some messages that are suppressed now, the first $2 by message: what a
@@ -25,12 +25,12 @@ SELECT m.id AS message_id, s.address, s.reason,
        NOT EXISTS (SELECT FROM unnest({{schema}}outbox_recipient_keys(m.payload)) AS r(address)
                    WHERE NOT EXISTS (SELECT FROM {{schema}}outbox_suppressions AS o
                                      WHERE o.address = r.address
-                                       AND (o.suppressed_until IS NULL OR o.suppressed_until > now())))
+                                       AND {{active_suppression(o.)}}))
            AS all_suppressed
 FROM {{schema}}outbox_messages AS m
 CROSS JOIN LATERAL unnest({{schema}}outbox_recipient_keys(m.payload)) AS k(address)
 JOIN {{schema}}outbox_suppressions AS s
-  ON s.address = k.address AND (s.suppressed_until IS NULL OR s.suppressed_until > now())
+  ON s.address = k.address AND {{active_suppression(s.)}}
 WHERE m.id = ANY($1) ORDER BY m.id, s.address LIMIT $2
 
 -- name: list_suppressions
