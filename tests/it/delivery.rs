@@ -1,9 +1,10 @@
 use std::time::{Duration, Instant};
 
-use outboxd::dispatch::{BatchReport, Step};
 use serde_json::json;
 
-use crate::helpers::{Scenario, SmtpServer, TestCa, TestDb, app, eventually, one_step};
+use crate::helpers::{
+    Count, Scenario, SmtpServer, TestCa, TestDb, app, batch, eventually, one_step,
+};
 
 fn verification(to: &str) -> serde_json::Value {
     json!({"to": to, "name": "Ada", "verify_url": "https://app.example/verify?t=abc"})
@@ -36,14 +37,7 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
         .await;
 
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 3,
-            sent: 3,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(3), Count::Sent(3)]));
     let received = smtp.messages();
     assert_eq!(received.len(), 3);
     assert!(received.iter().all(|m| m.pipelined), "{received:?}");
@@ -148,13 +142,12 @@ async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) 
     let step = one_step(&app).await;
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 7,
-            sent: 4,
-            retried: 1,
-            dead_lettered: 2,
-            ..BatchReport::default()
-        })
+        batch(&[
+            Count::Claimed(7),
+            Count::Sent(4),
+            Count::Retried(1),
+            Count::DeadLettered(2)
+        ])
     );
     let received = smtp.messages();
     let mut to: Vec<_> = received.iter().map(|m| m.rcpt_tos.join(",")).collect();
@@ -221,12 +214,7 @@ async fn starttls_and_auth_carry_pipelined_mail_to_a_server_with_a_private_ca() 
     let step = one_step(&app).await;
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 3,
-            sent: 2,
-            dead_lettered: 1,
-            ..BatchReport::default()
-        })
+        batch(&[Count::Claimed(3), Count::Sent(2), Count::DeadLettered(1)])
     );
     let received = smtp.messages();
     assert_eq!(received.len(), 2);
@@ -259,14 +247,7 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
     let app = app(&db, Some(&url), &[]).await;
     let id = db.verification_to("a@example.com").await;
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            released: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
     let row = db.row(id).await;
     assert!(!row.dead && !row.dispatched && row.attempts == 0, "{row:?}");
     assert!(smtp.messages().is_empty());
@@ -336,14 +317,7 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
         .await;
     }
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 3,
-            logged_only: 3,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(3), Count::LoggedOnly(3)]));
     assert_eq!(db.count("dispatched").await, 0);
     let logged: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM outbox_messages WHERE end_reason = 'logged_only' \
@@ -538,14 +512,7 @@ async fn a_drain_continues_while_batches_come_back_full() {
         .await;
     }
     let step = app.dispatcher.drain().await.unwrap();
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 10,
-            sent: 10,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(10), Count::Sent(10)]));
     assert_eq!(smtp.messages().len(), 10);
 }
 
@@ -564,14 +531,7 @@ async fn a_pooled_connection_the_server_dropped_is_replaced_without_costing_an_a
     let second = SmtpServer::start_on(port);
     let id = db.verification_to("b@example.com").await;
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            sent: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Sent(1)]));
     assert_eq!(second.messages().len(), 1);
     let row = db.row(id).await;
     assert!(row.dispatched && row.attempts == 0, "{row:?}");

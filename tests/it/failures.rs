@@ -7,8 +7,8 @@ use outboxd::telemetry::metrics::DatabaseOperation;
 use serde_json::json;
 
 use crate::helpers::{
-    BlackHole, Scenario, SmtpServer, TestDb, app, eventually, free_port, one_step, poll_until,
-    verification,
+    BlackHole, Count, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port, one_step,
+    poll_until, verification,
 };
 
 #[tokio::test]
@@ -17,14 +17,7 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     let id = db.verification_to("flaky1@example.com").await;
 
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            retried: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
     let row = db.row(id).await;
     assert_eq!(row.attempts, 1);
     assert!(
@@ -34,14 +27,7 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     assert!(!row.dispatched && !row.dead && row.locked_by.is_none());
 
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            sent: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Sent(1)]));
     let row = db.row(id).await;
     assert!(row.dispatched, "{row:?}");
     assert_eq!(smtp.messages().len(), 1);
@@ -77,14 +63,7 @@ pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
     } = Scenario::new(&[]).await;
     let id = db.verification_to("reject@example.com").await;
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            dead_lettered: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
     let row = db.row(id).await;
     assert!(row.dead && !row.dispatched && row.attempts == 1, "{row:?}");
     assert!(
@@ -106,25 +85,11 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
         .await;
     for attempt in 1..=2 {
         let step = one_step(&app).await;
-        assert_eq!(
-            step,
-            Step::Batch(BatchReport {
-                claimed: 1,
-                retried: 1,
-                ..BatchReport::default()
-            })
-        );
+        assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
         assert_eq!(db.row(id).await.attempts, attempt);
     }
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            dead_lettered: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
     let row = db.row(id).await;
     assert!(row.dead && row.attempts == 3, "{row:?}");
     let error = row.last_error.unwrap();
@@ -194,12 +159,7 @@ pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
     let step = one_step(&app).await;
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 9,
-            sent: 2,
-            dead_lettered: 7,
-            ..BatchReport::default()
-        })
+        batch(&[Count::Claimed(9), Count::Sent(2), Count::DeadLettered(7)])
     );
     for (id, reason) in bad {
         let row = db.row(id).await;
@@ -233,14 +193,7 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
 
     // Nobody listens on the port: connection refused for every message.
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 2,
-            released: 2,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(2), Count::Released(2)]));
     for id in ids {
         let row = db.row(id).await;
         assert!(
@@ -287,12 +240,7 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
     let step = one_step(&app).await;
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 2,
-            sent: 1,
-            retried: 1,
-            ..BatchReport::default()
-        })
+        batch(&[Count::Claimed(2), Count::Sent(1), Count::Retried(1)])
     );
     assert!(db.row(fast).await.dispatched);
     // The server had the whole message when its reply failed to come: perhaps delivered.
@@ -325,14 +273,7 @@ async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
     .await;
     let id = db.verification_to("a@example.com").await;
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            released: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
     assert_eq!(db.row(id).await.attempts, 0);
     assert!(matches!(one_step(&app).await, Step::CircuitOpen { .. }));
 }
@@ -444,14 +385,7 @@ async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
     let a = db.verification_to("defer-a@example.com").await;
     let b = db.verification_to("defer-b@example.com").await;
     let step = app.dispatcher.drain().await.unwrap();
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 2,
-            retried: 2,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(2), Count::Retried(2)]));
     assert_eq!(db.row(a).await.attempts, 1);
     assert_eq!(db.row(b).await.attempts, 1);
 }

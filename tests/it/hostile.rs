@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use outboxd::dispatch::{BatchReport, Step};
+use outboxd::dispatch::Step;
 use serde_json::json;
 
-use crate::helpers::{Scenario, SmtpServer, TestDb, app, one_step, verification};
+use crate::helpers::{Count, Scenario, SmtpServer, TestDb, app, batch, one_step, verification};
 
 /// Claims, sends and records one batch, which must end within 30 s: no input may hold it.
 async fn one_batch(app: &outboxd::app::App) -> Step {
@@ -45,12 +45,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
     let step = one_batch(&app).await;
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 4,
-            sent: 2,
-            dead_lettered: 2,
-            ..BatchReport::default()
-        })
+        batch(&[Count::Claimed(4), Count::Sent(2), Count::DeadLettered(2)])
     );
     let mut delivered: Vec<_> = smtp.messages().into_iter().map(|m| m.rcpt_tos).collect();
     delivered.sort();
@@ -345,12 +340,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     // its kind's 24 hours and ends as expired; the others are sent.
     assert_eq!(
         one_batch(&app).await,
-        Step::Batch(BatchReport {
-            claimed: 5,
-            sent: 4,
-            expired: 1,
-            ..BatchReport::default()
-        }),
+        batch(&[Count::Claimed(5), Count::Sent(4), Count::Expired(1)]),
         "rows {ids:?}"
     );
     let expired: Vec<i64> =
@@ -419,12 +409,7 @@ async fn a_row_whose_attempts_are_at_the_integers_end_fails_alone_and_its_batch_
     .unwrap();
     assert_eq!(
         one_batch(&app).await,
-        Step::Batch(BatchReport {
-            claimed: 2,
-            sent: 1,
-            dead_lettered: 1,
-            ..BatchReport::default()
-        })
+        batch(&[Count::Claimed(2), Count::Sent(1), Count::DeadLettered(1)])
     );
     let stuck = db.row(ids[0]).await;
     assert!(stuck.dead && stuck.attempts == i32::MAX, "{stuck:?}");
@@ -449,14 +434,7 @@ async fn a_negative_count_of_throttled_releases_buys_no_extra_free_releases() {
     .await
     .unwrap();
     let step = one_batch(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            released: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
     let count: i32 =
         sqlx::query_scalar("SELECT throttled_releases FROM outbox_messages WHERE id = $1")
             .bind(id)

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use outboxd::dispatch::{BatchReport, Step};
-
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, eventually, http_get, one_step, outboxd, verification,
+    Count, Outboxd, SmtpServer, TestDb, app, batch, eventually, http_get, one_step, outboxd,
+    verification,
 };
 
 /// The most messages the server took in any one-second window.
@@ -393,12 +392,7 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     let step = one_step(&app).await;
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 3,
-            sent: 1,
-            expired: 2,
-            ..BatchReport::default()
-        })
+        batch(&[Count::Claimed(3), Count::Sent(1), Count::Expired(2)])
     );
     let received = smtp.messages();
     assert_eq!(received.len(), 1);

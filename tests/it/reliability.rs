@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use outboxd::dispatch::{BatchReport, Step};
+use outboxd::dispatch::Step;
 
 use crate::helpers::{
-    Outboxd, Scenario, SmtpServer, TestDb, app, eventually, free_port, one_step, verification,
+    Count, Outboxd, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port, one_step,
+    verification,
 };
 
 #[tokio::test]
@@ -24,14 +25,7 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
         )
         .await;
     let step = one_step(&app).await;
-    assert_eq!(
-        step,
-        Step::Batch(BatchReport {
-            claimed: 1,
-            retried: 1,
-            ..BatchReport::default()
-        })
-    );
+    assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
     let row = db.row(id).await;
     assert_eq!(row.attempts, 1, "an ambiguous outcome counts an attempt");
     assert!(
@@ -105,13 +99,12 @@ async fn messages_after_the_servers_death_mid_batch_are_released_without_an_atte
     let step = sending.await.unwrap().unwrap();
     assert_eq!(
         step,
-        Step::Batch(BatchReport {
-            claimed: 5,
-            sent: 1,
-            retried: 1,
-            released: 3,
-            ..BatchReport::default()
-        })
+        batch(&[
+            Count::Claimed(5),
+            Count::Sent(1),
+            Count::Retried(1),
+            Count::Released(3)
+        ])
     );
     assert!(db.row(ids[0]).await.dispatched);
     assert_eq!(db.error_class(ids[1]).await.as_deref(), Some("ambiguous"));

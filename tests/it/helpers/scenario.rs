@@ -38,3 +38,33 @@ pub async fn one_step(app: &App) -> Step {
         .await
         .expect("a dispatch step")
 }
+
+/// One count of a batch's report, for [`batch`].
+#[derive(Debug, Clone, Copy)]
+pub enum Count {
+    Claimed(usize),
+    Sent(usize),
+    LoggedOnly(usize),
+    Retried(usize),
+    DeadLettered(usize),
+    Released(usize),
+    Expired(usize),
+}
+
+/// The step of a batch that did exactly `counts`, every other count zero:
+/// `batch(&[Count::Claimed(1), Count::Retried(1)])`.
+pub fn batch(counts: &[Count]) -> Step {
+    let mut report = outboxd::dispatch::BatchReport::default();
+    for count in counts {
+        match *count {
+            Count::Claimed(n) => report.claimed = n,
+            Count::Sent(n) => report.sent = n,
+            Count::LoggedOnly(n) => report.logged_only = n,
+            Count::Retried(n) => report.retried = n,
+            Count::DeadLettered(n) => report.dead_lettered = n,
+            Count::Released(n) => report.released = n,
+            Count::Expired(n) => report.expired = n,
+        }
+    }
+    Step::Batch(report)
+}
