@@ -278,16 +278,13 @@ pub(crate) fn render_all(schema: Option<&Schema>) -> Result<Box<[Arc<str>]>, Ren
             None => (*body).to_owned(),
         })
     };
-    if let Some(unused) = statements
-        .keys()
-        .find(|name| !Sql::ALL.iter().any(|sql| sql.name() == **name))
-    {
+    let names: Vec<String> = Sql::ALL.iter().map(|sql| sql.name()).collect();
+    if let Some(unused) = statements.keys().find(|name| !names.iter().any(|n| n == *name)) {
         return Err(RenderError::Unused((*unused).to_owned()));
     }
-    Sql::ALL
-        .iter()
-        .map(|sql| {
-            let name = sql.name();
+    names
+        .into_iter()
+        .map(|name| {
             let body = statements
                 .get(name.as_str())
                 .ok_or_else(|| RenderError::Missing(name.clone()))?;
