@@ -45,7 +45,7 @@ const MAX_ADMIN_CONNECTIONS: usize = 256;
 pub struct App {
     /// Every pool, the dispatcher's included.
     pools: Pools,
-    pub dispatcher: Arc<Dispatcher>,
+    pub dispatcher: Dispatcher,
     pub mailer: Arc<Mailer>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
@@ -86,17 +86,15 @@ impl App {
         ));
         metrics.notifications_working(pools.listen.is_some());
         let mailer = Arc::new(mailer);
-        let dispatcher = Arc::new(
-            Dispatcher::new(
-                pools.dispatch.clone(),
-                Arc::new(renderer),
-                Arc::clone(&mailer),
-                config.dispatch.clone(),
-                shutdown.clone(),
-                Arc::clone(&metrics),
-            )
-            .listening_on(pools.listen.clone()),
-        );
+        let dispatcher = Dispatcher::new(
+            pools.dispatch.clone(),
+            Arc::new(renderer),
+            Arc::clone(&mailer),
+            config.dispatch.clone(),
+            shutdown.clone(),
+            Arc::clone(&metrics),
+        )
+        .listening_on(pools.listen.clone());
         let health = Arc::new(Health::new(
             pools.health.clone(),
             config.rights(),
@@ -330,8 +328,9 @@ impl App {
         // On a worker thread, like everything it talks to: run from the main thread, every
         // query and send would hand over between threads (a fifth of the CPU of steady
         // traffic went to those wake-ups).
-        let dispatcher = Arc::clone(&self.dispatcher);
-        let ran = tokio::spawn(async move { dispatcher.run().await }).await;
+        // The task owns the dispatcher: as it ends, or unwinds from a panic, the connection
+        // the dispatcher kept goes back to the pool.
+        let ran = tokio::spawn(self.dispatcher.run()).await;
         background_stop.cancel();
         for task in background {
             if let Err(e) = task.await {
@@ -339,7 +338,6 @@ impl App {
             }
         }
         self.mailer.shutdown().await;
-        self.dispatcher.release_connection();
         self.pools.close().await;
         // A dispatcher that died must not look like a clean stop to the supervisor.
         // A panic was logged by the hook, masked; its message is not repeated here.

@@ -3,7 +3,6 @@
 //! recipients on the suppression list.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::store::Store;
 use chrono::{DateTime, Utc};
@@ -27,11 +26,10 @@ pub(super) struct Claimer {
     renderer: Arc<Renderer>,
     metrics: Arc<Metrics>,
     floor: ClaimFloor,
-    pace: Arc<Pace>,
+    pace: Pace,
     /// The claim size now: grows while batches come back full, back to `batch_size` after
-    /// a short one. Only the claim path touches it; an atomic because the stages share
-    /// `&self`.
-    claim_size: AtomicU32,
+    /// a short one.
+    claim_size: u32,
     settings: DispatchSettings,
     /// Where the loop listens for the insert trigger's notifications, which move the floor.
     listen: Listen,
@@ -48,7 +46,7 @@ impl Claimer {
         database: Arc<KeptConnection>,
         renderer: Arc<Renderer>,
         metrics: Arc<Metrics>,
-        pace: Arc<Pace>,
+        pace: Pace,
         settings: DispatchSettings,
     ) -> Self {
         Self {
@@ -56,7 +54,7 @@ impl Claimer {
             metrics,
             floor: ClaimFloor::new(),
             pace,
-            claim_size: AtomicU32::new(settings.batch_size),
+            claim_size: settings.batch_size,
             listen: Listen {
                 pool: Some(database.store().clone()),
             },
@@ -80,14 +78,14 @@ impl Claimer {
         &self.database
     }
 
-    pub fn floor(&self) -> &ClaimFloor {
-        &self.floor
+    pub fn floor(&mut self) -> &mut ClaimFloor {
+        &mut self.floor
     }
 
     /// Claims the next batch, as many rows as the pace and the claim size allow, or says
     /// that nothing is due or how long the pace says to wait.
-    pub async fn claim(&self, due_by: Option<DateTime<Utc>>) -> Result<Claiming, DispatchError> {
-        let wanted = self.claim_size.load(Ordering::Relaxed);
+    pub async fn claim(&mut self, due_by: Option<DateTime<Utc>>) -> Result<Claiming, DispatchError> {
+        let wanted = self.claim_size;
         let (requested, slots) = match self
             .pace
             .allowance(self.database.store(), wanted, &self.metrics)
@@ -165,21 +163,19 @@ impl Claimer {
     /// Doubles the claim after a full batch, up to the most allowed, so that a backlog
     /// drains in large batches with default options; a short batch means the backlog is
     /// gone, and the claim starts small again (low latency, little held per claim).
-    fn adapt_claim_size(&self, full: bool) {
-        let size = if full {
+    fn adapt_claim_size(&mut self, full: bool) {
+        self.claim_size = if full {
             self.claim_size
-                .load(Ordering::Relaxed)
                 .saturating_mul(2)
                 .min(self.settings.max_batch_size)
         } else {
             self.settings.batch_size
         };
-        self.claim_size.store(size, Ordering::Relaxed);
     }
 
     /// Claims up to `limit` due rows from the claim floor up, and moves the floor.
     async fn claim_rows(
-        &self,
+        &mut self,
         limit: u32,
         due_by: Option<DateTime<Utc>>,
     ) -> Result<(ClaimedBatch, ListedAtClaim), DispatchError> {

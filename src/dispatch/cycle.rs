@@ -8,6 +8,7 @@ use tracing::{debug, error, info};
 
 use super::batch::LOCKED_RETRY;
 use super::batch::{BatchReport, NextBatch, SentBatch};
+use super::steps::claim_next;
 use super::wake::{OUTAGE_BACKOFF, Wakeups, Woken};
 use super::{DispatchError, Dispatcher, Step};
 use crate::store;
@@ -16,11 +17,12 @@ impl Dispatcher {
     /// Claims one batch of due rows, sends it and records every outcome: one step, for
     /// tests to drive.
     #[cfg(feature = "testing")]
-    pub async fn dispatch_once(&self) -> Result<Step, DispatchError> {
-        Ok(match self.claim_next(None).await? {
+    pub async fn dispatch_once(&mut self) -> Result<Step, DispatchError> {
+        let delivery = &self.delivery;
+        Ok(match claim_next(&mut self.claimer, delivery, None).await? {
             NextBatch::Leased(leased) => {
-                let sent = self.send_batch(leased).await?;
-                Step::Batch(self.finish_batch(sent).await?)
+                let sent = delivery.send_batch(leased).await?;
+                Step::Batch(delivery.finish_batch(sent).await?)
             }
             other => other.step_after(BatchReport::default()),
         })
@@ -31,24 +33,28 @@ impl Dispatcher {
     /// the database. Each claim takes rows due by the time of the claim before it, so what
     /// falls due during a drain (a priority message, a retry) is claimed a batch or two
     /// later: a retry with no delay too, so it comes back within the drain.
-    pub async fn drain(&self) -> Result<Step, DispatchError> {
+    pub async fn drain(&mut self) -> Result<Step, DispatchError> {
+        let Self {
+            claimer, delivery, ..
+        } = self;
+        let delivery = &*delivery;
         let mut total = BatchReport::default();
         let mut previous: Option<SentBatch> = None;
-        let mut next = self.claim_next(None).await?;
+        let mut next = claim_next(claimer, delivery, None).await?;
         while let NextBatch::Leased(leased) = next {
             let due_by = Some(leased.claim.claimed.claimed_at);
             let full = leased.claim.claimed.messages.len() >= leased.claim.requested as usize;
             let (sent, finished, following) = tokio::join!(
-                self.send_batch(leased),
+                delivery.send_batch(leased),
                 async {
                     match previous.take() {
-                        Some(previous) => self.finish_batch(previous).await.map(Some),
+                        Some(previous) => delivery.finish_batch(previous).await.map(Some),
                         None => Ok(None),
                     }
                 },
                 async {
                     if full {
-                        self.claim_next(due_by).await.map(Some)
+                        claim_next(claimer, delivery, due_by).await.map(Some)
                     } else {
                         Ok(None)
                     }
@@ -62,7 +68,7 @@ impl Dispatcher {
                     sent
                 }
                 (Ok(sent), Err(e)) => {
-                    self.set_aside(sent);
+                    delivery.set_aside(sent);
                     return Err(e);
                 }
                 (Err(e), _) => return Err(e),
@@ -73,13 +79,13 @@ impl Dispatcher {
                     next = following;
                 }
                 Ok(None) => {
-                    total.add(&self.finish_batch(sent).await?);
+                    total.add(&delivery.finish_batch(sent).await?);
                     return Ok(Step::Batch(total));
                 }
                 Err(e) => {
                     // The claim failed; the batch just sent still gets its last outcomes
                     // written, or held if the database is gone too.
-                    if let Err(also) = self.finish_batch(sent).await {
+                    if let Err(also) = delivery.finish_batch(sent).await {
                         debug!(error = %also, "the last outcomes of a batch are held");
                     }
                     return Err(e);
@@ -87,19 +93,20 @@ impl Dispatcher {
             }
         }
         if let Some(previous) = previous {
-            total.add(&self.finish_batch(previous).await?);
+            total.add(&delivery.finish_batch(previous).await?);
         }
         Ok(next.step_after(total))
     }
 
     /// Runs until shutdown: drain, then wait for a notification, the poll interval, the
     /// circuit breaker's next probe, or a database back-off. Never returns an error:
-    /// database and SMTP outages are waited out.
-    pub async fn run(&self) {
+    /// database and SMTP outages are waited out. It owns the dispatcher: run it on a task
+    /// of its own.
+    pub async fn run(mut self) {
         let mut wakeups = Wakeups::new(
             self.claimer.listen(),
             self.claimer.database().store().clone(),
-            self.metrics.clone(),
+            self.delivery.metrics.clone(),
         );
         let mut database_failures = 0_u32;
         // A row left by this worker's previous run is removed at its first drain.
@@ -112,7 +119,7 @@ impl Dispatcher {
             concurrency = self.settings.concurrency,
             "dispatcher started"
         );
-        while !self.shutdown.stop.is_cancelled() {
+        while !self.delivery.shutdown.stop.is_cancelled() {
             wakeups.listen(self.claimer.floor()).await;
             let looked = tokio::time::Instant::now();
             let drained = self.drain().await;
@@ -123,19 +130,16 @@ impl Dispatcher {
             };
             // Every wait ends within a poll interval, so the heartbeat the liveness probe
             // reads keeps beating through SMTP and database outages.
-            self.metrics.cycle_completed();
+            self.delivery.metrics.cycle_completed();
+            let stop = &self.delivery.shutdown.stop;
             let woken = wakeups
-                .wait(wait, notified, &self.shutdown.stop, self.claimer.floor())
+                .wait(wait, notified, stop, self.claimer.floor())
                 .await;
             match woken {
                 Woken::Stopped => break,
                 Woken::Heard => {
                     wakeups
-                        .linger(
-                            self.settings.linger,
-                            &self.shutdown.stop,
-                            self.claimer.floor(),
-                        )
+                        .linger(self.settings.linger, stop, self.claimer.floor())
                         .await;
                 }
                 Woken::Look => {}
@@ -177,8 +181,8 @@ impl Dispatcher {
     }
 
     /// Gives back the connection kept between statements: the pool cannot close while it
-    /// is out. [`Self::run`] does so as it ends; a caller of [`Self::dispatch_once`] or
-    /// [`Self::drain`], or of a `run` that panicked, must before closing the pool.
+    /// is out. [`Self::run`] does so as it ends (and a `run` that panics drops it); a caller
+    /// of [`Self::dispatch_once`] or [`Self::drain`] must before closing the pool.
     pub fn release_connection(&self) {
         self.claimer.database().release();
     }
@@ -186,14 +190,13 @@ impl Dispatcher {
     /// Records the outcomes held after a database failure, and those held for rows another
     /// transaction has locked when their next try is due (all of them when stopping).
     pub async fn record_held(&self) -> Result<BatchReport, DispatchError> {
-        self.recorder
-            .record_held(self.shutdown.stop.is_cancelled())
-            .await
+        let stopping = self.delivery.shutdown.stop.is_cancelled();
+        self.delivery.recorder.record_held(stopping).await
     }
 
     /// Messages sent whose outcomes are not recorded yet.
     pub fn held_outcomes(&self) -> usize {
-        self.recorder.held_outcomes()
+        self.delivery.recorder.held_outcomes()
     }
 
     /// When the loop next looks for work, after a drain: the one place that decides. The
@@ -227,7 +230,7 @@ impl Dispatcher {
             }
             Err(e) => {
                 let DispatchError::Database { operation, .. } = &e;
-                self.metrics.database_error(*operation);
+                self.delivery.metrics.database_error(*operation);
                 *database_failures = database_failures.saturating_add(1);
                 let retry_in = OUTAGE_BACKOFF.delay_after(*database_failures);
                 error!(
@@ -239,10 +242,10 @@ impl Dispatcher {
             }
         };
         let mut wait = wait.min(wakeups.poll_interval(self.settings.poll_interval));
-        if self.recorder.holds_locked() {
+        if self.delivery.recorder.holds_locked() {
             wait = wait.min(LOCKED_RETRY);
         }
-        for retry in self.recorder.take_retries_due() {
+        for retry in self.delivery.recorder.take_retries_due() {
             wakeups.expect(retry);
         }
         if let Some(due) = wakeups.until_due(looked).filter(|_| notified) {

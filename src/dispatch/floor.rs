@@ -2,13 +2,11 @@
 //! lowered by the insert trigger's notifications, cleared by a full scan every
 //! [`FULL_SCAN_EVERY`]. Why: docs/adr/0003-the-claim-floor.md.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::time::Instant;
 
-use crate::lock::lock;
 use crate::message::LaneScan;
 use crate::store;
 
@@ -21,12 +19,11 @@ pub(super) const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
 /// on a row lock are left to the full scan.
 const SETTLE: Duration = Duration::from_secs(5);
 
-/// The floor, shared by the claim (which raises it) and the wake-ups (which lower it).
+/// The floor: the claimer's, which raises it while a drain runs and lends it to the
+/// wake-ups, which lower it between drains.
 #[derive(Debug)]
 pub(super) struct ClaimFloor {
-    /// The claim raises it while a drain runs; the wake-ups lower it between drains. One
-    /// task, but the stages share `&self`, so the state is behind a lock.
-    state: Mutex<State>,
+    state: State,
 }
 
 #[derive(Debug)]
@@ -134,18 +131,18 @@ impl Heard {
 impl ClaimFloor {
     pub fn new() -> Self {
         Self {
-            state: Mutex::new(State {
+            state: State {
                 floor: Floors::default(),
                 listening: false,
                 lowerings: 0,
                 next_full_scan: Instant::now() + FULL_SCAN_EVERY,
-            }),
+            },
         }
     }
 
     /// Where the next claim scans from: `None` (the start) when not listening, when no
     /// floor is known, or when a full scan is due.
-    pub fn start(&self) -> ScanStart {
+    pub fn start(&mut self) -> ScanStart {
         self.start_at(Instant::now())
     }
 
@@ -154,8 +151,8 @@ impl ClaimFloor {
     /// no room (the tiers before it filled the batch), leaves that lane to scan from the
     /// start at the next claim. Ignored for one claim, the full scan was spent on it, and
     /// the rows it is there for waited another [`FULL_SCAN_EVERY`].
-    fn start_at(&self, now: Instant) -> ScanStart {
-        let mut state = self.lock();
+    fn start_at(&mut self, now: Instant) -> ScanStart {
+        let state = &mut self.state;
         if now >= state.next_full_scan {
             state.next_full_scan = now + FULL_SCAN_EVERY;
             state.floor = Floors::default();
@@ -175,8 +172,8 @@ impl ClaimFloor {
     /// A claim that started at `start` left no due row of a lane below `after`
     /// ([`Floors::after`]): the lane's floor moves there, unless a notification lowered it
     /// meanwhile. A lane the claim learnt nothing of keeps its floor.
-    pub fn claimed(&self, start: ScanStart, after: Floors) {
-        let mut state = self.lock();
+    pub fn claimed(&mut self, start: ScanStart, after: Floors) {
+        let state = &mut self.state;
         if !state.listening || state.lowerings != start.lowerings {
             return;
         }
@@ -189,8 +186,8 @@ impl ClaimFloor {
     }
 
     /// Rows may have appeared below the floor.
-    pub fn heard(&self, heard: Heard) {
-        let mut state = self.lock();
+    pub fn heard(&mut self, heard: Heard) {
+        let state = &mut self.state;
         if heard.unknown {
             state.floor = Floors::default();
         } else if let Some(due) = heard.lowest_due {
@@ -202,15 +199,11 @@ impl ClaimFloor {
     }
 
     /// LISTEN started or stopped: either way, what happened meanwhile is unknown.
-    pub fn listening(&self, listening: bool) {
-        let mut state = self.lock();
+    pub fn listening(&mut self, listening: bool) {
+        let state = &mut self.state;
         state.listening = listening;
         state.floor = Floors::default();
         state.lowerings += 1;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        lock(&self.state)
     }
 }
 
@@ -230,30 +223,34 @@ mod tests {
     }
 
     fn listening_floor_at(millis: i64) -> ClaimFloor {
-        let floor = ClaimFloor::new();
+        let mut floor = ClaimFloor::new();
         floor.listening(true);
-        floor.claimed(floor.start(), both(millis));
+        let start = floor.start();
+        floor.claimed(start, both(millis));
         floor
     }
 
     #[test]
     fn there_is_no_floor_without_listen() {
-        let floor = ClaimFloor::new();
-        floor.claimed(floor.start(), both(100));
+        let mut floor = ClaimFloor::new();
+        let start = floor.start();
+        floor.claimed(start, both(100));
         assert_eq!(floor.start().floor, Floors::default());
     }
 
     #[test]
     fn a_claim_raises_each_lanes_floor_to_its_lowest_row_and_a_lane_without_one_keeps_it() {
-        let floor = listening_floor_at(100);
+        let mut floor = listening_floor_at(100);
         assert_eq!(floor.start().floor, both(100));
-        floor.claimed(floor.start(), Floors::default());
+        let start = floor.start();
+        floor.claimed(start, Floors::default());
         assert_eq!(floor.start().floor, both(100));
         let transactional_only = Floors {
             transactional: Some(at(300)),
             bulk: None,
         };
-        floor.claimed(floor.start(), transactional_only);
+        let start = floor.start();
+        floor.claimed(start, transactional_only);
         let moved = floor.start().floor;
         assert_eq!(
             (moved.transactional, moved.bulk),
@@ -288,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_notified_due_time_lowers_the_floor_and_an_unknown_one_clears_it() {
-        let floor = listening_floor_at(100);
+        let mut floor = listening_floor_at(100);
         let mut heard = Heard::default();
         heard.payload("150");
         heard.payload("40");
@@ -302,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_claim_started_before_a_lowering_does_not_undo_it() {
-        let floor = listening_floor_at(100);
+        let mut floor = listening_floor_at(100);
         let start = floor.start();
         let mut heard = Heard::default();
         heard.payload("40");
@@ -313,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_full_scan_is_owed_to_each_lane_until_a_claim_learns_where_it_starts() {
-        let floor = listening_floor_at(100);
+        let mut floor = listening_floor_at(100);
         let later = Instant::now() + FULL_SCAN_EVERY;
         assert_eq!(floor.start_at(later).floor, Floors::default());
         // That claim failed: the next one scans from the start all the same.
@@ -332,7 +329,7 @@ mod tests {
 
     #[test]
     fn losing_listen_clears_the_floor() {
-        let floor = listening_floor_at(100);
+        let mut floor = listening_floor_at(100);
         floor.listening(false);
         floor.listening(true);
         assert_eq!(floor.start().floor, Floors::default());

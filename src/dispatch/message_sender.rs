@@ -16,7 +16,7 @@ use super::attempt::{self, AttemptResult, outcome_of};
 use super::batch::Decided;
 use super::batch::Payloads;
 use super::expiry::ExpireAfter;
-use super::pace::{Pace, Slots};
+use super::pace::{ReplyCount, Slots};
 use super::queue::OutcomeQueue;
 use super::recipients::{Filtered, Suppressed};
 use crate::mailer::Mailer;
@@ -32,7 +32,8 @@ pub(super) struct MessageSender {
     pub metrics: Arc<telemetry::metrics::Metrics>,
     pub retry: RetryPolicy,
     pub stop: CancellationToken,
-    pub pace: Arc<Pace>,
+    /// Shared with the claimer's pace, which judges what the relay answered.
+    pub replies: Arc<ReplyCount>,
     pub expire_after: ExpireAfter,
     pub suppress_hard_bounces: bool,
 }
@@ -41,7 +42,8 @@ pub(super) struct MessageSender {
 pub(super) struct InFlight {
     pub messages: Arc<[ClaimedMessage]>,
     pub payloads: Payloads,
-    /// The next message to send, taken by whichever of the batch's send tasks is free.
+    /// Shared: the next message to send, taken by whichever of the batch's send tasks is
+    /// free.
     pub next: AtomicUsize,
     pub outcomes: OutcomeQueue,
     pub lease_start: Instant,
@@ -52,10 +54,11 @@ pub(super) struct InFlight {
     pub slots: Option<Slots>,
     /// Recipients not to mail: the list as of the claim, and those that bounced since.
     pub suppressed: Suppressed,
-    /// Some send reached the server, or some found it unreachable: together they tell an
-    /// outage (every send unreachable) from a message's own failure. Set by the send tasks,
-    /// read once they are done.
+    /// Shared: some send reached the server, or some found it unreachable: together they
+    /// tell an outage (every send unreachable) from a message's own failure. Set by the
+    /// send tasks, read once they are done.
     pub reached: AtomicBool,
+    /// Shared, as `reached`.
     pub unreachable: AtomicBool,
 }
 
@@ -126,8 +129,8 @@ impl MessageSender {
         // too many an attempt: else a long episode falls silent and the pace is forgotten
         // while the relay still refuses.
         match &attempt {
-            AttemptResult::SendFailed(e) if e.is_throttling() => self.pace.throttled(),
-            AttemptResult::Delivered(_) => self.pace.accepted(),
+            AttemptResult::SendFailed(e) if e.is_throttling() => self.replies.throttled(),
+            AttemptResult::Delivered(_) => self.replies.accepted(),
             _ => {}
         }
         let mut outcome = outcome_of(message, attempt, &self.retry);

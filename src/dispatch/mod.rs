@@ -50,6 +50,7 @@ use pace::Pace;
 pub use pace::RateLimit;
 use recorder::Recorder;
 use sender::Sender;
+use steps::Delivery;
 
 /// How the dispatcher behaves; validated by the configuration before it is built.
 #[derive(Debug, Clone)]
@@ -127,13 +128,12 @@ impl DispatchError {
 
 /// Claims, renders, sends and records, over and over: orchestration only, over the
 /// stages that own their state.
+/// The loop owns its stages: the claimer's state (floor, pace, claim size) is its alone;
+/// the stages after the claim share what they must by reference ([`Delivery`]).
 pub struct Dispatcher {
     claimer: Claimer,
-    sender: Sender,
-    recorder: Recorder,
+    delivery: Delivery,
     settings: DispatchSettings,
-    shutdown: Shutdown,
-    metrics: Arc<Metrics>,
 }
 
 impl Dispatcher {
@@ -148,14 +148,14 @@ impl Dispatcher {
         // One connection kept for the cycle's statements, shared by the claimer and the
         // recorder (see `store::KeptConnection`).
         let database = Arc::new(KeptConnection::new(pool));
-        let pace = Arc::new(Pace::new(settings.rate_limit));
+        let pace = Pace::new(settings.rate_limit);
         let messages = MessageSender {
             renderer: Arc::clone(&renderer),
             mailer,
             metrics: Arc::clone(&metrics),
             retry: settings.retry.clone(),
             stop: shutdown.stop.clone(),
-            pace: Arc::clone(&pace),
+            replies: pace.reply_count(),
             expire_after: settings.expire_after.clone(),
             suppress_hard_bounces: settings.suppress_hard_bounces,
         };
@@ -167,16 +167,18 @@ impl Dispatcher {
                 pace,
                 settings.clone(),
             ),
-            sender: Sender::new(messages, shutdown.abort.clone(), settings.clone()),
-            recorder: Recorder::new(
-                database,
-                Arc::clone(&metrics),
-                settings.suppress_hard_bounces,
-                settings.worker_id.clone(),
-            ),
+            delivery: Delivery {
+                sender: Sender::new(messages, shutdown.abort.clone(), settings.clone()),
+                recorder: Recorder::new(
+                    database,
+                    Arc::clone(&metrics),
+                    settings.suppress_hard_bounces,
+                    settings.worker_id.clone(),
+                ),
+                shutdown,
+                metrics,
+            },
             settings,
-            shutdown,
-            metrics,
         }
     }
 

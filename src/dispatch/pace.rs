@@ -5,16 +5,16 @@
 
 mod replies;
 
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::Store;
 use tokio::time::Instant;
 use tracing::debug;
 
-use crate::lock::lock;
 use crate::store::send_rate::{self, Booking, SlotRequest};
 use crate::telemetry::metrics::Metrics;
+pub(crate) use replies::ReplyCount;
 use replies::{Cut, Judgement, Replies};
 
 /// The schedule `OUTBOXD_RATE_LIMIT` books from.
@@ -110,17 +110,17 @@ impl Slots {
 }
 
 /// The dispatcher's side of the pace: the limit, and the replies since the last claim.
+/// The claimer's alone; the send tasks only count replies ([`ReplyCount`]).
 #[derive(Debug)]
 pub(super) struct Pace {
     limit: Option<RateLimit>,
     replies: Replies,
     /// Without a limit, once the relay has throttled: the pace found, until it is
-    /// forgotten. Only the claim path touches it and the next one; a lock because the
-    /// stages share `&self`.
-    discovered: Mutex<Option<Found>>,
+    /// forgotten.
+    discovered: Option<Found>,
     /// The pace of the last booking: what the sends since were paced at; `None` before
-    /// any (without a limit, until the relay throttles). As `discovered`.
-    booked_pace: Mutex<Option<f64>>,
+    /// any (without a limit, until the relay throttles).
+    booked_pace: Option<f64>,
 }
 
 /// A pace found from throttling replies: how far it may grow, and how fast.
@@ -184,24 +184,19 @@ impl Pace {
             limit,
             // Slots booked before a cut are sent at the pace before it, up to the horizon.
             replies: Replies::new(seconds(HORIZON_SECONDS)),
-            discovered: Mutex::new(None),
-            booked_pace: Mutex::new(None),
+            discovered: None,
+            booked_pace: None,
         }
     }
 
-    /// A send met a throttling reply; the next claim slows down.
-    pub fn throttled(&self) {
-        self.replies.refused();
-    }
-
-    /// The relay accepted a send.
-    pub fn accepted(&self) {
-        self.replies.accepted();
+    /// Where the send tasks count the relay's replies, which the next claim judges.
+    pub fn reply_count(&self) -> Arc<ReplyCount> {
+        self.replies.count()
     }
 
     /// The schedule this claim books from, or none (no limit, and no cut yet or the pace
     /// found forgotten). `before` is the pace the replies judged were booked at.
-    fn schedule(&self, judged: &Judgement, before: Option<f64>) -> Option<Schedule> {
+    fn schedule(&mut self, judged: &Judgement, before: Option<f64>) -> Option<Schedule> {
         if let Some(limit) = self.limit {
             return Some(Schedule {
                 bucket: BUCKET,
@@ -211,7 +206,7 @@ impl Pace {
                 stale_after: Duration::from_secs(60),
             });
         }
-        let mut discovered = lock(&self.discovered);
+        let discovered = &mut self.discovered;
         if let Some(cut) = judged.cut {
             *discovered = Some(Found::after_cut(
                 before.unwrap_or(cut.sent_rate),
@@ -234,18 +229,18 @@ impl Pace {
 
     /// Before a claim of up to `wanted` rows: how many it may take now, and their slots.
     pub async fn allowance(
-        &self,
+        &mut self,
         pool: &Store,
         wanted: u32,
         metrics: &Metrics,
     ) -> Result<Allowance, sqlx::Error> {
-        let booked_before = *lock(&self.booked_pace);
+        let booked_before = self.booked_pace;
         let judged = self.replies.judge(booked_before);
         let cut = judged.cut;
         let Some(schedule) = self.schedule(&judged, booked_before) else {
             if booked_before.is_some() {
                 // The pace found is forgotten: nothing paces the sends now.
-                *lock(&self.booked_pace) = None;
+                self.booked_pace = None;
                 metrics.send_rate_limit(0.0);
             }
             return Ok(Allowance::Take {
@@ -310,18 +305,18 @@ impl Pace {
 
     /// After a booking: the gauge, and what the shared schedule says of the other replicas
     /// (a cut of theirs, the share they learnt to tolerate).
-    fn booked(&self, cut: Option<Cut>, before: Option<f64>, booking: &Booking, metrics: &Metrics) {
+    fn booked(&mut self, cut: Option<Cut>, before: Option<f64>, booking: &Booking, metrics: &Metrics) {
         metrics.send_rate_limit(booking.pace);
         if cut.is_none() && before.is_some_and(|before| booking.pace < before * 0.99) {
             self.replies.cut_elsewhere();
         }
-        *lock(&self.booked_pace) = Some(booking.pace);
+        self.booked_pace = Some(booking.pace);
         self.replies.shared(booking.tolerated_share);
     }
 
     /// A claim that wanted `wanted` rows, was allowed `allowed` and took `taken`: when it
     /// took all it was allowed and wanted more, the pace held sends back.
-    pub fn claimed(&self, wanted: u32, allowed: u32, taken: u32) {
+    pub fn claimed(&mut self, wanted: u32, allowed: u32, taken: u32) {
         if allowed < wanted && taken >= allowed {
             self.replies.held_back();
         }

@@ -31,7 +31,8 @@ pub(super) struct Recorder {
     worker_id: String,
     held: Held,
     /// When the retries this replica wrote fall due: the loop wakes at each rather than
-    /// at the next poll. Shared because outcomes are written from the sends' tasks.
+    /// at the next poll. Shared: in a drain, a batch's outcomes, the batch before's last
+    /// ones and the held ones are written by futures joined on the loop's task.
     retries_due: std::sync::Mutex<Vec<Instant>>,
 }
 

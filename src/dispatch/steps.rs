@@ -6,50 +6,67 @@ use chrono::{DateTime, Utc};
 use futures_util::future::join;
 use tracing::{Instrument as _, debug};
 
+use std::sync::Arc;
+
 use super::batch::HeldOutcomes;
 use super::batch::{BatchReport, Claiming, LeasedBatch, NextBatch, SentBatch};
-use super::{DispatchError, Dispatcher, Step};
+use super::claimer::Claimer;
+use super::recorder::Recorder;
+use super::sender::Sender;
+use super::{DispatchError, Shutdown, Step};
+use crate::telemetry::metrics::Metrics;
 
-impl Dispatcher {
-    /// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes
-    /// held after a database failure are recorded first, and those held for locked rows
-    /// tried again when due.
-    pub(super) async fn claim_next(
-        &self,
-        due_by: Option<DateTime<Utc>>,
-    ) -> Result<NextBatch, DispatchError> {
-        if self.shutdown.stop.is_cancelled() {
-            return Ok(NextBatch::Halt(Step::Stopped));
-        }
-        self.recorder.record_held(false).await?;
-        if let Some(retry_in) = self.sender.circuit_closed_or_wait().await {
-            return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
-        }
-        let mut claim = match self.claimer.claim(due_by).await? {
-            Claiming::Rows(claim) => *claim,
-            Claiming::NothingDue => return Ok(NextBatch::Empty),
-            Claiming::Paced(at) => return Ok(NextBatch::Paced(at)),
-        };
-        // Nothing is sent without the batch's suppressed addresses: on a failure the rows
-        // go back at once (or are held, if the database does not take that either), and
-        // the error makes the loop back off as after any database failure, rather than
-        // claim them again in a tight loop.
-        match self.claimer.suppressed(&mut claim).await {
-            Ok(suppressed) => Ok(NextBatch::Leased(Box::new(LeasedBatch {
-                claim,
-                suppressed,
-            }))),
-            Err(e) => {
-                let releases = claim.releases();
-                let held = HeldOutcomes::new(claim.claimed, releases, tracing::Span::none());
-                if let Err(held) = self.recorder.record(held).await {
-                    debug!(error = %held, "the releases are held to record before the next claim");
-                }
-                Err(e)
+/// The stages after the claim: in a drain, a batch's sends, the writing of the batch
+/// before's last outcomes and the next claim (which writes held outcomes first and asks
+/// the circuit) run joined, and share these by reference.
+pub(super) struct Delivery {
+    pub sender: Sender,
+    pub recorder: Recorder,
+    pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes held
+/// after a database failure are recorded first, and those held for locked rows tried again
+/// when due.
+pub(super) async fn claim_next(
+    claimer: &mut Claimer,
+    delivery: &Delivery,
+    due_by: Option<DateTime<Utc>>,
+) -> Result<NextBatch, DispatchError> {
+    if delivery.shutdown.stop.is_cancelled() {
+        return Ok(NextBatch::Halt(Step::Stopped));
+    }
+    delivery.recorder.record_held(false).await?;
+    if let Some(retry_in) = delivery.sender.circuit_closed_or_wait().await {
+        return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
+    }
+    let mut claim = match claimer.claim(due_by).await? {
+        Claiming::Rows(claim) => *claim,
+        Claiming::NothingDue => return Ok(NextBatch::Empty),
+        Claiming::Paced(at) => return Ok(NextBatch::Paced(at)),
+    };
+    // Nothing is sent without the batch's suppressed addresses: on a failure the rows
+    // go back at once (or are held, if the database does not take that either), and
+    // the error makes the loop back off as after any database failure, rather than
+    // claim them again in a tight loop.
+    match claimer.suppressed(&mut claim).await {
+        Ok(suppressed) => Ok(NextBatch::Leased(Box::new(LeasedBatch {
+            claim,
+            suppressed,
+        }))),
+        Err(e) => {
+            let releases = claim.releases();
+            let held = HeldOutcomes::new(claim.claimed, releases, tracing::Span::none());
+            if let Err(held) = delivery.recorder.record(held).await {
+                debug!(error = %held, "the releases are held to record before the next claim");
             }
+            Err(e)
         }
     }
+}
 
+impl Delivery {
     /// Sends a leased batch; its outcomes are written as the sends end, a few milliseconds'
     /// worth at a time, so one slow message never holds its batch-mates' outcomes. Returns
     /// when the sends are over, with the last outcomes still to write (the drain writes

@@ -102,7 +102,7 @@ impl Wakeups {
 
     /// What notifications said: the floor hears every due time, the wait those still to
     /// come.
-    fn heard(&mut self, heard: Heard, floor: &ClaimFloor) {
+    fn heard(&mut self, heard: Heard, floor: &mut ClaimFloor) {
         let (now, utc_now) = (Instant::now(), chrono::Utc::now());
         for later in &heard.later {
             self.expect(now + (*later - utc_now).to_std().unwrap_or_default());
@@ -122,7 +122,7 @@ impl Wakeups {
 
     /// Listens, if not listening yet. Call before looking for due rows, so that nothing
     /// committed meanwhile goes unnoticed; when it fails, the poll interval stands in.
-    pub async fn listen(&mut self, floor: &ClaimFloor) {
+    pub async fn listen(&mut self, floor: &mut ClaimFloor) {
         let Some(pool) = self.pool.as_ref().filter(|_| self.listener.is_none()) else {
             return;
         };
@@ -146,7 +146,7 @@ impl Wakeups {
         wait: Duration,
         notified: bool,
         stop: &CancellationToken,
-        floor: &ClaimFloor,
+        floor: &mut ClaimFloor,
     ) -> Woken {
         let timer = tokio::time::sleep(wait);
         tokio::pin!(timer);
@@ -180,7 +180,7 @@ impl Wakeups {
     /// wait runs on the listening connection: PostgreSQL holds notifications back while a
     /// session runs a command and sends them together at its end, so however many
     /// messages arrive, the wait costs one wake-up, and the floor still hears of each.
-    pub async fn linger(&mut self, linger: Duration, stop: &CancellationToken, floor: &ClaimFloor) {
+    pub async fn linger(&mut self, linger: Duration, stop: &CancellationToken, floor: &mut ClaimFloor) {
         let Some(listener) = self.listener.as_mut().filter(|_| !linger.is_zero()) else {
             return;
         };
@@ -210,7 +210,7 @@ impl Wakeups {
 
     /// The listening connection failed: listen again before the next look; meanwhile the
     /// floor cannot trust what it has heard.
-    fn lost(&mut self, error: &dyn std::fmt::Display, floor: &ClaimFloor) {
+    fn lost(&mut self, error: &dyn std::fmt::Display, floor: &mut ClaimFloor) {
         self.metrics.database_error(DatabaseOperation::Listen);
         warn!(error = %error, "lost the LISTEN connection; reconnecting");
         self.listener = None;

@@ -310,7 +310,7 @@ async fn one_dead_letter_comes_with_its_payload_and_unknown_ids_are_404() {
 async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let (app, addr) = admin_app(
+    let (mut app, addr) = admin_app(
         &db,
         Some(&smtp.url()),
         &["--max-attempts", "1", "--poll-interval", "10m"],
@@ -318,12 +318,11 @@ async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
     .await;
     // Greylisted once: with one attempt allowed, that is a dead letter.
     let id = db.verification_to("flaky1@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
     assert_eq!(db.row(id).await.attempts, 1);
 
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     let retried = api(
         &addr,
         "POST",
@@ -563,7 +562,7 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
     let db = TestDb::new().await;
     let port = free_port();
     let url = format!("smtp://127.0.0.1:{port}");
-    let (app, addr) = admin_app(
+    let (mut app, addr) = admin_app(
         &db,
         Some(&url),
         &[
@@ -836,7 +835,7 @@ async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let app = app(&db, Some(&smtp.url()), &["--batch-size", "50"]).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--batch-size", "50"]).await;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..300 {
         outboxd_producer::enqueue(

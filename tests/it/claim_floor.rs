@@ -20,8 +20,7 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
     // Ten minutes between polls, and a full scan once a minute: within 30 s, only the
     // trigger's notification can explain a delivery.
     let app = app(&db, Some(&smtp.url()), &["--poll-interval", "10m"]).await;
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     db.wait_for_listener().await;
 
     // A producer's transaction begins (its row will be due when it began) and stays open
@@ -77,8 +76,8 @@ async fn a_row_an_application_holds_a_key_share_lock_on_is_still_claimed() {
     // What a foreign key check from an application's table takes, in a transaction left
     // open: it does not stop an update that keeps the key, and must not stop the claim.
     let application = db.hold_row(id, "FOR KEY SHARE").await;
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &[]).await;
+    one_step(&mut app).await;
     assert!(db.row(id).await.dispatched, "the row was skipped as locked");
     application.rollback().await.unwrap();
     app.dispatcher.release_connection();

@@ -136,8 +136,8 @@ async fn signed_and_verified(bits: &str, with_ed25519: bool) {
         ]);
         ed_args = vec!["e2026", &ed_public];
     }
-    let app = app(&db, Some(&smtp.url()), &flags).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &flags).await;
+    one_step(&mut app).await;
     assert_eq!(smtp.messages().len(), 4);
 
     let verified = Command::new(python())
@@ -372,8 +372,8 @@ async fn declared_headers_arrive_intact_and_a_line_break_through_them_is_refused
         )
         .await;
     let dir = templates.path().display().to_string();
-    let app = app(&db, Some(&smtp.url()), &["--templates", &dir]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--templates", &dir]).await;
+    one_step(&mut app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
@@ -498,8 +498,8 @@ async fn an_attachment_arrives_intact_and_bad_ones_are_dead_lettered_with_a_clea
             *class,
         ));
     }
-    let app = app(&db, Some(&smtp.url()), &["--max-attachment-bytes", "4KiB"]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--max-attachment-bytes", "4KiB"]).await;
+    one_step(&mut app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");

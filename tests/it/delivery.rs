@@ -12,7 +12,7 @@ fn verification(to: &str) -> serde_json::Value {
 
 #[tokio::test]
 pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
 
     let verify = db
         .enqueue(
@@ -36,7 +36,7 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
         )
         .await;
 
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(3), Count::Sent(3)]));
     let received = smtp.messages();
     assert_eq!(received.len(), 3);
@@ -97,14 +97,14 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
 
 #[tokio::test]
 async fn cc_bcc_and_reply_to_reach_the_envelope_and_bcc_stays_hidden() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     db.enqueue(
         "account_verification",
         json!({"to": "ada@example.com", "cc": ["cc@example.com"], "bcc": "hidden@example.com",
                "reply_to": "Support <support@example.com>", "name": "Ada", "verify_url": "u"}),
     )
     .await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     let m = &smtp.messages()[0];
     assert_eq!(
         m.rcpt_tos,
@@ -119,7 +119,7 @@ async fn cc_bcc_and_reply_to_reach_the_envelope_and_bcc_stays_hidden() {
 /// pipelined transaction must not leave its unread replies to be taken for the next one's.
 async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) {
     let db = TestDb::new().await;
-    let app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
     let mut ids = Vec::new();
     for to in [
         "a@example.com",
@@ -139,7 +139,7 @@ async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) 
         .await,
     );
     ids.push(db.verification_to("e@example.com").await);
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(
         step,
         batch(&[
@@ -197,7 +197,7 @@ async fn starttls_and_auth_carry_pipelined_mail_to_a_server_with_a_private_ca() 
         smtp.port
     );
     let db = TestDb::new().await;
-    let app = app(
+    let mut app = app(
         &db,
         Some(&url),
         &[
@@ -211,7 +211,7 @@ async fn starttls_and_auth_carry_pipelined_mail_to_a_server_with_a_private_ca() 
     for to in ["a@example.com", "reject@example.com", "b@example.com"] {
         db.verification_to(to).await;
     }
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(
         step,
         batch(&[Count::Claimed(3), Count::Sent(2), Count::DeadLettered(1)])
@@ -230,9 +230,9 @@ async fn smtps_speaks_tls_from_the_first_byte() {
     let smtp = ca.smtp_server(&["--smtps"]);
     let db = TestDb::new().await;
     let url = format!("smtps://127.0.0.1:{}", smtp.port);
-    let app = app(&db, Some(&url), &["--smtp-ca-file", &ca.path("ca.pem")]).await;
+    let mut app = app(&db, Some(&url), &["--smtp-ca-file", &ca.path("ca.pem")]).await;
     db.verification_to("a@example.com").await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     let received = smtp.messages();
     assert_eq!(received.len(), 1);
     assert!(received[0].tls, "{received:?}");
@@ -244,9 +244,9 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
     let smtp = ca.smtp_server(&[]);
     let db = TestDb::new().await;
     let url = format!("smtp://127.0.0.1:{}?tls=required", smtp.port);
-    let app = app(&db, Some(&url), &[]).await;
+    let mut app = app(&db, Some(&url), &[]).await;
     let id = db.verification_to("a@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
     let row = db.row(id).await;
     assert!(!row.dead && !row.dispatched && row.attempts == 0, "{row:?}");
@@ -255,7 +255,7 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
 
 #[tokio::test]
 async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivered() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
 
     sqlx::query("CREATE TABLE accounts (email text PRIMARY KEY)")
         .execute(&db.pool)
@@ -291,7 +291,7 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
     .unwrap();
     tx.commit().await.unwrap();
 
-    one_step(&app).await;
+    one_step(&mut app).await;
     assert_eq!(db.count("all").await, 1);
     let accounts: i64 = sqlx::query_scalar("SELECT count(*) FROM accounts")
         .fetch_one(&db.pool)
@@ -307,7 +307,7 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
 #[tokio::test]
 async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
     let db = TestDb::new().await;
-    let app = app(&db, None, &[]).await;
+    let mut app = app(&db, None, &[]).await;
     assert!(!app.mailer.is_enabled());
     for i in 0..3 {
         db.enqueue(
@@ -316,7 +316,7 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
         )
         .await;
     }
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(3), Count::LoggedOnly(3)]));
     assert_eq!(db.count("dispatched").await, 0);
     let logged: i64 = sqlx::query_scalar(
@@ -333,9 +333,8 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
 #[tokio::test]
 pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
     let Scenario { db, smtp, app } = Scenario::new(&["--poll-interval", "10m"]).await;
-    let dispatcher = app.dispatcher.clone();
     let shutdown = app.shutdown.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     // Let the loop finish its first (empty) drain and go to sleep on LISTEN.
     db.wait_for_listener().await;
 
@@ -364,8 +363,7 @@ async fn lingering_dispatcher(
         &["--poll-interval", "10m", "--linger", "1s"],
     )
     .await;
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     (app.shutdown.clone(), running)
 }
 
@@ -441,14 +439,14 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
 
 #[tokio::test]
 async fn a_message_is_not_sent_before_its_not_before_time() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     let mut later =
         outboxd::NewMessage::new("account_verification", verification("later@example.com"));
     later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
     let later = db.store.enqueue(&db.pool, later).await.unwrap();
     let now = db.verification_to("now@example.com").await;
 
-    one_step(&app).await;
+    one_step(&mut app).await;
     assert!(db.row(now).await.dispatched);
     let row = db.row(later).await;
     assert!(!row.dispatched && row.waiting, "{row:?}");
@@ -478,7 +476,7 @@ async fn custom_templates_add_kinds_and_override_builtin_ones() {
     )
     .unwrap();
     let templates = dir.path().to_str().unwrap();
-    let app = app(&db, Some(&smtp.url()), &["--templates", templates]).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--templates", templates]).await;
 
     db.enqueue(
         "password_reset",
@@ -486,7 +484,7 @@ async fn custom_templates_add_kinds_and_override_builtin_ones() {
     )
     .await;
     db.verification_to("b@example.com").await;
-    one_step(&app).await;
+    one_step(&mut app).await;
 
     let mut received = smtp.messages();
     received.sort_by(|a, b| a.outbox_id.cmp(&b.outbox_id));
@@ -502,7 +500,7 @@ async fn custom_templates_add_kinds_and_override_builtin_ones() {
 
 #[tokio::test]
 async fn a_drain_continues_while_batches_come_back_full() {
-    let Scenario { db, smtp, app } =
+    let Scenario { db, smtp, mut app } =
         Scenario::new(&["--batch-size", "4", "--smtp-concurrency", "3"]).await;
     for i in 0..10 {
         db.enqueue(
@@ -521,16 +519,16 @@ async fn a_pooled_connection_the_server_dropped_is_replaced_without_costing_an_a
     let db = TestDb::new().await;
     let port = crate::helpers::free_port();
     let first = SmtpServer::start_on(port);
-    let app = app(&db, Some(&first.url()), &["--smtp-concurrency", "1"]).await;
+    let mut app = app(&db, Some(&first.url()), &["--smtp-concurrency", "1"]).await;
     db.verification_to("a@example.com").await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     assert_eq!(first.messages().len(), 1);
 
     // The server restarts while outboxd keeps its connection in the pool.
     drop(first);
     let second = SmtpServer::start_on(port);
     let id = db.verification_to("b@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Sent(1)]));
     assert_eq!(second.messages().len(), 1);
     let row = db.row(id).await;
@@ -550,8 +548,8 @@ async fn two_databases_migrated_apart_give_their_first_messages_different_messag
         assert!(migrated.status.success(), "{migrated:?}");
         let first = db.verification_to("ada@example.com").await;
         assert_eq!(first, 1, "each database's first message");
-        let app = app(&db, Some(&smtp.url()), &[]).await;
-        one_step(&app).await;
+        let mut app = app(&db, Some(&smtp.url()), &[]).await;
+        one_step(&mut app).await;
         tags.push(db.installation_tag().await);
     }
     let received = smtp.wait_for(2, Duration::from_secs(30)).await;

@@ -115,8 +115,7 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
             })
         })
         .collect();
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     db.verification_to("flood@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
     let (status, body) = http_get(&http, "/readyz?verbose").await;

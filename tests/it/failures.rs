@@ -8,15 +8,15 @@ use serde_json::json;
 
 use crate::helpers::{
     BlackHole, Count, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port, one_step,
-    poll_until, verification,
+    poll_until, step_until, verification,
 };
 
 #[tokio::test]
 pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
-    let Scenario { db, smtp, app } = Scenario::new(&["--retry-backoff", "0s"]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&["--retry-backoff", "0s"]).await;
     let id = db.verification_to("flaky1@example.com").await;
 
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
     let row = db.row(id).await;
     assert_eq!(row.attempts, 1);
@@ -26,7 +26,7 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     );
     assert!(!row.dispatched && !row.dead && row.locked_by.is_none());
 
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Sent(1)]));
     let row = db.row(id).await;
     assert!(row.dispatched, "{row:?}");
@@ -38,10 +38,10 @@ async fn a_retry_waits_for_its_backoff() {
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&["--retry-backoff", "1h", "--retry-backoff-max", "2h"]).await;
     let id = db.verification_to("defer@example.com").await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     let (min, max): (f64, f64) = sqlx::query_as(
         "SELECT extract(epoch FROM next_attempt_at - now())::float8, 7200::float8 FROM outbox_messages WHERE id = $1",
     )
@@ -50,7 +50,7 @@ async fn a_retry_waits_for_its_backoff() {
     .await
     .unwrap();
     assert!((3500.0..=max).contains(&min), "next attempt in {min}s");
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, Step::Batch(BatchReport::default()));
 }
 
@@ -59,10 +59,10 @@ pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&[]).await;
     let id = db.verification_to("reject@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
     let row = db.row(id).await;
     assert!(row.dead && !row.dispatched && row.attempts == 1, "{row:?}");
@@ -70,12 +70,15 @@ pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
         row.last_error.as_deref().unwrap().contains("550"),
         "{row:?}"
     );
-    assert_eq!(one_step(&app).await, Step::Batch(BatchReport::default()));
+    assert_eq!(
+        one_step(&mut app).await,
+        Step::Batch(BatchReport::default())
+    );
 }
 
 #[tokio::test]
 async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_characters() {
-    let Scenario { db, smtp, app } =
+    let Scenario { db, smtp, mut app } =
         Scenario::new(&["--retry-backoff", "0s", "--max-attempts", "3"]).await;
     let id = db
         .enqueue(
@@ -84,11 +87,11 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
         )
         .await;
     for attempt in 1..=2 {
-        let step = one_step(&app).await;
+        let step = one_step(&mut app).await;
         assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
         assert_eq!(db.row(id).await.attempts, attempt);
     }
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
     let row = db.row(id).await;
     assert!(row.dead && row.attempts == 3, "{row:?}");
@@ -100,7 +103,7 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
 
 #[tokio::test]
 pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     let good1 = db.verification_to("one@example.com").await;
     let bad = [
         (
@@ -156,7 +159,7 @@ pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
     ];
     let good2 = db.verification_to("two@example.com").await;
 
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(
         step,
         batch(&[Count::Claimed(9), Count::Sent(2), Count::DeadLettered(7)])
@@ -185,14 +188,14 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
     let db = TestDb::new().await;
     let port = free_port();
     let url = format!("smtp://127.0.0.1:{port}");
-    let app = app(&db, Some(&url), &["--max-attempts", "1"]).await;
+    let mut app = app(&db, Some(&url), &["--max-attempts", "1"]).await;
     let ids = [
         db.verification_to("a@example.com").await,
         db.verification_to("b@example.com").await,
     ];
 
     // Nobody listens on the port: connection refused for every message.
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(2), Count::Released(2)]));
     for id in ids {
         let row = db.row(id).await;
@@ -205,16 +208,19 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
             "{row:?}"
         );
     }
-    assert!(matches!(one_step(&app).await, Step::CircuitOpen { .. }));
+    assert!(matches!(one_step(&mut app).await, Step::CircuitOpen { .. }));
 
     // The server comes back: the breaker's probe closes the circuit and delivery resumes.
     let smtp = SmtpServer::start_on(port);
-    let delivered = poll_until(Duration::from_secs(30), "delivery to resume", || async {
-        match one_step(&app).await {
+    let delivered = step_until(
+        &mut app,
+        Duration::from_secs(30),
+        "delivery to resume",
+        |step| match step {
             Step::Batch(report) if report.sent > 0 => Some(report),
             _ => None,
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(delivered.sent, 2);
     assert_eq!(smtp.messages().len(), 2);
@@ -225,7 +231,7 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&[
         "--smtp-timeout",
         "1s",
@@ -237,7 +243,7 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
     .await;
     let slow = db.verification_to("slow3@example.com").await;
     let fast = db.verification_to("fast@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(
         step,
         batch(&[Count::Claimed(2), Count::Sent(1), Count::Retried(1)])
@@ -253,7 +259,7 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
     );
     // The pool was replaced after the timeout; the next message goes through cleanly.
     let next = db.verification_to("next@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.claimed == 2),
         "{step:?}"
@@ -265,17 +271,17 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
 async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
     let db = TestDb::new().await;
     let hole = BlackHole::start().await;
-    let app = app(
+    let mut app = app(
         &db,
         Some(&hole.url()),
         &["--smtp-timeout", "500ms", "--lease", "5s"],
     )
     .await;
     let id = db.verification_to("a@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
     assert_eq!(db.row(id).await.attempts, 0);
-    assert!(matches!(one_step(&app).await, Step::CircuitOpen { .. }));
+    assert!(matches!(one_step(&mut app).await, Step::CircuitOpen { .. }));
 }
 
 #[tokio::test]
@@ -380,7 +386,7 @@ async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&["--retry-backoff", "0s", "--batch-size", "1"]).await;
     let a = db.verification_to("defer-a@example.com").await;
     let b = db.verification_to("defer-b@example.com").await;
@@ -393,8 +399,7 @@ async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
 #[tokio::test]
 async fn the_dispatcher_survives_losing_its_database_connections() {
     let Scenario { db, smtp, app } = Scenario::new(&["--poll-interval", "1s"]).await;
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     db.verification_to("before@example.com").await;
     smtp.wait_for(1, Duration::from_secs(20)).await;
 
@@ -409,20 +414,19 @@ async fn the_dispatcher_survives_losing_its_database_connections() {
 #[tokio::test]
 pub(crate) async fn outcomes_the_database_missed_are_recorded_before_the_next_claim_not_sent_again()
 {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     // The server holds its reply to DATA until released: the database is cut meanwhile.
     let id = db.verification_to("hold@example.com").await;
-    let dispatcher = app.dispatcher.clone();
-    let sending = tokio::spawn(async move { dispatcher.dispatch_once().await });
-    eventually(
-        Duration::from_secs(30),
-        "the server holding the message",
-        || async { smtp.held() == 1 },
-    )
-    .await;
-    db.cut_other_connections().await;
-    smtp.release();
-    let failed = sending.await.unwrap();
+    let (failed, ()) = tokio::join!(app.dispatcher.dispatch_once(), async {
+        eventually(
+            Duration::from_secs(30),
+            "the server holding the message",
+            || async { smtp.held() == 1 },
+        )
+        .await;
+        db.cut_other_connections().await;
+        smtp.release();
+    });
     assert!(
         matches!(
             failed,

@@ -126,8 +126,8 @@ async fn retrying_a_dead_letter_whose_recipient_is_suppressed_warns_and_names_th
 async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
     let db = TestDb::new().await;
     let id = db.verification_to("ada@example.com").await;
-    let app = app(&db, None, &[]).await;
-    one_step(&app).await;
+    let mut app = app(&db, None, &[]).await;
+    one_step(&mut app).await;
     app.dispatcher.release_connection();
     let row = db.row(id).await;
     assert!(!row.dispatched, "{row:?}");

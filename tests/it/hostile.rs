@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::helpers::{Count, Scenario, SmtpServer, TestDb, app, batch, one_step, verification};
 
 /// Claims, sends and records one batch, which must end within 30 s: no input may hold it.
-async fn one_batch(app: &outboxd::app::App) -> Step {
+async fn one_batch(app: &mut outboxd::app::App) -> Step {
     tokio::time::timeout(Duration::from_secs(30), app.dispatcher.dispatch_once())
         .await
         .expect("the batch ends")
@@ -23,7 +23,7 @@ fn payload_with(to: &str, extra: &str) -> String {
 
 #[tokio::test]
 async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mates_are_sent() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     let deep = format!("\"deep\": {}1{}", "[".repeat(200), "]".repeat(200));
     // One statement, as a producer's bulk insert would: the poisoned rows sit between
     // good ones in the same claim.
@@ -42,7 +42,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
     .await
     .unwrap();
 
-    let step = one_batch(&app).await;
+    let step = one_batch(&mut app).await;
     assert_eq!(
         step,
         batch(&[Count::Claimed(4), Count::Sent(2), Count::DeadLettered(2)])
@@ -77,7 +77,7 @@ async fn a_payload_outboxd_cannot_read_is_dead_lettered_alone_and_its_batch_mate
 
 #[tokio::test]
 async fn a_message_with_more_recipients_than_the_limit_is_refused_without_rendering() {
-    let Scenario { db, smtp, app } = Scenario::new(&["--max-recipients", "100"]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&["--max-recipients", "100"]).await;
     let bcc: Vec<String> = (0..20_000)
         .map(|i| format!("user{i}@example.com"))
         .collect();
@@ -92,7 +92,7 @@ async fn a_message_with_more_recipients_than_the_limit_is_refused_without_render
     );
     let fine = db.enqueue("account_verification", fine).await;
 
-    let step = one_batch(&app).await;
+    let step = one_batch(&mut app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 1),
         "{step:?}: {:?}",
@@ -116,12 +116,12 @@ async fn a_message_with_more_recipients_than_the_limit_is_refused_without_render
 
 #[tokio::test]
 async fn an_address_named_twice_is_sent_to_once() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     let mut payload = verification("twice@example.com");
     payload["cc"] = json!(vec!["twice@EXAMPLE.com"; 50]);
     payload["bcc"] = json!(["Twice@example.com"]);
     db.enqueue("account_verification", payload).await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     let received = smtp.wait_for(1, Duration::from_secs(30)).await;
     // The domain is case-insensitive; the local part is kept as written.
     assert_eq!(
@@ -132,12 +132,12 @@ async fn an_address_named_twice_is_sent_to_once() {
 
 #[tokio::test]
 async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
-    let Scenario { db, smtp, app } = Scenario::new(&["--max-message-bytes", "8KiB"]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&["--max-message-bytes", "8KiB"]).await;
     let mut big = verification("big@example.com");
     big["padding"] = json!("x".repeat(20_000));
     let big = db.enqueue("account_verification", big).await;
     db.verification_to("small@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 1),
         "{step:?}"
@@ -155,7 +155,7 @@ async fn a_payload_past_the_size_limit_is_dead_lettered_and_the_rest_is_sent() {
 
 #[tokio::test]
 async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_claim() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     // The claim statement reads the addresses for the suppression list: none of these may
     // fail it, which would leave the whole batch leased and unsent.
     let mut no_cc = verification("kept@example.com");
@@ -173,7 +173,7 @@ async fn null_and_non_string_recipients_cost_their_own_message_and_never_the_cla
         payload["to"] = to;
         odd.push(db.enqueue("account_verification", payload).await);
     }
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1 && r.dead_lettered == 4),
         "{step:?}"
@@ -298,7 +298,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&["--expire-after", "account_verification=24h"]).await;
     drop_time_checks(&db).await;
     let ids: Vec<i64> = sqlx::query_scalar(
@@ -339,7 +339,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
     // any update that does not). Created "at -infinity", year 1 once moved, one row is past
     // its kind's 24 hours and ends as expired; the others are sent.
     assert_eq!(
-        one_batch(&app).await,
+        one_batch(&mut app).await,
         batch(&[Count::Claimed(5), Count::Sent(4), Count::Expired(1)]),
         "rows {ids:?}"
     );
@@ -393,7 +393,7 @@ async fn a_row_whose_attempts_are_at_the_integers_end_fails_alone_and_its_batch_
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&[]).await;
     // A producer may write any count of attempts; this one cannot go up by one more.
     let ids: Vec<i64> = sqlx::query_scalar(
@@ -408,7 +408,7 @@ async fn a_row_whose_attempts_are_at_the_integers_end_fails_alone_and_its_batch_
     .await
     .unwrap();
     assert_eq!(
-        one_batch(&app).await,
+        one_batch(&mut app).await,
         batch(&[Count::Claimed(2), Count::Sent(1), Count::DeadLettered(1)])
     );
     let stuck = db.row(ids[0]).await;
@@ -424,7 +424,7 @@ async fn a_negative_count_of_throttled_releases_buys_no_extra_free_releases() {
         crate::helpers::free_port(),
         &["--throttle-every", "1", "--throttle-for", "600"],
     );
-    let app = app(&db, Some(&smtp.url()), &[]).await;
+    let mut app = app(&db, Some(&smtp.url()), &[]).await;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO outbox_messages (kind, payload, throttled_releases) \
          VALUES ('account_verification', $1, -1000000) RETURNING id",
@@ -433,7 +433,7 @@ async fn a_negative_count_of_throttled_releases_buys_no_extra_free_releases() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let step = one_batch(&app).await;
+    let step = one_batch(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
     let count: i32 =
         sqlx::query_scalar("SELECT throttled_releases FROM outbox_messages WHERE id = $1")

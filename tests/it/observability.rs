@@ -243,8 +243,7 @@ async fn livez_fails_when_the_dispatch_loop_makes_no_progress_and_recovers_when_
     // Readiness is about dependencies, not progress.
     assert_eq!(http_get(&http, "/readyz").await.0, 200);
 
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     eventually(Duration::from_secs(10), "live again", || async {
         http_get(&http, "/livez").await.0 == 200
     })

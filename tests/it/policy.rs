@@ -197,8 +197,8 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
         outboxd::NewMessage::new("account_verification", verification("urgent@example.com"));
     urgent.priority = 10;
     let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
-    let app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
+    one_step(&mut app).await;
     let first_batch = smtp.messages();
     assert_eq!(first_batch.len(), 25);
     assert!(
@@ -226,8 +226,8 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
         outboxd::NewMessage::new("account_verification", verification("urgent2@example.com"));
     urgent.priority = 10;
     db.store.enqueue(&db.pool, urgent).await.unwrap();
-    let app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
-    one_step(&app).await;
+    let mut app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
+    one_step(&mut app).await;
     let last = smtp.messages().pop().expect("a message");
     assert_eq!(last.outbox_id, old.to_string());
 }
@@ -254,8 +254,8 @@ async fn a_priority_message_is_not_held_back_by_an_older_row_an_application_has_
     // would hold it. A priority-1 row goes before priority-0 rows due a minute after it,
     // and the oldest of those that can be claimed now is `plain`.
     let application = db.hold_row(locked, "FOR UPDATE").await;
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &[]).await;
+    one_step(&mut app).await;
     let mut sent: Vec<String> = smtp
         .wait_for(2, Duration::from_secs(30))
         .await
@@ -383,13 +383,13 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     .await
     .unwrap();
     let fresh = db.verification_to("fresh@example.com").await;
-    let app = app(
+    let mut app = app(
         &db,
         Some(&smtp.url()),
         &["--expire-after", "workspace_invite=1h"],
     )
     .await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(
         step,
         batch(&[Count::Claimed(3), Count::Sent(1), Count::Expired(2)])
@@ -490,7 +490,7 @@ pub(crate) async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
         );
     }
     assert_eq!(db.count("all").await, 1);
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &[]).await;
+    one_step(&mut app).await;
     assert_eq!(smtp.messages().len(), 1);
 }

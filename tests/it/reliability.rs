@@ -16,7 +16,7 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
     let Scenario {
         db,
         smtp: _smtp,
-        app,
+        mut app,
     } = Scenario::new(&["--retry-backoff", "0s"]).await;
     let id = db
         .enqueue(
@@ -24,7 +24,7 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
             verification("resetafter@example.com"),
         )
         .await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
     let row = db.row(id).await;
     assert_eq!(row.attempts, 1, "an ambiguous outcome counts an attempt");
@@ -36,7 +36,7 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
     assert_eq!(db.error_class(id).await.as_deref(), Some("ambiguous"));
     // Not an outage: the circuit stays closed and the next message goes out.
     db.verification_to("next@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1),
         "{step:?}"
@@ -45,11 +45,11 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
 
 #[tokio::test]
 async fn a_reply_to_the_message_that_never_comes_is_ambiguous_not_an_outage() {
-    let Scenario { db, smtp, app } =
+    let Scenario { db, smtp, mut app } =
         Scenario::new(&["--smtp-timeout", "1s", "--lease", "10s"]).await;
     // The only message of its batch: under the old rule this opened the circuit.
     let id = db.verification_to("hold@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert!(
         matches!(step, Step::Batch(ref r) if r.retried == 1),
         "{step:?}"
@@ -58,7 +58,7 @@ async fn a_reply_to_the_message_that_never_comes_is_ambiguous_not_an_outage() {
     assert_eq!(db.error_class(id).await.as_deref(), Some("ambiguous"));
     smtp.release();
     db.verification_to("next@example.com").await;
-    let step = one_step(&app).await;
+    let step = one_step(&mut app).await;
     assert!(
         !matches!(step, Step::CircuitOpen { .. }),
         "an ambiguous outcome is not an outage: {step:?}"
@@ -70,7 +70,7 @@ async fn messages_after_the_servers_death_mid_batch_are_released_without_an_atte
     let db = TestDb::new().await;
     let port = free_port();
     let smtp = SmtpServer::start_on(port);
-    let app = app(
+    let mut app = app(
         &db,
         Some(&format!("smtp://127.0.0.1:{port}")),
         &["--smtp-concurrency", "1", "--batch-size", "10"],
@@ -86,17 +86,17 @@ async fn messages_after_the_servers_death_mid_batch_are_released_without_an_atte
             .await,
         );
     }
-    let dispatcher = app.dispatcher.clone();
-    let sending = tokio::spawn(async move { dispatcher.dispatch_once().await });
-    eventually(
-        Duration::from_secs(30),
-        "the server holding the second",
-        || async { smtp.held() == 1 },
-    )
-    .await;
-    // The server dies with the second message in its hands.
-    drop(smtp);
-    let step = sending.await.unwrap().unwrap();
+    let (step, ()) = tokio::join!(app.dispatcher.dispatch_once(), async {
+        eventually(
+            Duration::from_secs(30),
+            "the server holding the second",
+            || async { smtp.held() == 1 },
+        )
+        .await;
+        // The server dies with the second message in its hands.
+        drop(smtp);
+    });
+    let step = step.unwrap();
     assert_eq!(
         step,
         batch(&[
@@ -142,12 +142,10 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
         app(&db, Some(&url), &flags).await,
         app(&db, Some(&url), &flags).await,
     ];
+    let stops: Vec<_> = replicas.iter().map(|r| r.shutdown.stop.clone()).collect();
     let running: Vec<_> = replicas
-        .iter()
-        .map(|replica| {
-            let dispatcher = replica.dispatcher.clone();
-            tokio::spawn(async move { dispatcher.run().await })
-        })
+        .into_iter()
+        .map(|replica| tokio::spawn(replica.dispatcher.run()))
         .collect();
     let rounds = 3;
     let mut expected = Vec::new();
@@ -207,8 +205,8 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
             received.get(to)
         );
     }
-    for replica in &replicas {
-        replica.shutdown.stop.cancel();
+    for stop in &stops {
+        stop.cancel();
     }
     for task in running {
         task.await.unwrap();
@@ -228,8 +226,7 @@ async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     // again of itself once the lock goes, which no notification announces.
     let app = app(&db, Some(&smtp.url()), &["--poll-interval", "5m"]).await;
     let (locked, mate) = two_to_hold(&db).await;
-    let dispatcher = app.dispatcher.clone();
-    let running = tokio::spawn(async move { dispatcher.run().await });
+    let running = tokio::spawn(app.dispatcher.run());
     let open = lock_while_held(&db, &smtp, locked, mate).await;
     let later = db.verification_to("later@example.com").await;
     eventually(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use outboxd::dispatch::Step;
 use serde_json::json;
 
-use crate::helpers::{BlackHole, SmtpServer, TestDb, app, eventually, outboxd, poll_until};
+use crate::helpers::{BlackHole, SmtpServer, TestDb, app, eventually, outboxd, step_until};
 
 fn verification(i: usize) -> serde_json::Value {
     json!({"to": format!("user{i}@example.com"), "name": "Ada", "verify_url": "https://app.example/v"})
@@ -28,13 +28,13 @@ pub(crate) async fn two_dispatchers_on_one_table_never_send_a_row_twice() {
     tx.commit().await.unwrap();
 
     let flags = ["--batch-size", "10", "--smtp-concurrency", "4"];
-    let one = app(
+    let mut one = app(
         &db,
         Some(&smtp.url()),
         &[&flags[..], &["--worker-id", "one"]].concat(),
     )
     .await;
-    let two = app(
+    let mut two = app(
         &db,
         Some(&smtp.url()),
         &[&flags[..], &["--worker-id", "two"]].concat(),
@@ -91,7 +91,7 @@ pub(crate) async fn a_killed_dispatchers_rows_are_delivered_by_another_after_its
     assert_eq!(db.row(id).await.locked_by.as_deref(), Some("victim"));
 
     let smtp = SmtpServer::start();
-    let rescuer = app(&db, Some(&smtp.url()), &["--worker-id", "rescuer"]).await;
+    let mut rescuer = app(&db, Some(&smtp.url()), &["--worker-id", "rescuer"]).await;
     // While the lease lasts, the row is nobody else's.
     let step = rescuer.dispatcher.dispatch_once().await.unwrap();
     assert!(
@@ -99,14 +99,13 @@ pub(crate) async fn a_killed_dispatchers_rows_are_delivered_by_another_after_its
         "{step:?}"
     );
 
-    let reclaimed = poll_until(
+    let reclaimed = step_until(
+        &mut rescuer,
         Duration::from_secs(30),
         "the rescuer to send the row",
-        || async {
-            match rescuer.dispatcher.dispatch_once().await.unwrap() {
-                Step::Batch(r) if r.sent == 1 => Some(r.reclaimed),
-                _ => None,
-            }
+        |step| match step {
+            Step::Batch(r) if r.sent == 1 => Some(r.reclaimed),
+            _ => None,
         },
     )
     .await;

@@ -56,8 +56,8 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     let mut mixed = verification("kept@example.com");
     mixed["cc"] = json!(["gone@example.com"]);
     let mixed = db.enqueue("account_verification", mixed).await;
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &[]).await;
+    one_step(&mut app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
@@ -99,8 +99,8 @@ async fn an_address_the_claim_cannot_read_as_listed_is_still_looked_up_and_suppr
     suppress(&db, "ada@xn--bcher-kva.de", SuppressionReason::Unsubscribe).await;
     let unicode = db.verification_to("Ada <Ada@Bücher.de>").await;
     let kept = db.verification_to("kept@example.com").await;
-    let app = app(&db, Some(&smtp.url()), &[]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &[]).await;
+    one_step(&mut app).await;
 
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
@@ -159,7 +159,7 @@ async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
 
 #[tokio::test]
 async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_the_next_message() {
-    let Scenario { db, smtp, app } = Scenario::new(&[]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
     // Gmail's, Microsoft 365's (after DATA, as Exchange Online refuses) and Postfix's own
     // replies, as their documentation gives them (tests/support/provider_replies.json).
     for (address, status) in [
@@ -168,7 +168,7 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
         ("reply-postfix-local-lee@example.com", "5.1.1"),
     ] {
         let first = db.verification_to(address).await;
-        one_step(&app).await;
+        one_step(&mut app).await;
         assert!(db.row(first).await.dead, "{address}: dead-lettered");
         assert_eq!(db.row(first).await.attempts, 1, "{address}: after one try");
         assert_eq!(
@@ -196,7 +196,7 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
                 verification(&address.to_uppercase()),
             )
             .await;
-        one_step(&app).await;
+        one_step(&mut app).await;
         assert_eq!(
             state_of(&db, next).await.0.as_deref(),
             Some("suppressed"),
@@ -215,7 +215,7 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
         "reply-exim-sender-verify-fay@example.com",
     ] {
         let id = db.verification_to(address).await;
-        one_step(&app).await;
+        one_step(&mut app).await;
         assert!(db.row(id).await.dead, "{address}");
         assert!(
             suppressions::get(
@@ -243,8 +243,8 @@ async fn a_bounce_stops_the_rest_of_its_batch_to_the_same_address() {
     ] {
         ids.push(db.verification_to(to).await);
     }
-    let app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--smtp-concurrency", "1"]).await;
+    one_step(&mut app).await;
     assert!(db.row(ids[0]).await.dead);
     for id in &ids[1..] {
         assert_eq!(state_of(&db, *id).await.0.as_deref(), Some("suppressed"));
@@ -258,8 +258,8 @@ async fn a_message_to_several_recipients_of_which_one_is_unknown_reaches_the_oth
     let mut payload = verification("unknown-zoe@example.com");
     payload["cc"] = json!(["kept-yan@example.com"]);
     let id = db.enqueue("account_verification", payload).await;
-    let app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
-    one_step(&app).await;
+    let mut app = app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
+    one_step(&mut app).await;
     let row = db.row(id).await;
     assert!(!row.dead && row.attempts == 1, "{row:?}");
     assert!(
@@ -267,7 +267,7 @@ async fn a_message_to_several_recipients_of_which_one_is_unknown_reaches_the_oth
             .unwrap()
             .contains("trying the other recipients again")
     );
-    one_step(&app).await;
+    one_step(&mut app).await;
     let received = smtp.messages();
     assert_eq!(received.len(), 1, "{received:?}");
     assert_eq!(received[0].rcpt_tos, ["kept-yan@example.com"]);
@@ -284,13 +284,13 @@ async fn automatic_suppression_can_be_turned_off() {
             verification("unknown-dan@example.com"),
         )
         .await;
-    let app = app(
+    let mut app = app(
         &db,
         Some(&smtp.url()),
         &["--suppress-hard-bounces", "false"],
     )
     .await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     assert!(db.row(id).await.dead);
     // Still a hard bounce on the row (and in the metrics), only not on the list.
     assert_eq!(state_of(&db, id).await.1.as_deref(), Some("hard_bounce"));

@@ -28,7 +28,7 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
 {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let (app, addr) = admin_app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
+    let (mut app, addr) = admin_app(&db, Some(&smtp.url()), &["--retry-backoff", "0s"]).await;
     // The server greylists the first attempt at this address (451), then accepts it.
     let id = db
         .enqueue(
@@ -38,7 +38,7 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
         .await;
     let other = db.verification_to("bob@example.com").await;
     while !db.row(id).await.dispatched {
-        one_step(&app).await;
+        one_step(&mut app).await;
     }
     let queue_id = smtp.wait_for(2, Duration::from_secs(30)).await;
     let queue_id = &queue_id
@@ -121,14 +121,14 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
 async fn dead_letters_and_operators_actions_are_in_the_timeline_and_pending_messages_are_found() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
+    let (mut app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
     let refused = db
         .enqueue(
             "account_verification",
             verification("reject-carol@example.com"),
         )
         .await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     let retried = api(
         &addr,
         "POST",
@@ -164,9 +164,9 @@ async fn dead_letters_and_operators_actions_are_in_the_timeline_and_pending_mess
 async fn the_admin_page_finds_a_recipients_messages_behind_the_token() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
+    let (mut app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
     let id = db.verification_to("dana@example.com").await;
-    one_step(&app).await;
+    one_step(&mut app).await;
     let page = |path: String, token: bool| {
         let addr = addr.clone();
         async move {
@@ -292,14 +292,14 @@ fn envelopes() -> Vec<(Value, Vec<&'static str>)> {
 async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_lookups_indexes() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let (app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
+    let (mut app, addr) = admin_app(&db, Some(&smtp.url()), &[]).await;
     let mut sent = Vec::new();
     for (payload, addresses) in envelopes() {
         sent.push((db.enqueue("account_verification", payload).await, addresses));
     }
     for (id, _) in &sent {
         while !db.row(*id).await.dispatched {
-            one_step(&app).await;
+            one_step(&mut app).await;
         }
     }
     for (id, addresses) in &sent {

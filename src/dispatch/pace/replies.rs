@@ -4,13 +4,11 @@
 //! docs/adr/0004-the-pace.md. Replies to sends booked at the pace before a cut (up to
 //! `settle` after it) say nothing of the new pace and are not judged.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use crate::lock::lock;
 
 /// The shortest window judged: a burst of refusals is one signal.
 const WINDOW: Duration = Duration::from_secs(1);
@@ -33,16 +31,43 @@ const FALLS_TO_TOLERATE: u32 = 2;
 /// The highest share ever tolerated.
 const MOST_TOLERATED: f64 = 0.99;
 
-/// The replies counted as sends end, and the judge of each window of them.
+/// The relay's replies, counted by the send tasks as each send ends and taken by the
+/// claim's judgement: the one part of the pace they share.
+#[derive(Debug, Default)]
+pub(crate) struct ReplyCount {
+    /// Shared: the send tasks add, the claim takes.
+    accepted: AtomicU64,
+    /// Shared, as `accepted`.
+    refused: AtomicU64,
+}
+
+impl ReplyCount {
+    /// The relay accepted a send.
+    pub fn accepted(&self) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The relay answered a send with a throttling reply.
+    pub fn throttled(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The replies counted since the last call.
+    fn take(&self) -> (u64, u64) {
+        (
+            self.accepted.swap(0, Ordering::Relaxed),
+            self.refused.swap(0, Ordering::Relaxed),
+        )
+    }
+}
+
+/// The judge of the replies, a window at a time; the claim path's alone.
 #[derive(Debug)]
 pub(super) struct Replies {
-    /// Counted by the send tasks as they end, taken by the claim's judgement.
-    accepted: AtomicU64,
-    refused: AtomicU64,
+    count: Arc<ReplyCount>,
     /// The pace held sends back since the last judgement: more were due than it allowed.
-    held_back: AtomicBool,
-    /// Only the claim's judgement touches it; a lock because the stages share `&self`.
-    judge: Mutex<Judge>,
+    held_back: bool,
+    judge: Judge,
 }
 
 /// A cut the replies call for.
@@ -76,39 +101,34 @@ pub(super) struct Judgement {
 impl Replies {
     pub fn new(settle: Duration) -> Self {
         Self {
-            accepted: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            held_back: AtomicBool::new(false),
-            judge: Mutex::new(Judge::new(Instant::now(), settle)),
+            count: Arc::default(),
+            held_back: false,
+            judge: Judge::new(Instant::now(), settle),
         }
     }
 
-    /// The relay accepted a send.
-    pub fn accepted(&self) {
-        self.accepted.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The relay answered a send with a throttling reply.
-    pub fn refused(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+    /// Where the send tasks count the replies.
+    pub fn count(&self) -> Arc<ReplyCount> {
+        Arc::clone(&self.count)
     }
 
     /// The pace allowed fewer messages than were due.
-    pub fn held_back(&self) {
-        self.held_back.store(true, Ordering::Relaxed);
+    pub fn held_back(&mut self) {
+        self.held_back = true;
     }
 
     /// The cut the replies since the last call call for, if any. `pace` is the pace their
     /// sends were booked at; `None`: nothing paces them yet, and a refusal is judged
     /// without waiting for the window to fill.
-    pub fn judge(&self, pace: Option<f64>) -> Judgement {
+    pub fn judge(&mut self, pace: Option<f64>) -> Judgement {
+        let (accepted, refused) = self.count.take();
         let counts = Counts {
-            accepted: self.accepted.swap(0, Ordering::Relaxed),
-            refused: self.refused.swap(0, Ordering::Relaxed),
-            held_back: self.held_back.swap(false, Ordering::Relaxed),
+            accepted,
+            refused,
+            held_back: std::mem::take(&mut self.held_back),
         };
         let now = Instant::now();
-        let mut judge = lock(&self.judge);
+        let judge = &mut self.judge;
         if counts.refused > 0 {
             judge.last_refusal = Some(now);
         }
@@ -122,20 +142,20 @@ impl Replies {
     }
 
     /// Another replica cut the shared pace: what was sent before it is not judged.
-    pub fn cut_elsewhere(&self) {
-        lock(&self.judge).settle_from(Instant::now());
+    pub fn cut_elsewhere(&mut self) {
+        self.judge.settle_from(Instant::now());
     }
 
     /// The tolerated share, when this replica's replies changed it since it last said so:
     /// for the shared schedule, so that every replica tolerates what one has learnt.
-    pub fn learnt(&self) -> Option<f64> {
-        let mut judge = lock(&self.judge);
+    pub fn learnt(&mut self) -> Option<f64> {
+        let judge = &mut self.judge;
         std::mem::take(&mut judge.learnt).then_some(judge.tolerated)
     }
 
     /// The tolerated share the replicas share now.
-    pub fn shared(&self, tolerated: f64) {
-        let mut judge = lock(&self.judge);
+    pub fn shared(&mut self, tolerated: f64) {
+        let judge = &mut self.judge;
         if !judge.learnt {
             judge.tolerated = tolerated.clamp(0.0, MOST_TOLERATED);
         }

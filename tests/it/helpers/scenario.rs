@@ -1,8 +1,12 @@
 //! The arrange most tests share, in one line: a fresh database, an SMTP server that replies
 //! by recipient, and outboxd built in process with the test's flags.
 
+use std::time::Duration;
+
 use outboxd::app::App;
 use outboxd::dispatch::Step;
+
+use tokio::time::Instant;
 
 use super::{SmtpServer, TestDb, app};
 
@@ -32,11 +36,29 @@ impl TestDb {
 }
 
 /// One step of the dispatcher: claim a batch, send it, record its outcomes.
-pub async fn one_step(app: &App) -> Step {
+pub async fn one_step(app: &mut App) -> Step {
     app.dispatcher
         .dispatch_once()
         .await
         .expect("a dispatch step")
+}
+
+/// Steps the dispatcher until `wanted` finds what it waits for in a step, and returns it;
+/// panics after `within`.
+pub async fn step_until<T>(
+    app: &mut App,
+    within: Duration,
+    what: &str,
+    mut wanted: impl FnMut(Step) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = wanted(one_step(app).await) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// One count of a batch's report, for [`batch`].
