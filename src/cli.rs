@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{DatabaseArgs, RunArgs};
-use crate::message::NewMessage;
+use crate::message::{InvalidMessage, NewMessage};
 use crate::telemetry::{self, LogFormat};
 use crate::{app, store};
 
@@ -244,16 +244,29 @@ async fn stats(args: StatsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The message `outboxd enqueue` was asked for, or what is wrong with it.
+fn new_message(
+    args: &EnqueueArgs,
+    payload: serde_json::Value,
+) -> Result<NewMessage, InvalidMessage> {
+    let mut message = NewMessage::new(&args.kind, payload)?.with_priority(args.priority)?;
+    if let Some(at) = args.not_before {
+        message = message.with_not_before(at)?;
+    }
+    if let Some(at) = args.expires_at {
+        message = message.with_expires_at(at)?;
+    }
+    if let Some(key) = &args.idempotency_key {
+        message = message.with_idempotency_key(key.as_str())?;
+    }
+    Ok(message)
+}
+
 async fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
     let database = args.database.validate()?;
     let payload: serde_json::Value =
         serde_json::from_str(&args.payload).context("--payload is not valid JSON")?;
-    let mut message = NewMessage::new(args.kind, payload);
-    message.not_before = args.not_before;
-    message.priority = args.priority;
-    message.expires_at = args.expires_at;
-    message.idempotency_key = args.idempotency_key;
-    message.validate()?;
+    let message = new_message(&args, payload)?;
     let pool = app::connect_checked(&database).await?;
     let id = pool.enqueue_alone(message).await;
     pool.close().await;

@@ -2,7 +2,8 @@
 //! in the application's own sqlx transaction: the email is committed, or rolled back, with
 //! the business change that caused it. outboxd, running beside the application, sends it.
 //!
-//! This crate is only the producer's side: [`NewMessage`], its checks, and one `INSERT`.
+//! This crate is only the producer's side: [`NewMessage`], checked as it is built, and one
+//! `INSERT`.
 //! It does not pull in outboxd's HTTP, SMTP or telemetry stacks, nor choose sqlx's runtime
 //! or TLS: the application's own sqlx does.
 //!
@@ -10,10 +11,11 @@
 //! # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 //! let mut tx = pool.begin().await?;
 //! // ... the business change, in `tx` ...
-//! outboxd_producer::enqueue(&mut *tx, outboxd_producer::NewMessage::new(
+//! let email = outboxd_producer::NewMessage::new(
 //!     "account_verification",
 //!     serde_json::json!({"to": "ada@example.com", "name": "Ada", "verify_url": "https://app.example/v/1"}),
-//! )).await?;
+//! )?;
+//! outboxd_producer::enqueue(&mut *tx, email).await?;
 //! tx.commit().await?;
 //! # Ok(()) }
 //! ```
@@ -42,7 +44,8 @@ use sqlx::PgExecutor;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EnqueueError {
-    /// The message would be refused by the table or the templates; nothing was sent.
+    /// The message could not be built: [`NewMessage`]'s checks, for `?` in a function that
+    /// builds and enqueues. Nothing was sent.
     #[error(transparent)]
     Invalid(#[from] InvalidMessage),
     /// The insert failed (the caller's transaction is then aborted, as after any error).
@@ -106,7 +109,7 @@ impl Outbox {
     }
 
     /// Inserts `message` with `executor`, usually the caller's transaction, and returns the
-    /// row's id. A message the table would refuse is refused first, with what is wrong.
+    /// row's id.
     pub async fn enqueue<'e, E>(
         &self,
         executor: E,
@@ -115,17 +118,19 @@ impl Outbox {
     where
         E: PgExecutor<'e>,
     {
-        message.validate()?;
-        let traceparent = message.traceparent.or_else(current_traceparent);
+        let traceparent = message
+            .traceparent()
+            .map(str::to_owned)
+            .or_else(current_traceparent);
         let id: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(Arc::clone(&self.insert)))
             .persistent(self.prepared)
-            .bind(&message.kind)
-            .bind(&message.payload)
-            .bind(message.not_before)
+            .bind(message.kind().as_str())
+            .bind(message.payload())
+            .bind(message.not_before())
             .bind(traceparent)
-            .bind(message.priority)
-            .bind(message.expires_at)
-            .bind(&message.idempotency_key)
+            .bind(message.priority())
+            .bind(message.expires_at())
+            .bind(message.idempotency_key())
             .fetch_optional(executor)
             .await?;
         id.ok_or(EnqueueError::KeyInFlight)

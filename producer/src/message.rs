@@ -1,4 +1,4 @@
-//! A message as a producer hands it over: what `enqueue` checks before it writes the row.
+//! A message as a producer hands it over, checked as it is built: what the table accepts.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -6,28 +6,27 @@ use serde_json::Value;
 /// The longest kind name the table accepts.
 pub const MAX_KIND_CHARS: usize = 100;
 
-/// A message a producer wants sent, committed together with its business change. Made with
-/// [`NewMessage::new`], then its public fields set; more may come, so it is not built as a
-/// literal.
+/// A message a producer wants sent, committed together with its business change. It cannot
+/// hold what the table would refuse: [`NewMessage::new`] and each `with_` method check what
+/// they are given and say what is wrong.
+///
+/// ```
+/// # use outboxd_producer::{NewMessage, InvalidMessage};
+/// let reset = NewMessage::new("password_reset", serde_json::json!({"to": "ada@example.com"}))?
+///     .with_priority(10)?
+///     .with_idempotency_key("reset-42")?;
+/// assert_eq!(reset.priority(), 10);
+/// # Ok::<(), InvalidMessage>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct NewMessage {
-    /// Which email to render: the name of a template set, such as `account_verification`.
-    pub kind: String,
-    /// The template's variables; must be a JSON object.
-    pub payload: Value,
-    /// Do not send before this time; `None` means as soon as the transaction commits.
-    pub not_before: Option<DateTime<Utc>>,
-    /// Higher is sent first among due messages; a point is worth a minute of waiting.
-    pub priority: i16,
-    /// Never send after this time: the message ends as expired.
-    pub expires_at: Option<DateTime<Utc>>,
-    /// The producer's key for this email: enqueueing the same key again returns the first
-    /// message's id and inserts nothing.
-    pub idempotency_key: Option<String>,
-    /// The W3C trace context of the request that caused the email, so that outboxd's send
-    /// span links to it. `None`: with the `opentelemetry` feature, the current span's.
-    pub traceparent: Option<String>,
+    kind: Kind,
+    payload: Value,
+    not_before: Option<DateTime<Utc>>,
+    priority: i16,
+    expires_at: Option<DateTime<Utc>>,
+    idempotency_key: Option<String>,
+    traceparent: Option<String>,
 }
 
 /// The highest priority the table accepts.
@@ -43,63 +42,125 @@ pub const TIME_RANGE_SECS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253
 
 impl NewMessage {
     /// A message of `kind` (a template set's name) with `payload` (its variables and
-    /// recipients), due as soon as its transaction commits, with no priority, deadline,
-    /// idempotency key or trace context; set those fields after.
-    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
-        Self {
-            kind: kind.into(),
+    /// recipients: a JSON object), due as soon as its transaction commits, with no priority,
+    /// deadline, idempotency key or trace context.
+    pub fn new(kind: &str, payload: Value) -> Result<Self, InvalidMessage> {
+        let kind = Kind::parse(kind)?;
+        if !payload.is_object() {
+            return Err(InvalidMessage::PayloadNotObject);
+        }
+        // PostgreSQL refuses a NUL in text and in jsonb, failing the caller's whole
+        // transaction with an error that names neither the field nor the message.
+        if let Some(path) = nul_in(&payload, "payload") {
+            return Err(InvalidMessage::Nul(path));
+        }
+        Ok(Self {
+            kind,
             payload,
             not_before: None,
             priority: 0,
             expires_at: None,
             idempotency_key: None,
             traceparent: None,
-        }
+        })
     }
 
-    /// Refuses what the table would refuse, with a message that says why.
-    pub fn validate(&self) -> Result<(), InvalidMessage> {
-        Kind::parse(&self.kind)?;
-        if !self.payload.is_object() {
-            return Err(InvalidMessage::PayloadNotObject);
+    /// Not sent before `at`.
+    pub fn with_not_before(mut self, at: DateTime<Utc>) -> Result<Self, InvalidMessage> {
+        self.not_before = Some(on_the_calendar("not_before", at)?);
+        Ok(self)
+    }
+
+    /// Never sent after `at`: the message ends as expired.
+    pub fn with_expires_at(mut self, at: DateTime<Utc>) -> Result<Self, InvalidMessage> {
+        self.expires_at = Some(on_the_calendar("expires_at", at)?);
+        Ok(self)
+    }
+
+    /// Sent first among due messages: a point is worth a minute of waiting, 0 to
+    /// [`MAX_PRIORITY`].
+    pub fn with_priority(mut self, priority: i16) -> Result<Self, InvalidMessage> {
+        if !(0..=MAX_PRIORITY).contains(&priority) {
+            return Err(InvalidMessage::Priority(priority));
         }
-        // PostgreSQL refuses a NUL in text and in jsonb, failing the caller's whole
-        // transaction with an error that names neither the field nor the message.
-        if let Some(path) = nul_in(&self.payload, "payload") {
-            return Err(InvalidMessage::Nul(path));
-        }
-        for (field, text) in [
-            ("idempotency_key", &self.idempotency_key),
-            ("traceparent", &self.traceparent),
-        ] {
-            if text.as_deref().is_some_and(|t| t.contains('\0')) {
-                return Err(InvalidMessage::Nul(field.to_owned()));
-            }
-        }
-        if !(0..=MAX_PRIORITY).contains(&self.priority) {
-            return Err(InvalidMessage::Priority(self.priority));
-        }
-        if let Some(key) = &self.idempotency_key
-            && !(1..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&key.chars().count())
-        {
+        self.priority = priority;
+        Ok(self)
+    }
+
+    /// The producer's key for this email: enqueueing the same key again returns the first
+    /// message's id and inserts nothing. 1 to [`MAX_IDEMPOTENCY_KEY_CHARS`] characters.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Result<Self, InvalidMessage> {
+        let key = without_nul("idempotency_key", key.into())?;
+        if !(1..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&key.chars().count()) {
             return Err(InvalidMessage::IdempotencyKey);
         }
-        if self
-            .traceparent
-            .as_ref()
-            .is_some_and(|t| t.chars().count() > MAX_TRACEPARENT_CHARS)
-        {
+        self.idempotency_key = Some(key);
+        Ok(self)
+    }
+
+    /// The W3C trace context of the request that caused the email, so that outboxd's send
+    /// span links to it. Without one: with the `opentelemetry` feature, the current span's.
+    pub fn with_traceparent(
+        mut self,
+        traceparent: impl Into<String>,
+    ) -> Result<Self, InvalidMessage> {
+        let traceparent = without_nul("traceparent", traceparent.into())?;
+        if traceparent.chars().count() > MAX_TRACEPARENT_CHARS {
             return Err(InvalidMessage::Traceparent);
         }
-        for (field, time) in [
-            ("not_before", self.not_before),
-            ("expires_at", self.expires_at),
-        ] {
-            if let Some(time) = time.filter(|t| !TIME_RANGE_SECS.contains(&t.timestamp())) {
-                return Err(InvalidMessage::Time { field, time });
-            }
-        }
-        Ok(())
+        self.traceparent = Some(traceparent);
+        Ok(self)
+    }
+
+    /// Which email to render.
+    pub fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The template's variables.
+    pub fn payload(&self) -> &Value {
+        &self.payload
+    }
+
+    pub fn not_before(&self) -> Option<DateTime<Utc>> {
+        self.not_before
+    }
+
+    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.expires_at
+    }
+
+    pub fn priority(&self) -> i16 {
+        self.priority
+    }
+
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
+
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
+}
+
+/// `time`, if the table can store it and read it back.
+fn on_the_calendar(
+    field: &'static str,
+    time: DateTime<Utc>,
+) -> Result<DateTime<Utc>, InvalidMessage> {
+    if TIME_RANGE_SECS.contains(&time.timestamp()) {
+        Ok(time)
+    } else {
+        Err(InvalidMessage::Time { field, time })
+    }
+}
+
+/// `text`, if it holds no NUL, which PostgreSQL cannot store.
+fn without_nul(field: &str, text: String) -> Result<String, InvalidMessage> {
+    if text.contains('\0') {
+        Err(InvalidMessage::Nul(field.to_owned()))
+    } else {
+        Ok(text)
     }
 }
 

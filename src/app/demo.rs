@@ -7,7 +7,7 @@ use tracing::info;
 
 use super::{App, DemoCluster};
 use crate::config::RunConfig;
-use crate::message::NewMessage;
+use crate::message::{InvalidMessage, NewMessage};
 use crate::store;
 
 /// The demo's own PostgreSQL, when none answers at its default address: a throwaway
@@ -31,8 +31,8 @@ pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
         store::Create::IfMissing,
     )
     .await?;
-    for message in sample_messages() {
-        let kind = message.kind.clone();
+    for message in sample_messages()? {
+        let kind = message.kind().clone();
         let id = pool
             .enqueue_alone(message)
             .await
@@ -44,20 +44,20 @@ pub async fn demo(config: RunConfig) -> anyhow::Result<()> {
 }
 
 /// One message of each kind the first application sends.
-pub fn sample_messages() -> Vec<NewMessage> {
-    vec![
-        NewMessage::new(
+pub fn sample_messages() -> Result<Vec<NewMessage>, InvalidMessage> {
+    [
+        (
             "account_verification",
             json!({"to": "Ada Lovelace <ada@example.com>", "name": "Ada",
                    "verify_url": "https://app.example.com/verify?token=demo"}),
         ),
-        NewMessage::new(
+        (
             "workspace_invite",
             json!({"to": "grace@example.com", "inviter_name": "Ada Lovelace",
                    "workspace_name": "Analytical Engines",
                    "accept_url": "https://app.example.com/invites/demo"}),
         ),
-        NewMessage::new(
+        (
             "invoice_notice",
             json!({"to": ["billing@example.com"], "cc": "ada@example.com",
                    "customer_name": "Analytical Engines Ltd", "invoice_number": "INV-2026-0042",
@@ -65,4 +65,7 @@ pub fn sample_messages() -> Vec<NewMessage> {
                    "invoice_url": "https://app.example.com/invoices/INV-2026-0042"}),
         ),
     ]
+    .into_iter()
+    .map(|(kind, payload)| NewMessage::new(kind, payload))
+    .collect()
 }

@@ -582,7 +582,8 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
             outboxd::NewMessage::new(
                 "account_verification",
                 verification(&format!("u{i}@example.com")),
-            ),
+            )
+            .unwrap(),
         )
         .await
         .unwrap();
@@ -632,9 +633,10 @@ async fn stats_count_pending_due_in_flight_dead_letters_and_recent_sends_per_kin
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
     db.verification_to("due@example.com").await;
-    let mut later =
-        outboxd::NewMessage::new("account_verification", verification("later@example.com"));
-    later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+    let later = outboxd::NewMessage::new("account_verification", verification("later@example.com"))
+        .unwrap()
+        .with_not_before(chrono::Utc::now() + chrono::Duration::hours(1))
+        .unwrap();
     db.store.enqueue(&db.pool, later).await.unwrap();
     let leased = db
         .enqueue("invoice_notice", verification("leased@example.com"))
@@ -843,7 +845,8 @@ async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
             outboxd::NewMessage::new(
                 "account_verification",
                 verification(&format!("n{i}@example.com")),
-            ),
+            )
+            .unwrap(),
         )
         .await
         .unwrap();

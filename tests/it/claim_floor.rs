@@ -28,7 +28,7 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
     let mut late = db.pool.begin().await.unwrap();
     outboxd_producer::enqueue(
         &mut *late,
-        outboxd::NewMessage::new("account_verification", verification("late@example.com")),
+        outboxd::NewMessage::new("account_verification", verification("late@example.com")).unwrap(),
     )
     .await
     .unwrap();

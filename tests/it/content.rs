@@ -84,7 +84,9 @@ fn pdf() -> Vec<u8> {
 }
 
 fn invoice_with(attachments: serde_json::Value) -> serde_json::Value {
-    let mut payload = outboxd::app::sample_messages()[2].payload.clone();
+    let mut payload = outboxd::app::sample_messages().unwrap()[2]
+        .payload()
+        .clone();
     payload["attachments"] = attachments;
     payload
 }
@@ -102,7 +104,7 @@ async fn signed_and_verified(bits: &str, with_ed25519: bool) {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let keys = DkimKeyPair::of_bits(bits);
-    for message in outboxd::app::sample_messages() {
+    for message in outboxd::app::sample_messages().unwrap() {
         db.store.enqueue(&db.pool, message).await.unwrap();
     }
     let pdf = base64::engine::general_purpose::STANDARD.encode(pdf());

@@ -269,7 +269,8 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
         .unwrap();
     outboxd_producer::enqueue(
         &mut *tx,
-        outboxd::NewMessage::new("account_verification", verification("rolled@example.com")),
+        outboxd::NewMessage::new("account_verification", verification("rolled@example.com"))
+            .unwrap(),
     )
     .await
     .unwrap();
@@ -285,7 +286,8 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
         outboxd::NewMessage::new(
             "account_verification",
             verification("committed@example.com"),
-        ),
+        )
+        .unwrap(),
     )
     .await
     .unwrap();
@@ -440,9 +442,10 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
 #[tokio::test]
 async fn a_message_is_not_sent_before_its_not_before_time() {
     let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
-    let mut later =
-        outboxd::NewMessage::new("account_verification", verification("later@example.com"));
-    later.not_before = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+    let later = outboxd::NewMessage::new("account_verification", verification("later@example.com"))
+        .unwrap()
+        .with_not_before(chrono::Utc::now() + chrono::Duration::hours(1))
+        .unwrap();
     let later = db.store.enqueue(&db.pool, later).await.unwrap();
     let now = db.verification_to("now@example.com").await;
 

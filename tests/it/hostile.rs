@@ -274,21 +274,21 @@ async fn times_off_the_calendar_are_refused_at_insert_with_the_column_named() {
     );
     let at = |secs: i64, nanos: u32| chrono::DateTime::from_timestamp(secs, nanos).unwrap();
     let message = |time| {
-        let mut message = outboxd::message::NewMessage::new(
-            "account_verification",
-            verification("a@example.com"),
-        );
-        message.not_before = Some(time);
-        message.expires_at = Some(time);
-        message
+        outboxd::message::NewMessage::new("account_verification", verification("a@example.com"))
+            .unwrap()
+            .with_not_before(time)?
+            .with_expires_at(time)
     };
     for time in [at(first - 1, 0), at(last + 1, 0)] {
-        let refused = db.store.enqueue(&db.pool, message(time)).await.unwrap_err();
+        let refused = message(time).unwrap_err();
         assert!(refused.to_string().contains("years 1 to 9999"), "{refused}");
     }
     assert_eq!(db.count("all").await, 0);
     for time in [at(first, 0), at(last, 999_999_000)] {
-        db.store.enqueue(&db.pool, message(time)).await.unwrap();
+        db.store
+            .enqueue(&db.pool, message(time).unwrap())
+            .await
+            .unwrap();
     }
     assert_eq!(db.count("all").await, 2);
 }

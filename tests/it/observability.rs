@@ -676,7 +676,7 @@ async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     outboxd_producer::enqueue(
         &pool,
-        outboxd::NewMessage::new("account_verification", verification("back@example.com")),
+        outboxd::NewMessage::new("account_verification", verification("back@example.com")).unwrap(),
     )
     .await
     .unwrap();
@@ -851,7 +851,8 @@ async fn metrics_are_exported_over_otlp_with_the_names_units_and_labels_of_metri
     db.store
         .enqueue(
             &db.pool,
-            outboxd::NewMessage::new("account_verification", verification("otlp@example.com")),
+            outboxd::NewMessage::new("account_verification", verification("otlp@example.com"))
+                .unwrap(),
         )
         .await
         .unwrap();
@@ -910,7 +911,8 @@ async fn enqueue_records_the_callers_trace_context() {
         let trace_id = span.context().span().span_context().trace_id();
         let id = outboxd_producer::enqueue(
             &pool,
-            outboxd::NewMessage::new("account_verification", verification("a@example.com")),
+            outboxd::NewMessage::new("account_verification", verification("a@example.com"))
+                .unwrap(),
         )
         .instrument(span)
         .await

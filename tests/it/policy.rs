@@ -193,9 +193,11 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     backlog(&db, 5000).await;
-    let mut urgent =
-        outboxd::NewMessage::new("account_verification", verification("urgent@example.com"));
-    urgent.priority = 10;
+    let urgent =
+        outboxd::NewMessage::new("account_verification", verification("urgent@example.com"))
+            .unwrap()
+            .with_priority(10)
+            .unwrap();
     let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
     let mut app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
     one_step(&mut app).await;
@@ -222,9 +224,11 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let mut urgent =
-        outboxd::NewMessage::new("account_verification", verification("urgent2@example.com"));
-    urgent.priority = 10;
+    let urgent =
+        outboxd::NewMessage::new("account_verification", verification("urgent2@example.com"))
+            .unwrap()
+            .with_priority(10)
+            .unwrap();
     db.store.enqueue(&db.pool, urgent).await.unwrap();
     let mut app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
     one_step(&mut app).await;
@@ -340,9 +344,11 @@ pub(crate) async fn a_priority_message_inserted_while_a_drain_runs_overtakes_its
     .await;
     // The drain is under way: a few batches of the backlog are out.
     smtp.wait_for(200, Duration::from_secs(60)).await;
-    let mut urgent =
-        outboxd::NewMessage::new("account_verification", verification("reset@example.com"));
-    urgent.priority = 10;
+    let urgent =
+        outboxd::NewMessage::new("account_verification", verification("reset@example.com"))
+            .unwrap()
+            .with_priority(10)
+            .unwrap();
     let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
     let sent_before = smtp.messages().len();
     let arrived =
@@ -366,9 +372,10 @@ pub(crate) async fn a_priority_message_inserted_while_a_drain_runs_overtakes_its
 pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let mut late =
-        outboxd::NewMessage::new("account_verification", verification("late@example.com"));
-    late.expires_at = Some(chrono::Utc::now() - chrono::Duration::seconds(1));
+    let late = outboxd::NewMessage::new("account_verification", verification("late@example.com"))
+        .unwrap()
+        .with_expires_at(chrono::Utc::now() - chrono::Duration::seconds(1))
+        .unwrap();
     let own_deadline = db.store.enqueue(&db.pool, late).await.unwrap();
     // A kind's default lifetime counts from created_at.
     let by_kind: i64 = sqlx::query_scalar(
@@ -451,10 +458,10 @@ pub(crate) async fn a_duplicate_idempotency_key_yields_one_row_and_one_email() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let keyed = || {
-        let mut message =
-            outboxd::NewMessage::new("account_verification", verification("once@example.com"));
-        message.idempotency_key = Some("signup-42".into());
-        message
+        outboxd::NewMessage::new("account_verification", verification("once@example.com"))
+            .unwrap()
+            .with_idempotency_key("signup-42")
+            .unwrap()
     };
     let first = db.store.enqueue(&db.pool, keyed()).await.unwrap();
     let again = db.store.enqueue(&db.pool, keyed()).await.unwrap();

@@ -25,7 +25,7 @@ async fn an_email_enqueued_in_the_applications_transaction_is_sent_once_it_commi
         .unwrap();
     let id = outboxd_producer::enqueue(
         &mut *tx,
-        NewMessage::new("account_verification", verification("ada@example.com")),
+        NewMessage::new("account_verification", verification("ada@example.com")).unwrap(),
     )
     .await
     .expect("enqueued");
@@ -43,7 +43,7 @@ async fn a_rolled_back_transaction_takes_its_email_with_it() {
     let mut tx = db.pool.begin().await.unwrap();
     outboxd_producer::enqueue(
         &mut *tx,
-        NewMessage::new("account_verification", verification("ada@example.com")),
+        NewMessage::new("account_verification", verification("ada@example.com")).unwrap(),
     )
     .await
     .expect("enqueued");
@@ -54,48 +54,63 @@ async fn a_rolled_back_transaction_takes_its_email_with_it() {
 #[tokio::test]
 async fn each_kind_of_bad_message_is_refused_before_the_database_sees_it() {
     let db = TestDb::new().await;
-    let good = || NewMessage::new("account_verification", verification("a@example.com"));
-    let mut bad_kind = good();
-    bad_kind.kind = "../etc".into();
-    let mut not_object = good();
-    not_object.payload = serde_json::json!([1]);
-    let mut priority = good();
-    priority.priority = -1;
-    let mut key = good();
-    key.idempotency_key = Some(String::new());
-    let mut traceparent = good();
-    traceparent.traceparent = Some("0".repeat(129));
-    let mut nul_deep = good();
-    nul_deep.payload["items"] = serde_json::json!(["ok", {"note": "a\u{0}b"}]);
-    let mut nul_key = good();
-    nul_key.payload["na\u{0}me"] = serde_json::json!(1);
-    let mut nul_idempotency = good();
-    nul_idempotency.idempotency_key = Some("order-1\u{0}".into());
+    let verification = || verification("a@example.com");
+    let good = || NewMessage::new("account_verification", verification()).unwrap();
+    let mut nul_deep = verification();
+    nul_deep["items"] = serde_json::json!(["ok", {"note": "a\u{0}b"}]);
+    let mut nul_key = verification();
+    nul_key["na\u{0}me"] = serde_json::json!(1);
     for (message, refused) in [
-        (bad_kind, InvalidMessage::Kind("../etc".into())),
-        (not_object, InvalidMessage::PayloadNotObject),
-        (priority, InvalidMessage::Priority(-1)),
-        (key, InvalidMessage::IdempotencyKey),
-        (traceparent, InvalidMessage::Traceparent),
         (
-            nul_deep,
+            NewMessage::new("../etc", verification()),
+            InvalidMessage::Kind("../etc".into()),
+        ),
+        (
+            NewMessage::new("account_verification", serde_json::json!([1])),
+            InvalidMessage::PayloadNotObject,
+        ),
+        (good().with_priority(-1), InvalidMessage::Priority(-1)),
+        (
+            good().with_idempotency_key(""),
+            InvalidMessage::IdempotencyKey,
+        ),
+        (
+            good().with_traceparent("0".repeat(129)),
+            InvalidMessage::Traceparent,
+        ),
+        (
+            NewMessage::new("account_verification", nul_deep),
             InvalidMessage::Nul("payload.items[1].note".into()),
         ),
-        (nul_key, InvalidMessage::Nul("payload.na\\u0000me".into())),
         (
-            nul_idempotency,
+            NewMessage::new("account_verification", nul_key),
+            InvalidMessage::Nul("payload.na\\u0000me".into()),
+        ),
+        (
+            good().with_idempotency_key("order-1\u{0}"),
             InvalidMessage::Nul("idempotency_key".into()),
         ),
     ] {
-        // In the application's transaction, which the refusal must leave usable.
-        let mut tx = db.pool.begin().await.unwrap();
-        match outboxd_producer::enqueue(&mut *tx, message).await {
-            Err(EnqueueError::Invalid(error)) => assert_eq!(error, refused),
-            other => panic!("{refused:?}: {other:?}"),
-        }
-        sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
-        tx.rollback().await.unwrap();
+        // Refused where it is built: nothing invalid reaches a transaction.
+        assert_eq!(message, Err(refused));
     }
+    // A refusal converts into the enqueue's error, for one `?` in a function that builds
+    // and enqueues; the application's transaction stays usable.
+    let mut tx = db.pool.begin().await.unwrap();
+    let enqueued: Result<i64, EnqueueError> = async {
+        let message = good().with_priority(-1)?;
+        outboxd_producer::enqueue(&mut *tx, message).await
+    }
+    .await;
+    assert!(
+        matches!(
+            enqueued,
+            Err(EnqueueError::Invalid(InvalidMessage::Priority(-1)))
+        ),
+        "{enqueued:?}"
+    );
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap();
     assert_eq!(db.count("all").await, 0, "nothing was written");
     let said = InvalidMessage::Nul("payload.items[1].note".into()).to_string();
     assert!(said.contains("payload.items[1].note holds a NUL"), "{said}");
@@ -133,7 +148,8 @@ async fn in_outboxds_schema_through_a_transaction_pooler_each_message_is_enqueue
         let message = NewMessage::new(
             "account_verification",
             verification(&format!("user{i}@example.com")),
-        );
+        )
+        .unwrap();
         outbox.enqueue(&mut *tx, message).await.expect("enqueued");
         tx.commit().await.unwrap();
     }

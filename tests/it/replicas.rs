@@ -20,7 +20,7 @@ pub(crate) async fn two_dispatchers_on_one_table_never_send_a_row_twice() {
     for i in 0..total {
         outboxd_producer::enqueue(
             &mut *tx,
-            outboxd::NewMessage::new("account_verification", verification(i)),
+            outboxd::NewMessage::new("account_verification", verification(i)).unwrap(),
         )
         .await
         .unwrap();

@@ -205,7 +205,7 @@ impl TestDb {
 
     pub async fn enqueue(&self, kind: &str, payload: serde_json::Value) -> i64 {
         self.store
-            .enqueue(&self.pool, outboxd::NewMessage::new(kind, payload))
+            .enqueue(&self.pool, outboxd::NewMessage::new(kind, payload).unwrap())
             .await
             .expect("enqueue")
     }
