@@ -129,9 +129,7 @@ pub fn stats_table(stats: &Stats) -> String {
         out.push_str(&printable(&format!(
             "paused: {} since {} by {}: {}\n",
             pause.kind,
-            pause
-                .paused_at
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            seconds(pause.paused_at),
             pause.paused_by,
             pause.reason
         )));
@@ -140,7 +138,7 @@ pub fn stats_table(stats: &Stats) -> String {
         out.push_str(&printable(&format!(
             "circuit open: {} since {}: its relay does not answer, it claims nothing until it does\n",
             circuit.worker_id,
-            circuit.open_since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            seconds(circuit.open_since)
         )));
     }
     out
@@ -187,9 +185,7 @@ pub fn waiting(
         return Some(format!(
             "waiting: kind {} paused since {} by {}: {} (outboxd resume --kind {})",
             pause.kind,
-            pause
-                .paused_at
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            seconds(pause.paused_at),
             pause.paused_by,
             pause.reason,
             pause.kind
@@ -204,9 +200,7 @@ pub fn waiting(
         return Some(format!(
             "waiting: the SMTP circuit of {} is open since {} (its relay does not answer){}",
             circuit.worker_id,
-            circuit
-                .open_since
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            seconds(circuit.open_since),
             match circuits.len() {
                 1 => String::new(),
                 n => format!(", and {} other replicas'", n - 1),
@@ -217,7 +211,7 @@ pub fn waiting(
     Some(if next > now {
         format!(
             "waiting: next attempt at {} (in {})",
-            next.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            seconds(next),
             crate::text::duration((next - now).to_std().unwrap_or_default())
         )
     } else {
@@ -257,6 +251,11 @@ pub fn timeline(message: &MessageDetail) -> String {
         )),
         table(&["AT", "EVENT", "BY", "TOOK", "REPLY OR DETAIL"], &rows)
     )
+}
+
+/// `time` to the second, as RFC 3339 in UTC.
+fn seconds(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]

@@ -67,15 +67,10 @@ pub struct ListQuery {
 }
 
 impl ParseQuery for ListQuery {
+    /// `notice` is the page's: what its last form did.
+    const PARAMETERS: &'static [&'static str] = &["kind", "limit", "after", "notice"];
+
     fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
-        if let Some(unknown) = query
-            .keys()
-            .find(|k| !matches!(k.as_str(), "kind" | "limit" | "after" | "notice"))
-        {
-            return Err(format!(
-                "unknown parameter {unknown:?}: use kind, limit or after"
-            ));
-        }
         let kind = query.get("kind").filter(|k| !k.is_empty()).cloned();
         if let Some(kind) = &kind {
             check_text("kind", kind)?;
@@ -164,15 +159,9 @@ pub struct RecipientQuery {
 }
 
 impl ParseQuery for RecipientQuery {
+    const PARAMETERS: &'static [&'static str] = &["recipient", "limit", "after"];
+
     fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
-        if let Some(unknown) = query
-            .keys()
-            .find(|k| !matches!(k.as_str(), "recipient" | "limit" | "after"))
-        {
-            return Err(format!(
-                "unknown parameter {unknown:?}: use recipient, limit or after"
-            ));
-        }
         let address = query
             .get("recipient")
             .map(|a| a.trim())

@@ -106,7 +106,27 @@ pub fn check_text(name: &str, value: &str) -> Result<(), String> {
 
 /// A query read from its raw parameters, or a sentence saying what is wrong with them.
 pub trait ParseQuery: Sized {
+    /// The parameters it reads; any other is refused by name.
+    const PARAMETERS: &'static [&'static str];
+
+    /// Reads the parameters it knows; [`Self::read`] has refused any other.
     fn parse(query: &HashMap<String, String>) -> Result<Self, String>;
+
+    /// `query` read, or why not: first any parameter it does not know.
+    fn read(query: &HashMap<String, String>) -> Result<Self, String> {
+        if let Some(unknown) = query
+            .keys()
+            .find(|key| !Self::PARAMETERS.contains(&key.as_str()))
+        {
+            let (last, rest) = Self::PARAMETERS.split_last().unwrap_or((&"", &[]));
+            let known = match rest {
+                [] => (*last).to_owned(),
+                _ => format!("{} or {last}", rest.join(", ")),
+            };
+            return Err(format!("unknown parameter {unknown:?}: use {known}"));
+        }
+        Self::parse(query)
+    }
 }
 
 /// A query string read into `Q` by [`ParseQuery::parse`]: one it refuses gets the API's
@@ -124,7 +144,7 @@ where
         let Query(query) = Query::<HashMap<String, String>>::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        Q::parse(&query)
+        Q::read(&query)
             .map(Self)
             .map_err(|e| ApiError::bad_request(e).into_response())
     }

@@ -165,7 +165,7 @@ async fn page(
             return plain(StatusCode::BAD_REQUEST, format!("{e}\n"));
         }
     }
-    let list = match ListQuery::parse(&query) {
+    let list = match ListQuery::read(&query) {
         Ok(list) => list,
         Err(e) => return plain(StatusCode::BAD_REQUEST, e),
     };

@@ -34,14 +34,9 @@ pub struct SuppressionQuery {
 }
 
 impl ParseQuery for SuppressionQuery {
+    const PARAMETERS: &'static [&'static str] = &["search", "after", "limit"];
+
     fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
-        for key in query.keys() {
-            if !matches!(key.as_str(), "search" | "after" | "limit") {
-                return Err(format!(
-                    "unknown parameter {key:?}: expected search, after or limit"
-                ));
-            }
-        }
         let text = |name: &str| -> Result<Option<String>, String> {
             match query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
                 Some(value) => check_text(name, value).map(|()| Some(value.to_owned())),

@@ -133,7 +133,7 @@ async fn read_body(
 async fn sns_webhook(State(state): State<WebhookState>, body: Body) -> Response {
     let source = FeedbackSource::Ses;
     let Some(sns) = state.sns.clone() else {
-        return plain(StatusCode::NOT_FOUND, "not configured\n".to_owned());
+        return not_configured();
     };
     let body = match read_body(&state, source, body).await {
         Ok(body) => body,
@@ -157,7 +157,7 @@ async fn postmark_webhook(
 ) -> Response {
     let source = FeedbackSource::Postmark;
     let Some(postmark) = &state.settings.postmark else {
-        return plain(StatusCode::NOT_FOUND, "not configured\n".to_owned());
+        return not_configured();
     };
     let authorization = headers
         .get(header::AUTHORIZATION)
@@ -165,15 +165,10 @@ async fn postmark_webhook(
     if let Err(e) = postmark.authorize(authorization) {
         return refuse(&state, source, &e);
     }
-    let body = match read_body(&state, source, body).await {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
-    let notification = state
-        .checks(source)
-        .run(move || crate::feedback::postmark::notification(&body))
-        .await;
-    record(&state, source, notification).await
+    check_and_record(&state, source, body, |body| {
+        crate::feedback::postmark::notification(&body)
+    })
+    .await
 }
 
 /// The headers and the clock are checked before the body is read, and the body costs
@@ -185,7 +180,7 @@ async fn standard_webhook(
 ) -> Response {
     let source = FeedbackSource::Webhook;
     let Some(standard) = &state.settings.standard else {
-        return plain(StatusCode::NOT_FOUND, "not configured\n".to_owned());
+        return not_configured();
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let signed = match standard.check_headers(
@@ -197,24 +192,38 @@ async fn standard_webhook(
         Ok(signed) => signed,
         Err(e) => return refuse(&state, source, &e),
     };
-    let body = match read_body(&state, source, body).await {
+    let settings = Arc::clone(&state.settings);
+    check_and_record(&state, source, body, move |body| {
+        if let Some(standard) = &settings.standard {
+            standard.verify_body(&signed, &body)?;
+        }
+        Ok(Notification {
+            events: crate::feedback::standard::events(&body)?,
+            id: Some(signed.id),
+        })
+    })
+    .await
+}
+
+/// A provider this installation takes no notification from.
+fn not_configured() -> Response {
+    plain(StatusCode::NOT_FOUND, "not configured\n".to_owned())
+}
+
+/// Reads the body, checks and reads it with `check` in a turn of the checks, and records
+/// what it says.
+async fn check_and_record(
+    state: &WebhookState,
+    source: FeedbackSource,
+    body: Body,
+    check: impl FnOnce(Bytes) -> Result<Notification, FeedbackError> + Send + 'static,
+) -> Response {
+    let body = match read_body(state, source, body).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let settings = Arc::clone(&state.settings);
-    let notification = state
-        .checks(source)
-        .run(move || {
-            if let Some(standard) = &settings.standard {
-                standard.verify_body(&signed, &body)?;
-            }
-            Ok(Notification {
-                events: crate::feedback::standard::events(&body)?,
-                id: Some(signed.id),
-            })
-        })
-        .await;
-    record(&state, source, notification).await
+    let notification = state.checks(source).run(move || check(body)).await;
+    record(state, source, notification).await
 }
 
 /// Records a notification (each recipient's suppression and its row's mark, once per

@@ -2,6 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
 use sqlx::{FromRow, Postgres, Transaction};
 
 use super::statement::Sql;
@@ -182,11 +184,7 @@ pub async fn apply(
     )
     .await?;
     if action == Action::Retry && !changed.is_empty() {
-        store
-            .query(Sql::WakeDispatchers)
-            .bind(NOTIFY_CHANNEL)
-            .execute(&mut *tx)
-            .await?;
+        wake_dispatchers(store, &mut tx).await?;
     }
     tx.commit().await?;
     Ok(changed)
@@ -232,16 +230,38 @@ pub(super) async fn audit(
     rows: usize,
     detail: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    store
-        .query(Sql::Audit)
-        .bind(actor)
-        .bind(action)
-        .bind(target)
-        .bind(i32::try_from(rows).unwrap_or(i32::MAX))
-        .bind(detail)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    let rows = i32::try_from(rows).unwrap_or(i32::MAX);
+    let entry = store.query(Sql::Audit).bind(actor).bind(action);
+    let entry = entry.bind(target).bind(rows).bind(detail);
+    write_in(tx, entry).await.map(drop)
+}
+
+/// At `tx`'s commit, tells every replica's claim to look, from the start of its due index:
+/// rows it had passed are due again.
+pub(super) async fn wake_dispatchers(
+    store: &Store,
+    tx: &mut Transaction<'_, Postgres>,
+) -> Result<(), sqlx::Error> {
+    let wake = store.query(Sql::WakeDispatchers).bind(NOTIFY_CHANNEL);
+    write_in(tx, wake).await.map(drop)
+}
+
+/// Runs `statement`, which removes what `key` names, in `tx`: how many rows went.
+pub(super) async fn remove_by_key(
+    store: &Store,
+    tx: &mut Transaction<'_, Postgres>,
+    statement: Sql,
+    key: &str,
+) -> Result<u64, sqlx::Error> {
+    write_in(tx, store.query(statement).bind(key)).await
+}
+
+/// Runs `write` in `tx`: how many rows it changed.
+async fn write_in(
+    tx: &mut Transaction<'_, Postgres>,
+    write: Query<'_, Postgres, PgArguments>,
+) -> Result<u64, sqlx::Error> {
+    Ok(write.execute(&mut **tx).await?.rows_affected())
 }
 
 /// The most recent admin actions that change something: lookups, which change nothing

@@ -47,7 +47,8 @@ pub enum RowLocks {
 
 /// Records a claim's outcomes, only for rows this claim still holds and no other
 /// transaction has locked, in one round trip unless a row lock is met. Runs outside a
-/// transaction: inside one, the `lock_timeout` would stay set and a timeout abort it.
+/// transaction: inside one, the `lock_timeout` would stay set and a timeout abort it. The
+/// caller ([`super::KeptConnection::record_outcomes`]) sends no empty write.
 pub async fn record_outcomes(
     store: &Store,
     connection: &mut PgConnection,
@@ -56,9 +57,6 @@ pub async fn record_outcomes(
     outcomes: &[OutcomeRow<'_>],
     locks: RowLocks,
 ) -> Result<Recorded, sqlx::Error> {
-    if outcomes.is_empty() {
-        return Ok(Recorded::default());
-    }
     let columns = Columns::of(worker, outcomes);
     let rows = match columns.write(store, connection, token, locks).await {
         // The statement wrote nothing: the same outcomes again, skipping locked rows.

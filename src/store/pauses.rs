@@ -8,8 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
 
-use super::NOTIFY_CHANNEL;
-use super::admin::audit;
+use super::admin::{audit, remove_by_key, wake_dispatchers};
 use super::statement::Sql;
 use super::statements::{Bound, Store};
 use crate::message::{AUTOMATIC_ACTOR, Kind, MAX_PAUSE_REASON_CHARS, RecentSends};
@@ -57,22 +56,13 @@ pub async fn pause(
 /// from the start again: the kind's rows were skipped, and its floor may have passed them.
 pub async fn resume(store: &Store, kind: &Kind, actor: &str) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let removed = store
-        .query(Sql::ResumeKind)
-        .bind(kind.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    if removed > 0 {
+    let resumed = remove_by_key(store, &mut tx, Sql::ResumeKind, kind.as_str()).await? > 0;
+    if resumed {
         audit(store, &mut tx, actor, AUDIT_RESUME, kind.as_str(), 1, None).await?;
-        store
-            .query(Sql::WakeDispatchers)
-            .bind(NOTIFY_CHANNEL)
-            .execute(&mut *tx)
-            .await?;
+        wake_dispatchers(store, &mut tx).await?;
     }
     tx.commit().await?;
-    Ok(removed > 0)
+    Ok(resumed)
 }
 
 /// Every paused kind, by kind.

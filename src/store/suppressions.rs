@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{FromRow, PgExecutor};
 
-use super::admin::audit;
+use super::admin::{audit, remove_by_key};
 use super::statement::Sql;
 use super::statements::{Bound, Store};
 use crate::suppression::{
@@ -154,12 +154,7 @@ pub async fn add(store: &Store, entry: &NewSuppression, actor: &str) -> Result<(
 /// Removes an address for an operator, with the audit entry; false when it was not listed.
 pub async fn remove(store: &Store, address: &Address, actor: &str) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let removed = store
-        .query(Sql::RemoveSuppression)
-        .bind(address.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+    let removed = remove_by_key(store, &mut tx, Sql::RemoveSuppression, address.as_str()).await?;
     audit(
         store,
         &mut tx,

@@ -132,6 +132,9 @@ fn exported(signal: &str) -> bool {
         || variable_set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")))
 }
 
+/// HTTP's encoding: protobuf, the default (`http/protobuf`).
+const HTTP: Protocol = Protocol::HttpBinary;
+
 /// The signal's OTLP transport: gRPC, or HTTP/protobuf (the default).
 #[derive(Clone, Copy)]
 enum Transport {
@@ -139,13 +142,17 @@ enum Transport {
     HttpProtobuf,
 }
 
-fn transport(signal: &str) -> anyhow::Result<Transport> {
+/// The transport `signal` is exported over, or `None` when it is not exported.
+fn transport(signal: &str) -> anyhow::Result<Option<Transport>> {
+    if !exported(signal) {
+        return Ok(None);
+    }
     let protocol = std::env::var(format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL"))
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
     match protocol.trim() {
-        "grpc" => Ok(Transport::Grpc),
-        "" | "http/protobuf" => Ok(Transport::HttpProtobuf),
+        "grpc" => Ok(Some(Transport::Grpc)),
+        "" | "http/protobuf" => Ok(Some(Transport::HttpProtobuf)),
         other => anyhow::bail!(
             "OTEL_EXPORTER_OTLP_PROTOCOL={other:?} is not supported: use grpc or http/protobuf"
         ),
@@ -162,17 +169,13 @@ fn resource() -> opentelemetry_sdk::Resource {
 }
 
 fn tracer_provider() -> anyhow::Result<Option<SdkTracerProvider>> {
-    if !exported("TRACES") {
+    let Some(transport) = transport("TRACES")? else {
         return Ok(None);
-    }
-    let exporter = match transport("TRACES")? {
-        Transport::Grpc => opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .build()?,
-        Transport::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .build()?,
+    };
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    let exporter = match transport {
+        Transport::Grpc => builder.with_tonic().build()?,
+        Transport::HttpProtobuf => builder.with_http().with_protocol(HTTP).build()?,
     };
     Ok(Some(
         SdkTracerProvider::builder()
@@ -185,17 +188,13 @@ fn tracer_provider() -> anyhow::Result<Option<SdkTracerProvider>> {
 /// The metrics' OTLP export: cumulative, as Prometheus counts, every
 /// `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default; the SDK reads it).
 fn meter_provider() -> anyhow::Result<Option<SdkMeterProvider>> {
-    if !exported("METRICS") {
+    let Some(transport) = transport("METRICS")? else {
         return Ok(None);
-    }
-    let exporter = match transport("METRICS")? {
-        Transport::Grpc => opentelemetry_otlp::MetricExporter::builder()
-            .with_tonic()
-            .build()?,
-        Transport::HttpProtobuf => opentelemetry_otlp::MetricExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .build()?,
+    };
+    let builder = opentelemetry_otlp::MetricExporter::builder();
+    let exporter = match transport {
+        Transport::Grpc => builder.with_tonic().build()?,
+        Transport::HttpProtobuf => builder.with_http().with_protocol(HTTP).build()?,
     };
     Ok(Some(
         SdkMeterProvider::builder()

@@ -27,7 +27,7 @@ pub(super) async fn search(
     if query.is_empty() {
         return show(&actor, &[], &Searched::default());
     }
-    let query = match RecipientQuery::parse(&query) {
+    let query = match RecipientQuery::read(&query) {
         Ok(query) => query,
         Err(e) => return plain(StatusCode::BAD_REQUEST, format!("{e}\n")),
     };

@@ -13,7 +13,7 @@ use metrics::{
 };
 use metrics_util::registry::{Registry, Storage};
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::Meter;
+use opentelemetry::metrics::{InstrumentBuilder, Meter};
 
 /// A `metrics` recorder writing to an OpenTelemetry meter. Handles are kept per key, as the
 /// Prometheus recorder keeps them, so a `counter!` call costs a lookup, not a new instrument.
@@ -103,6 +103,22 @@ impl Instruments {
     }
 }
 
+impl Instruments {
+    /// `builder` with the help text and unit `describe_*` gave `key`'s metric.
+    fn with_description<'a, T>(
+        &self,
+        key: &Key,
+        builder: InstrumentBuilder<'a, T>,
+    ) -> InstrumentBuilder<'a, T> {
+        let (unit, help) = self.described(key.name());
+        let builder = builder.with_description(help);
+        match unit {
+            Some(unit) => builder.with_unit(unit),
+            None => builder,
+        }
+    }
+}
+
 /// A metric's unit and help text, as `describe_*` gave them.
 struct Described {
     unit: Option<Unit>,
@@ -134,28 +150,18 @@ impl Storage<Key> for Instruments {
     type Histogram = Arc<OtelHistogram>;
 
     fn counter(&self, key: &Key) -> Self::Counter {
-        let name = key.name().to_owned();
-        let (unit, help) = self.described(&name);
-        let mut builder = self.meter.u64_counter(name).with_description(help);
-        if let Some(unit) = unit {
-            builder = builder.with_unit(unit);
-        }
+        let builder = self.meter.u64_counter(key.name().to_owned());
         Arc::new(OtelCounter {
-            instrument: builder.build(),
+            instrument: self.with_description(key, builder).build(),
             attributes: attributes(key),
             total: AtomicU64::new(0),
         })
     }
 
     fn gauge(&self, key: &Key) -> Self::Gauge {
-        let name = key.name().to_owned();
-        let (unit, help) = self.described(&name);
-        let mut builder = self.meter.f64_gauge(name).with_description(help);
-        if let Some(unit) = unit {
-            builder = builder.with_unit(unit);
-        }
+        let builder = self.meter.f64_gauge(key.name().to_owned());
         Arc::new(OtelGauge {
-            instrument: builder.build(),
+            instrument: self.with_description(key, builder).build(),
             attributes: attributes(key),
             value: Mutex::new(0.0),
         })
