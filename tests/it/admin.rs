@@ -6,8 +6,8 @@ use outboxd::dispatch::Step;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Count, HttpResponse, SmtpServer, TestDb, app, batch, free_port, http_full, one_step, outboxd,
-    verification,
+    Count, Dispatching, HttpResponse, SmtpServer, TestDb, app, batch, free_port, http_full,
+    http_get, one_step, outboxd, outboxd_as, said, succeeds, verification,
 };
 
 pub(crate) const TOKEN: &str = "test-admin-token-0123456789";
@@ -43,6 +43,29 @@ pub(crate) async fn api(addr: &str, method: &str, path: &str, body: Option<Value
     )
     .await
     .unwrap()
+}
+
+/// `GET path` on the admin API.
+pub(crate) async fn api_get(addr: &str, path: &str) -> HttpResponse {
+    api(addr, "GET", path, None).await
+}
+
+/// `POST path` on the admin API, without a body.
+pub(crate) async fn api_post(addr: &str, path: &str) -> HttpResponse {
+    api(addr, "POST", path, None).await
+}
+
+/// `n` verifications to `{prefix}{i}@example.com`, committed in one transaction.
+async fn verifications_in_one_transaction(db: &TestDb, n: usize, prefix: &str) {
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..n {
+        let to = format!("{prefix}{i}@example.com");
+        let message = outboxd::NewMessage::new("account_verification", verification(&to));
+        outboxd_producer::enqueue(&mut *tx, message.unwrap())
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
 }
 
 /// The CSRF token the admin page's forms carry.
@@ -99,13 +122,7 @@ async fn the_admin_surface_is_off_without_a_token() {
         .unwrap();
         assert_eq!(response.status, 404, "{path}");
     }
-    assert_eq!(
-        http_full(&addr, "GET", "/metrics", &[], "")
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(http_get(&addr, "/metrics").await.0, 200);
 }
 
 #[tokio::test]
@@ -143,7 +160,7 @@ async fn the_api_and_the_page_require_the_token() {
     .await
     .unwrap();
     assert_eq!(almost.status, 401);
-    assert_eq!(api(&addr, "GET", "/api/v1/stats", None).await.status, 200);
+    assert_eq!(api_get(&addr, "/api/v1/stats").await.status, 200);
     // The page takes HTTP Basic, not the API's scheme.
     let bearer_on_page = http_full(
         &addr,
@@ -185,13 +202,7 @@ async fn the_api_and_the_page_require_the_token() {
     assert_eq!(right.status, 200);
     assert!(right.body.contains("signed in as ops"));
     // Probes and metrics stay open.
-    assert_eq!(
-        http_full(&addr, "GET", "/readyz", &[], "")
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(http_get(&addr, "/readyz").await.0, 200);
 }
 
 #[tokio::test]
@@ -213,9 +224,7 @@ async fn dead_letters_are_listed_newest_first_page_by_page_and_by_kind() {
     let other = dead_letter(&db, "workspace_invite", "address", "x@example.com").await;
     db.verification_to("pending@example.com").await;
 
-    let first = api(&addr, "GET", "/api/v1/dead-letters?limit=4", None)
-        .await
-        .json();
+    let first = api_get(&addr, "/api/v1/dead-letters?limit=4").await.json();
     let listed: Vec<i64> = first["dead_letters"]
         .as_array()
         .unwrap()
@@ -232,11 +241,9 @@ async fn dead_letters_are_listed_newest_first_page_by_page_and_by_kind() {
     for field in ["kind", "attempts", "created_at", "dead_lettered_at"] {
         assert!(item.get(field).is_some(), "{field}");
     }
-    let second = api(
+    let second = api_get(
         &addr,
-        "GET",
         &format!("/api/v1/dead-letters?limit=4&after={}", ids[2]),
-        None,
     )
     .await
     .json();
@@ -249,14 +256,9 @@ async fn dead_letters_are_listed_newest_first_page_by_page_and_by_kind() {
     assert_eq!(listed, [ids[1], ids[0]]);
     assert_eq!(second["next_after"], Value::Null);
 
-    let by_kind = api(
-        &addr,
-        "GET",
-        "/api/v1/dead-letters?kind=workspace_invite",
-        None,
-    )
-    .await
-    .json();
+    let by_kind = api_get(&addr, "/api/v1/dead-letters?kind=workspace_invite")
+        .await
+        .json();
     assert_eq!(by_kind["dead_letters"].as_array().unwrap().len(), 1);
 
     for bad in [
@@ -267,7 +269,7 @@ async fn dead_letters_are_listed_newest_first_page_by_page_and_by_kind() {
         "?after=x",
         "?colour=red",
     ] {
-        let response = api(&addr, "GET", &format!("/api/v1/dead-letters{bad}"), None).await;
+        let response = api_get(&addr, &format!("/api/v1/dead-letters{bad}")).await;
         assert_eq!(response.status, 400, "{bad}");
         assert_eq!(error_code(&response), "bad_request", "{bad}");
     }
@@ -280,26 +282,20 @@ async fn one_dead_letter_comes_with_its_payload_and_unknown_ids_are_404() {
     let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
     let pending = db.verification_to("p@example.com").await;
 
-    let one = api(&addr, "GET", &format!("/api/v1/dead-letters/{id}"), None).await;
+    let one = api_get(&addr, &format!("/api/v1/dead-letters/{id}")).await;
     assert_eq!(one.status, 200);
     let one = one.json();
     assert_eq!(one["payload"]["to"], "a@example.com");
     assert_eq!(one["state"], "dead_lettered");
 
-    let missing = api(&addr, "GET", "/api/v1/dead-letters/999999", None).await;
+    let missing = api_get(&addr, "/api/v1/dead-letters/999999").await;
     assert_eq!(
         (missing.status, error_code(&missing).as_str()),
         (404, "not_found")
     );
-    let not_dead = api(
-        &addr,
-        "GET",
-        &format!("/api/v1/dead-letters/{pending}"),
-        None,
-    )
-    .await;
+    let not_dead = api_get(&addr, &format!("/api/v1/dead-letters/{pending}")).await;
     assert_eq!(not_dead.status, 404);
-    let bad = api(&addr, "GET", "/api/v1/dead-letters/abc", None).await;
+    let bad = api_get(&addr, "/api/v1/dead-letters/abc").await;
     assert_eq!(
         (bad.status, error_code(&bad).as_str()),
         (400, "bad_request")
@@ -322,14 +318,8 @@ async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
     assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
     assert_eq!(db.row(id).await.attempts, 1);
 
-    let running = tokio::spawn(app.dispatcher.run());
-    let retried = api(
-        &addr,
-        "POST",
-        &format!("/api/v1/dead-letters/{id}/retry"),
-        None,
-    )
-    .await;
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
+    let retried = api_post(&addr, &format!("/api/v1/dead-letters/{id}/retry")).await;
     assert_eq!(retried.status, 200, "{}", retried.body);
     assert_eq!(
         retried.json(),
@@ -343,13 +333,7 @@ async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
     .await;
     assert_eq!(db.row(id).await.attempts, 0);
 
-    let again = api(
-        &addr,
-        "POST",
-        &format!("/api/v1/dead-letters/{id}/retry"),
-        None,
-    )
-    .await;
+    let again = api_post(&addr, &format!("/api/v1/dead-letters/{id}/retry")).await;
     assert_eq!(
         (again.status, error_code(&again).as_str()),
         (409, "not_dead_lettered")
@@ -360,10 +344,9 @@ async fn a_retried_dead_letter_is_delivered_and_cannot_be_retried_twice() {
             .unwrap()
             .contains("dispatched")
     );
-    let missing = api(&addr, "POST", "/api/v1/dead-letters/999999/retry", None).await;
+    let missing = api_post(&addr, "/api/v1/dead-letters/999999/retry").await;
     assert_eq!(missing.status, 404);
-    app.shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test]
@@ -373,27 +356,20 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
     let id = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
     let kept = dead_letter(&db, "invoice_notice", "smtp_550", "b@example.com").await;
 
-    let discarded = api(
-        &addr,
-        "POST",
-        &format!("/api/v1/dead-letters/{id}/discard"),
-        None,
-    )
-    .await;
+    let discarded = api_post(&addr, &format!("/api/v1/dead-letters/{id}/discard")).await;
     assert_eq!(discarded.status, 200, "{}", discarded.body);
     assert_eq!(
         discarded.json(),
         json!({"id": id, "discarded": 1, "warnings": []})
     );
-    let (by, discarded_at): (Option<String>, bool) = sqlx::query_as(
-        "SELECT discarded_by, discarded_at IS NOT NULL FROM outbox_messages WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (by, discarded_at): (Option<String>, bool) = db
+        .one_row(
+            "SELECT discarded_by, discarded_at IS NOT NULL FROM outbox_messages WHERE id = $1",
+            id,
+        )
+        .await;
     assert_eq!((by.as_deref(), discarded_at), (Some("api:alice"), true));
-    let listed = api(&addr, "GET", "/api/v1/dead-letters", None).await.json();
+    let listed = api_get(&addr, "/api/v1/dead-letters").await.json();
     assert_eq!(listed["dead_letters"].as_array().unwrap().len(), 1);
     assert_eq!(listed["dead_letters"][0]["id"], kept);
     assert_eq!(
@@ -405,25 +381,19 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
         1
     );
     assert_eq!(
-        api(&addr, "GET", "/api/v1/stats", None).await.json()["dead_letters"],
+        api_get(&addr, "/api/v1/stats").await.json()["dead_letters"],
         1
     );
 
     for action in ["discard", "retry"] {
-        let again = api(
-            &addr,
-            "POST",
-            &format!("/api/v1/dead-letters/{id}/{action}"),
-            None,
-        )
-        .await;
+        let again = api_post(&addr, &format!("/api/v1/dead-letters/{id}/{action}")).await;
         assert_eq!(
             (again.status, error_code(&again).as_str()),
             (409, "not_dead_lettered"),
             "{action}"
         );
     }
-    let shown = api(&addr, "GET", &format!("/api/v1/dead-letters/{id}"), None)
+    let shown = api_get(&addr, &format!("/api/v1/dead-letters/{id}"))
         .await
         .json();
     assert_eq!(shown["state"], "discarded");
@@ -462,9 +432,7 @@ async fn groups_show_dead_letters_by_kind_and_cause_and_bulk_actions_take_a_grou
     };
     dead_letter(&db, "invoice_notice", "address", "bad@example.com").await;
 
-    let groups = api(&addr, "GET", "/api/v1/dead-letters/groups", None)
-        .await
-        .json();
+    let groups = api_get(&addr, "/api/v1/dead-letters/groups").await.json();
     let summary: Vec<(String, String, i64)> = groups["groups"]
         .as_array()
         .unwrap()
@@ -504,9 +472,7 @@ async fn groups_show_dead_letters_by_kind_and_cause_and_bulk_actions_take_a_grou
     .await;
     assert_eq!(retried.json(), json!({"requeued": 4, "warnings": []}));
     assert_eq!(
-        api(&addr, "GET", "/api/v1/dead-letters/groups", None)
-            .await
-            .json()["groups"],
+        api_get(&addr, "/api/v1/dead-letters/groups").await.json()["groups"],
         json!([])
     );
     assert_eq!(db.count("pending").await, 4);
@@ -575,20 +541,7 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
         ],
     )
     .await;
-    let mut tx = db.pool.begin().await.unwrap();
-    for i in 0..1000 {
-        outboxd_producer::enqueue(
-            &mut *tx,
-            outboxd::NewMessage::new(
-                "account_verification",
-                verification(&format!("u{i}@example.com")),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    }
-    tx.commit().await.unwrap();
+    verifications_in_one_transaction(&db, 1000, "u").await;
 
     // The mail server is up but refuses everything with 451: every message gives up.
     let refusing = SmtpServer::start_deferring_all(port);
@@ -598,9 +551,7 @@ async fn bulk_retry_after_an_smtp_outage_delivers_a_thousand_dead_letters() {
         "{step:?}"
     );
     drop(refusing);
-    let groups = api(&addr, "GET", "/api/v1/dead-letters/groups", None)
-        .await
-        .json();
+    let groups = api_get(&addr, "/api/v1/dead-letters/groups").await.json();
     assert_eq!(groups["groups"][0]["count"], 1000);
     assert_eq!(groups["groups"][0]["error_class"], "smtp_451");
 
@@ -644,10 +595,9 @@ async fn stats_count_pending_due_in_flight_dead_letters_and_recent_sends_per_kin
     sqlx::query("UPDATE outbox_messages SET locked_until = now() + interval '1 minute', next_attempt_at = now() + interval '1 minute' WHERE id = $1")
         .bind(leased).execute(&db.pool).await.unwrap();
     dead_letter(&db, "invoice_notice", "smtp_550", "dead@example.com").await;
-    sqlx::query("INSERT INTO outbox_messages (kind, payload, dispatched_at) VALUES ('account_verification', '{}', now()), ('account_verification', '{}', now() - interval '2 hours')")
-        .execute(&db.pool).await.unwrap();
+    db.exec("INSERT INTO outbox_messages (kind, payload, dispatched_at) VALUES ('account_verification', '{}', now()), ('account_verification', '{}', now() - interval '2 hours')").await;
 
-    let stats = api(&addr, "GET", "/api/v1/stats", None).await.json();
+    let stats = api_get(&addr, "/api/v1/stats").await.json();
     assert_eq!(stats["pending"], 3);
     assert_eq!(stats["due"], 1);
     assert_eq!(stats["in_flight"], 1);
@@ -667,7 +617,7 @@ async fn admin_listen_keeps_the_admin_surface_off_the_metrics_address() {
     assert_eq!(addr, admin_listen);
     let main = app.http_addr().to_string();
     assert_eq!(api(&main, "GET", "/api/v1/stats", None).await.status, 404);
-    assert_eq!(api(&addr, "GET", "/api/v1/stats", None).await.status, 200);
+    assert_eq!(api_get(&addr, "/api/v1/stats").await.status, 200);
     assert_eq!(
         http_full(&addr, "GET", "/metrics", &[], "")
             .await
@@ -762,29 +712,17 @@ async fn the_page_lists_dead_letters_and_its_forms_need_the_csrf_token() {
 #[tokio::test]
 async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
     let db = TestDb::new().await;
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
-         SELECT 'account_verification', '{}', now() - interval '8 days' FROM generate_series(1, 2500)",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::raw_sql(
-        "INSERT INTO outbox_messages (kind, payload, dispatched_at) VALUES ('k', '{}', now() - interval '6 days'); \
+    db.exec("INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+         SELECT 'account_verification', '{}', now() - interval '8 days' FROM generate_series(1, 2500)").await;
+    db.exec("INSERT INTO outbox_messages (kind, payload, dispatched_at) VALUES ('k', '{}', now() - interval '6 days'); \
          INSERT INTO outbox_messages (kind, payload, dead_lettered_at, discarded_at) VALUES ('k', '{}', now() - interval '9 days', now() - interval '8 days'); \
-         INSERT INTO outbox_messages (kind, payload, dead_lettered_at) VALUES ('k', '{}', now() - interval '30 days');",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+         INSERT INTO outbox_messages (kind, payload, dead_lettered_at) VALUES ('k', '{}', now() - interval '30 days');").await;
     // Each row has an event in its timeline; retention deletes those of the rows it deletes.
-    sqlx::query(
+    db.exec(
         "INSERT INTO outbox_message_events (message_id, event) \
          SELECT id, 'retry' FROM outbox_messages",
     )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     let app = app(&db, None, &[]).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let pruned = outboxd::background::retention::prune_once(
@@ -830,28 +768,10 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
 async fn pruning_a_large_table_does_not_hold_up_the_dispatcher() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
-         SELECT 'account_verification', '{}', now() - interval '30 days' + g * interval '1 ms' FROM generate_series(1, 200000) g",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec("INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+         SELECT 'account_verification', '{}', now() - interval '30 days' + g * interval '1 ms' FROM generate_series(1, 200000) g").await;
     let mut app = app(&db, Some(&smtp.url()), &["--batch-size", "50"]).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    for i in 0..300 {
-        outboxd_producer::enqueue(
-            &mut *tx,
-            outboxd::NewMessage::new(
-                "account_verification",
-                verification(&format!("n{i}@example.com")),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    }
-    tx.commit().await.unwrap();
+    verifications_in_one_transaction(&db, 300, "n").await;
 
     let pool = db.store.clone();
     let metrics = app.metrics.clone();
@@ -898,22 +818,16 @@ async fn what_producers_wrote_reaches_an_operators_terminal_escaped() {
         assert!(shown.contains("\\u{1b}[2J"), "{args:?}: {shown}");
     }
     let payload = json!({"to": "a@example.com", "name": "\u{1b}]0;owned\u{7}", "verify_url": "u"});
-    let output = outboxd()
-        .args([
+    let shown = succeeds(
+        outboxd().args([
             "preview",
             "--kind",
             "account_verification",
             "--payload",
             &payload.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+        ]),
+        "outboxd preview",
     );
-    let shown = String::from_utf8_lossy(&output.stdout);
     assert!(
         !shown.contains('\u{1b}') && shown.contains("\\u{1b}]0;owned"),
         "{shown}"
@@ -926,19 +840,7 @@ async fn the_cli_lists_shows_retries_and_discards_dead_letters() {
     let a = dead_letter(&db, "invoice_notice", "smtp_550", "a@example.com").await;
     let b = dead_letter(&db, "invoice_notice", "smtp_550", "b@example.com").await;
     let c = dead_letter(&db, "welcome", "unknown_kind", "c@example.com").await;
-    let run = |args: &[&str]| {
-        let output = outboxd()
-            .args(args)
-            .args(["--database-url", &db.url])
-            .env("USER", "carol")
-            .output()
-            .unwrap();
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| said(&mut outboxd_as("carol", &db.url, args), "outboxd");
 
     let (ok, table, _) = run(&["dead-letters", "list"]);
     assert!(ok);
@@ -988,12 +890,9 @@ async fn the_cli_lists_shows_retries_and_discards_dead_letters() {
         "{out}"
     );
     assert!(!db.row(a).await.dead && db.row(b).await.dead);
-    let discarded_by: Option<String> =
-        sqlx::query_scalar("SELECT discarded_by FROM outbox_messages WHERE id = $1")
-            .bind(c)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let discarded_by: Option<String> = db
+        .scalar("SELECT discarded_by FROM outbox_messages WHERE id = $1", c)
+        .await;
     assert_eq!(discarded_by.as_deref(), Some("cli:carol"));
 
     let (ok, stats, _) = run(&["stats", "--json"]);
@@ -1073,7 +972,7 @@ async fn every_admin_response_carries_defensive_headers_and_the_page_a_strict_po
         !page.body.contains("style=\""),
         "no inline style attributes"
     );
-    let api = api(&addr, "GET", "/api/v1/stats", None).await;
+    let api = api_get(&addr, "/api/v1/stats").await;
     let refused = http_full(&addr, "GET", "/admin", &[], "").await.unwrap();
     for response in [&page, &api, &refused] {
         assert_eq!(response.header("cache-control"), Some("no-store"));
@@ -1155,7 +1054,7 @@ async fn control_characters_in_admin_input_are_a_bad_request_not_a_database_erro
     .await
     .unwrap();
     assert_eq!(page.status, 400, "{}", page.body);
-    let listed = api(&addr, "GET", "/api/v1/dead-letters?kind=a%00b", None).await;
+    let listed = api_get(&addr, "/api/v1/dead-letters?kind=a%00b").await;
     assert_eq!(listed.status, 400);
     let bulk = api(
         &addr,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::postgres::PgListener;
 
-use crate::helpers::{SmtpServer, TestDb, app, one_step, verification};
+use crate::helpers::{Dispatching, SmtpServer, TestDb, app, one_step, verification};
 use outboxd::message::{Delivery, Outcome};
 use outboxd::store::{self, ClaimRequest, OutcomeRow, RowLocks};
 
@@ -20,7 +20,7 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
     // Ten minutes between polls, and a full scan once a minute: within 30 s, only the
     // trigger's notification can explain a delivery.
     let app = app(&db, Some(&smtp.url()), &["--poll-interval", "10m"]).await;
-    let running = tokio::spawn(app.dispatcher.run());
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
     db.wait_for_listener().await;
 
     // A producer's transaction begins (its row will be due when it began) and stays open
@@ -64,8 +64,7 @@ async fn rows_that_commit_below_the_claim_floor_are_sent_as_soon_as_they_commit(
             .any(|m| m.rcpt_tos.iter().any(|r| r == "overdue@example.com"))
     );
 
-    app.shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test]
@@ -132,19 +131,15 @@ async fn a_claim_reads_a_suppression_list_of_a_thousand_addresses_once_for_its_w
     let db = TestDb::new().await;
     // A thousand addresses: few enough that the planner reads the table rather than its
     // index, which row by row cost 85 us a row.
-    sqlx::query(
+    db.exec(
         "INSERT INTO outbox_suppressions (address, reason, source) \
          SELECT 'gone' || i || '@example.org', 'hard_bounce', 'smtp' \
          FROM generate_series(1, 1000) AS i",
     )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     db.insert_many("account_verification", 100).await;
-    sqlx::query("ANALYZE outbox_suppressions, outbox_messages")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec("ANALYZE outbox_suppressions, outbox_messages")
+        .await;
     let plan: (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) {}",
         db.store.statement_text("claim").expect("the claim")
@@ -191,10 +186,7 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
     // A table of some size, as every installation's soon is: over a few hundred rows the
     // plan PostgreSQL would keep lost to the plan of each small write.
     db.insert_many("account_verification", 2_000).await;
-    sqlx::query("ANALYZE outbox_messages")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec("ANALYZE outbox_messages").await;
     let mut connection = db.pool.acquire().await.unwrap();
     let request = ClaimRequest {
         limit: 1,

@@ -378,13 +378,8 @@ async fn migrate_creates_the_database_and_the_schema_and_enqueue_inserts_a_row()
     .unwrap();
     assert_eq!((kind.as_str(), year), ("account_verification", 2030.0));
     pool.close().await;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {}_new WITH (FORCE)",
-        db.name
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(format!("DROP DATABASE {}_new WITH (FORCE)", db.name))
+        .await;
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ use std::process::Command;
 use base64::Engine as _;
 use serde_json::json;
 
+use crate::helpers::said;
 use crate::helpers::{
     Outboxd, SmtpServer, TestDb, app, assert_refused, one_step, outboxd, python, refusal,
 };
@@ -543,26 +544,22 @@ async fn an_attachment_arrives_intact_and_bad_ones_are_dead_lettered_with_a_clea
 }
 
 async fn ids_last_error(db: &TestDb, class: &str) -> i64 {
-    sqlx::query_scalar("SELECT id FROM outbox_messages WHERE error_class = $1")
-        .bind(class)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+    db.scalar(
+        "SELECT id FROM outbox_messages WHERE error_class = $1",
+        class,
+    )
+    .await
 }
 
 #[test]
 fn preview_renders_an_email_as_it_would_be_sent_without_a_database_or_a_server() {
     let preview = |args: &[&str]| {
-        let output = outboxd()
-            .arg("preview")
-            .args(args)
-            .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
-            .output()
-            .unwrap();
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
+        said(
+            outboxd()
+                .arg("preview")
+                .args(args)
+                .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"),
+            "outboxd preview",
         )
     };
     let invoice = invoice_with(

@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::helpers::{
-    Count, Scenario, SmtpServer, TestCa, TestDb, app, batch, eventually, one_step,
+    Count, Dispatching, Scenario, SmtpServer, TestCa, TestDb, app, batch, eventually, one_step,
 };
 
 fn verification(to: &str) -> serde_json::Value {
@@ -257,10 +257,8 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
 async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivered() {
     let Scenario { db, smtp, mut app } = Scenario::new(&[]).await;
 
-    sqlx::query("CREATE TABLE accounts (email text PRIMARY KEY)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec("CREATE TABLE accounts (email text PRIMARY KEY)")
+        .await;
 
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("INSERT INTO accounts VALUES ('rolled@example.com')")
@@ -276,11 +274,9 @@ async fn a_rolled_back_transaction_sends_nothing_and_a_committed_one_is_delivere
     .unwrap();
     tx.rollback().await.unwrap();
 
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO accounts VALUES ('committed@example.com')")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let mut tx = db
+        .transaction_after("INSERT INTO accounts VALUES ('committed@example.com')")
+        .await;
     let committed = outboxd_producer::enqueue(
         &mut *tx,
         outboxd::NewMessage::new(
@@ -335,8 +331,7 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
 #[tokio::test]
 pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_interval() {
     let Scenario { db, smtp, app } = Scenario::new(&["--poll-interval", "10m"]).await;
-    let shutdown = app.shutdown.clone();
-    let running = tokio::spawn(app.dispatcher.run());
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
     // Let the loop finish its first (empty) drain and go to sleep on LISTEN.
     db.wait_for_listener().await;
 
@@ -344,8 +339,7 @@ pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_int
     db.verification_to("fast@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
     let waited = committed.elapsed();
-    shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
     // The poll interval is ten minutes: only the notification can explain a delivery now.
     assert!(
         waited < Duration::from_secs(30),
@@ -354,35 +348,26 @@ pub(crate) async fn a_notification_wakes_the_dispatcher_long_before_the_poll_int
 }
 
 /// A running dispatcher that lingers 1 s and that only notifications wake (the poll
-/// interval is ten minutes); stop it with the token.
-async fn lingering_dispatcher(
-    db: &TestDb,
-    smtp: &SmtpServer,
-) -> (outboxd::dispatch::Shutdown, tokio::task::JoinHandle<()>) {
+/// interval is ten minutes).
+async fn lingering_dispatcher(db: &TestDb, smtp: &SmtpServer) -> Dispatching {
     let app = app(
         db,
         Some(&smtp.url()),
         &["--poll-interval", "10m", "--linger", "1s"],
     )
     .await;
-    let running = tokio::spawn(app.dispatcher.run());
-    (app.shutdown.clone(), running)
+    Dispatching::start(app.dispatcher, &app.shutdown)
 }
 
 #[tokio::test]
 pub(crate) async fn after_a_notification_the_dispatcher_lingers_for_more_commits_before_claiming() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let (shutdown, running) = lingering_dispatcher(&db, &smtp).await;
+    let running = lingering_dispatcher(&db, &smtp).await;
     // The first (empty) claim is over, so the next one can only follow a notification.
     eventually(Duration::from_secs(30), "the first claim", || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND state = 'idle' AND query LIKE '%regular_head%'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+        db.sessions("state = 'idle' AND query LIKE '%regular_head%'")
+            .await
             > 0
     })
     .await;
@@ -392,8 +377,7 @@ pub(crate) async fn after_a_notification_the_dispatcher_lingers_for_more_commits
     db.verification_to("second@example.com").await;
     smtp.wait_for(2, Duration::from_secs(30)).await;
     let waited = committed.elapsed();
-    shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
     // A lower bound, which no load on the machine can break: the claim waited out the linger.
     assert!(
         waited >= Duration::from_secs(1),
@@ -407,7 +391,7 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
     let db = TestDb::new().await;
     db.set_default("statement_timeout", Some("'300ms'")).await;
     let smtp = SmtpServer::start();
-    let (shutdown, running) = lingering_dispatcher(&db, &smtp).await;
+    let running = lingering_dispatcher(&db, &smtp).await;
     db.wait_for_listener().await;
     let listening = |pattern: &'static str| {
         let pool = db.pool.clone();
@@ -434,8 +418,7 @@ async fn a_statement_timeout_shorter_than_the_linger_costs_neither_the_listener_
         smtp.wait_for(i + 1, Duration::from_secs(30)).await;
     }
     let lingering = listening("SELECT pg_sleep%").await;
-    shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
     assert_eq!(lingering, listener, "the LISTEN connection was replaced");
 }
 

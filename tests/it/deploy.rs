@@ -10,6 +10,7 @@ use clap::CommandFactory as _;
 use outboxd::cli::Cli;
 
 use crate::helpers::python;
+use crate::helpers::succeeds;
 
 fn manifest(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -32,18 +33,13 @@ fn run_default(long: &str) -> String {
 
 #[test]
 fn the_deployment_artifacts_validate_offline_and_agree_with_what_outboxd_serves() {
-    let output = Command::new(python())
-        .arg(manifest("tests/deploy/check_all.py"))
-        .args(["--listen", &run_default("listen")])
-        .args(["--shutdown-timeout", &run_default("shutdown-timeout")])
-        .args(["--outboxd", env!("CARGO_BIN_EXE_outboxd")])
-        .output()
-        .expect("python3");
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    succeeds(
+        Command::new(python())
+            .arg(manifest("tests/deploy/check_all.py"))
+            .args(["--listen", &run_default("listen")])
+            .args(["--shutdown-timeout", &run_default("shutdown-timeout")])
+            .args(["--outboxd", env!("CARGO_BIN_EXE_outboxd")]),
+        "tests/deploy/check_all.py",
     );
 }
 

@@ -3,21 +3,17 @@
 
 use std::time::Duration;
 
-use crate::helpers::{SmtpServer, TestDb, free_port, outboxd, poll_until};
+use crate::helpers::{SmtpServer, TestDb, free_port, outboxd, poll_until, said};
 
 /// Runs the doctor; returns whether it succeeded, its stdout and its stderr.
 fn doctor(database_url: &str, smtp_url: &str, extra: &[&str]) -> (bool, String, String) {
-    let output = outboxd()
-        .args(["doctor", "--database-url", database_url])
-        .args(extra)
-        .env("OUTBOXD_SMTP_URL", smtp_url)
-        .env("OUTBOXD_FROM", "Acme <no-reply@acme.example>")
-        .output()
-        .expect("outboxd doctor");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
+    said(
+        outboxd()
+            .args(["doctor", "--database-url", database_url])
+            .args(extra)
+            .env("OUTBOXD_SMTP_URL", smtp_url)
+            .env("OUTBOXD_FROM", "Acme <no-reply@acme.example>"),
+        "outboxd doctor",
     )
 }
 

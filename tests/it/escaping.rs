@@ -63,10 +63,7 @@ async fn a_pause_s_reason_and_actor_are_shown_escaped_by_the_cli_and_the_page() 
 async fn a_role_name_with_a_terminal_escape_is_shown_escaped_by_the_doctor() {
     let db = TestDb::new().await;
     let role = format!("app\u{1b}[2J{RLO}{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE \"{role}\" LOGIN")))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(format!("CREATE ROLE \"{role}\" LOGIN")).await;
     let encoded: String = url::form_urlencoded::byte_serialize(role.as_bytes()).collect();
     let as_role = db
         .url
@@ -94,8 +91,5 @@ async fn a_role_name_with_a_terminal_escape_is_shown_escaped_by_the_doctor() {
     .await;
     assert!(!out.contains('\u{1b}') && !out.contains(RLO), "{out:?}");
     open.close().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE \"{role}\"")))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(format!("DROP ROLE \"{role}\"")).await;
 }

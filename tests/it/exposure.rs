@@ -8,7 +8,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::helpers::{
-    Outboxd, Scenario, SmtpServer, TestDb, eventually, http_get, outboxd, poll_until, verification,
+    Dispatching, Outboxd, Scenario, SmtpServer, TestDb, eventually, http_get, outboxd, poll_until,
+    verification,
 };
 
 /// Open file descriptors of a process.
@@ -34,12 +35,7 @@ fn file_limit() -> usize {
 async fn thousands_of_half_open_connections_leave_the_probes_metrics_and_delivery_working() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let outboxd = Outboxd::start(
-        &db.url,
-        &["--smtp-url", &smtp.url(), "--from", "a@example.com"],
-        &[],
-    )
-    .await;
+    let outboxd = Outboxd::sending_to(&db.url, &smtp.url(), &[], &[]).await;
     // Half send nothing, half the start of a request head they never finish. 3 000 where
     // this process may open that many files; always well past outboxd's cap of 256.
     let connections = 3000.min(file_limit().saturating_sub(600)).max(500);
@@ -100,11 +96,7 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
     let stop = tokio_util::sync::CancellationToken::new();
     let _background = app.spawn_background(stop.clone());
     // Readiness reads the migrations table: lock it, so that every check hangs.
-    let mut lock = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE outbox_schema_migrations IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let lock = db.lock_table("outbox_schema_migrations").await;
     let flood: Vec<_> = (0..50)
         .map(|_| {
             let http = http.clone();
@@ -115,7 +107,7 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
             })
         })
         .collect();
-    let running = tokio::spawn(app.dispatcher.run());
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
     db.verification_to("flood@example.com").await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
     let (status, body) = http_get(&http, "/readyz?verbose").await;
@@ -124,8 +116,7 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
     for task in flood {
         task.await.unwrap();
     }
-    app.shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
     stop.cancel();
 }
 
@@ -133,18 +124,10 @@ async fn a_readyz_flood_with_the_database_stuck_cannot_take_the_dispatchers_conn
 async fn no_recipient_address_reaches_the_logs() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let outboxd = Outboxd::start(
+    let outboxd = Outboxd::sending_to(
         &db.url,
-        &[
-            "--smtp-url",
-            &smtp.url(),
-            "--from",
-            "a@example.com",
-            "--max-attempts",
-            "1",
-            "--poll-interval",
-            "100ms",
-        ],
+        &smtp.url(),
+        &["--max-attempts", "1", "--poll-interval", "100ms"],
         &[("RUST_LOG", "info,outboxd=debug")],
     )
     .await;
@@ -241,20 +224,16 @@ async fn readiness_of(db: &TestDb, url: &str, flags: &[&str], work: Work<'_>) ->
 #[tokio::test]
 async fn readiness_names_each_right_the_role_lacks() {
     let db = TestDb::new().await;
-    let suffix = &db.name[db.name.len() - 8..];
-    let role = format!("short_{suffix}");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE ROLE {role} LOGIN; \
-         GRANT SELECT ON outbox_schema_migrations TO {role}; \
-         REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC; \
-         REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC; \
-         REVOKE EXECUTE ON FUNCTION outbox_single_recipient_key(jsonb) FROM PUBLIC"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
-    assert_ne!(url, db.url);
+    let (role, url) = db
+        .role(
+            "short",
+            "CREATE ROLE {role} LOGIN; \
+             GRANT SELECT ON outbox_schema_migrations TO {role}; \
+             REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC; \
+             REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC; \
+             REVOKE EXECUTE ON FUNCTION outbox_single_recipient_key(jsonb) FROM PUBLIC",
+        )
+        .await;
     let grant = |right: &outboxd::store::Right, verb: &str| {
         let what = if right.is_function { "FUNCTION " } else { "" };
         let (verb, to) = match verb {
@@ -268,14 +247,12 @@ async fn readiness_names_each_right_the_role_lacks() {
     };
     // Without the automatic pause, `run` needs RUN_RIGHTS; with it, AUTO_PAUSE_RIGHTS too,
     // and with them it pauses a kind whose latest hundred sends all bounced.
-    sqlx::query(
+    db.exec(
         "INSERT INTO outbox_messages (kind, payload, next_attempt_at, dispatched_at, feedback) \
          SELECT 'invoice_notice', jsonb_build_object('to', 'b' || g || '@example.com'), now(), \
                 now(), 'hard_bounce' FROM generate_series(1, 100) AS g",
     )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     let auto_pause: &[&str] = &[
         "--auto-pause-kinds",
         "invoice_notice",
@@ -292,17 +269,11 @@ async fn readiness_names_each_right_the_role_lacks() {
         ),
     ] {
         let all: Vec<String> = rights.iter().map(|r| grant(r, "GRANT")).collect();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(all.join("; ")))
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        db.exec(all.join("; ")).await;
         // With every right, ready; without any one of them, not, and that one is named.
         for right in [None].into_iter().chain(each.iter().map(Some)) {
             if let Some(right) = right {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "REVOKE")))
-                    .execute(&db.pool)
-                    .await
-                    .unwrap();
+                db.exec(grant(right, "REVOKE")).await;
             }
             let work = if right.is_none() { work } else { Work::None };
             let (status, body) = readiness_of(&db, &url, flags, work).await;
@@ -317,18 +288,11 @@ async fn readiness_names_each_right_the_role_lacks() {
             );
             assert!(body.contains(&says), "{says}:\n{body}");
             assert!(body.contains("[+]schema ok"), "{body}");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(grant(right, "GRANT")))
-                .execute(&db.pool)
-                .await
-                .unwrap();
+            db.exec(grant(right, "GRANT")).await;
         }
     }
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP OWNED BY {role}; DROP ROLE {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
 }
 
 #[tokio::test]
@@ -350,10 +314,7 @@ async fn readiness_fails_when_the_table_is_dropped_or_the_database_is_read_only(
     );
     db.set_default("default_transaction_read_only", None).await;
 
-    sqlx::query("DROP TABLE outbox_messages")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec("DROP TABLE outbox_messages").await;
     let body = poll_until(
         Duration::from_secs(30),
         "dropped-table readiness",
@@ -391,13 +352,8 @@ fn a_database_url_that_is_not_postgresql_is_refused() {
 #[tokio::test]
 async fn run_refuses_a_schema_newer_than_itself() {
     let db = TestDb::new().await;
-    sqlx::query(
-        "INSERT INTO outbox_schema_migrations (version, description, success, checksum, execution_time) \
-         VALUES (99990101000000, 'from the future', true, '\\x00', 0)",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec("INSERT INTO outbox_schema_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99990101000000, 'from the future', true, '\\x00', 0)").await;
     let output = outboxd()
         .args(["run", "--database-url", &db.url, "--listen", "127.0.0.1:0"])
         .output()
@@ -416,19 +372,16 @@ async fn run_refuses_a_schema_newer_than_itself() {
 async fn an_applications_role_with_insert_alone_enqueues_though_it_may_execute_no_function_of_outboxd()
  {
     let db = TestDb::new().await;
-    let suffix = &db.name[db.name.len() - 8..];
-    let role = format!("app_{suffix}");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE ROLE {role} LOGIN; \
-         GRANT INSERT ON outbox_messages TO {role}; \
-         REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    let (role, url) = db
+        .role(
+            "app",
+            "CREATE ROLE {role} LOGIN; \
+             GRANT INSERT ON outbox_messages TO {role}; \
+             REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC",
+        )
+        .await;
     // The partial indexes' predicates are prepared at every insert: none may call a
     // function the application's role has no right to.
-    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
     let app = sqlx::PgPool::connect(&url).await.unwrap();
     let inserted = sqlx::query(
         "INSERT INTO outbox_messages (kind, payload) \
@@ -437,12 +390,8 @@ async fn an_applications_role_with_insert_alone_enqueues_though_it_may_execute_n
     .execute(&app)
     .await;
     app.close().await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP OWNED BY {role}; DROP ROLE {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
     assert_eq!(
         inserted.expect("the application's insert").rows_affected(),
         1

@@ -7,7 +7,7 @@ use outboxd::telemetry::metrics::DatabaseOperation;
 use serde_json::json;
 
 use crate::helpers::{
-    BlackHole, Count, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port, one_step,
+    BlackHole, Count, Dispatching, Scenario, SmtpServer, TestDb, app, batch, free_port, one_step,
     poll_until, step_until, verification,
 };
 
@@ -42,13 +42,7 @@ async fn a_retry_waits_for_its_backoff() {
     } = Scenario::new(&["--retry-backoff", "1h", "--retry-backoff-max", "2h"]).await;
     let id = db.verification_to("defer@example.com").await;
     one_step(&mut app).await;
-    let (min, max): (f64, f64) = sqlx::query_as(
-        "SELECT extract(epoch FROM next_attempt_at - now())::float8, 7200::float8 FROM outbox_messages WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (min, max): (f64, f64) = db.one_row("SELECT extract(epoch FROM next_attempt_at - now())::float8, 7200::float8 FROM outbox_messages WHERE id = $1", id).await;
     assert!((3500.0..=max).contains(&min), "next attempt in {min}s");
     let step = one_step(&mut app).await;
     assert_eq!(step, Step::Batch(BatchReport::default()));
@@ -399,16 +393,15 @@ async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
 #[tokio::test]
 async fn the_dispatcher_survives_losing_its_database_connections() {
     let Scenario { db, smtp, app } = Scenario::new(&["--poll-interval", "1s"]).await;
-    let running = tokio::spawn(app.dispatcher.run());
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
     db.verification_to("before@example.com").await;
     smtp.wait_for(1, Duration::from_secs(20)).await;
 
     db.cut_other_connections().await;
     db.verification_to("after@example.com").await;
     smtp.wait_for(2, Duration::from_secs(30)).await;
-    assert!(!running.is_finished());
-    app.shutdown.stop.cancel();
-    running.await.unwrap();
+    assert!(!running.has_ended());
+    running.stop().await;
 }
 
 #[tokio::test]
@@ -418,12 +411,7 @@ pub(crate) async fn outcomes_the_database_missed_are_recorded_before_the_next_cl
     // The server holds its reply to DATA until released: the database is cut meanwhile.
     let id = db.verification_to("hold@example.com").await;
     let (failed, ()) = tokio::join!(app.dispatcher.dispatch_once(), async {
-        eventually(
-            Duration::from_secs(30),
-            "the server holding the message",
-            || async { smtp.held() == 1 },
-        )
-        .await;
+        smtp.holding(1).await;
         db.cut_other_connections().await;
         smtp.release();
     });

@@ -159,15 +159,13 @@ async fn the_pace_hears_throttling_that_costs_a_message_an_attempt() {
     );
     // Messages that have met as many throttling replies as cost no attempt: each further
     // one is a retry, not a release, and must still slow the pace.
-    sqlx::query(
+    db.exec(
         "INSERT INTO outbox_messages (kind, payload, throttled_releases) \
          SELECT 'account_verification', jsonb_build_object('to', 'cap' || g || '@example.com', \
                 'name', 'Cap', 'verify_url', 'https://app.example/v'), 20 \
          FROM generate_series(1, 30) g",
     )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     let flags = relay_flags(&smtp);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let outboxd = Outboxd::start(&db.url, &flags, &[]).await;

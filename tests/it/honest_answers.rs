@@ -3,8 +3,10 @@
 //! the API and the admin page; an email only logged (no SMTP server) is never shown as
 //! sent.
 
-use crate::admin::{TOKEN, admin_app, api, basic, csrf_in, dead_letter};
-use crate::helpers::{TestDb, app, http_full, one_step, outboxd, verification};
+use crate::admin::{TOKEN, admin_app, api_post, basic, csrf_in, dead_letter};
+use crate::helpers::{
+    TestDb, app, http_full, one_step, outboxd, outboxd_as, succeeds, verification,
+};
 
 async fn suppress(db: &TestDb, address: &str) {
     sqlx::query(
@@ -47,25 +49,13 @@ async fn retrying_a_dead_letter_whose_recipient_is_suppressed_warns_and_names_th
     // The API: in the answer's warnings.
     let (_app, addr) = admin_app(&db, None, &[]).await;
     let second = dead_letter(&db, "invoice_notice", "smtp_550", "Gone@Example.com").await;
-    let answered = api(
-        &addr,
-        "POST",
-        &format!("/api/v1/dead-letters/{second}/retry"),
-        None,
-    )
-    .await;
+    let answered = api_post(&addr, &format!("/api/v1/dead-letters/{second}/retry")).await;
     assert_eq!(answered.status, 200, "{}", answered.body);
     let warnings = answered.json()["warnings"].clone();
     assert!(warnings[0].as_str().unwrap().contains(remedy), "{warnings}");
     // A retry of a recipient not suppressed warns of nothing.
     let fine = dead_letter(&db, "invoice_notice", "smtp_550", "here@example.com").await;
-    let answered = api(
-        &addr,
-        "POST",
-        &format!("/api/v1/dead-letters/{fine}/retry"),
-        None,
-    )
-    .await;
+    let answered = api_post(&addr, &format!("/api/v1/dead-letters/{fine}/retry")).await;
     assert_eq!(answered.json()["warnings"], serde_json::json!([]));
 
     // The admin page: in the notice after the retry.
@@ -163,16 +153,7 @@ async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
 #[tokio::test]
 async fn stats_and_messages_say_why_pending_mail_waits() {
     let db = TestDb::new().await;
-    let run = |args: &[&str]| {
-        let output = outboxd()
-            .args(args)
-            .args(["--database-url", &db.url])
-            .env("USER", "ann")
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{output:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let run = |args: &[&str]| succeeds(&mut outboxd_as("ann", &db.url, args), "outboxd");
     run(&[
         "pause",
         "--kind",
@@ -220,15 +201,9 @@ async fn stats_and_messages_say_when_an_open_circuit_holds_mail() {
     let db = TestDb::new().await;
     // A relay that refuses every connection: the replica's circuit opens.
     let nowhere = format!("smtp://127.0.0.1:{}", crate::helpers::free_port());
-    let flags = [
-        "--smtp-url",
-        nowhere.as_str(),
-        "--from",
-        "Acme <no-reply@acme.example>",
-        "--worker-id",
-        "replica-a",
-    ];
-    let _replica = crate::helpers::Outboxd::start(&db.url, &flags, &[]).await;
+    let flags = ["--worker-id", "replica-a"];
+    let _replica =
+        crate::helpers::Outboxd::sending_to(&db.url, nowhere.as_str(), &flags, &[]).await;
     let id = db.verification_to("ada@example.com").await;
     let stats = crate::helpers::poll_until(
         std::time::Duration::from_secs(30),

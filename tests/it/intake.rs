@@ -32,18 +32,11 @@ async fn with_webhooks(db: &TestDb, smtp: &SmtpServer, admin_listen: bool) -> (O
     let admin = format!("127.0.0.1:{}", free_port());
     let secret = whsec();
     let smtp_url = smtp.url();
-    let mut flags = vec![
-        "--smtp-url",
-        &smtp_url,
-        "--from",
-        "a@example.com",
-        "--webhook-secret",
-        &secret,
-    ];
+    let mut flags = vec!["--webhook-secret", &secret];
     if admin_listen {
         flags.extend(["--admin-listen", &admin, "--admin-token", ADMIN_TOKEN]);
     }
-    let outboxd = Outboxd::start(&db.url, &flags, &[]).await;
+    let outboxd = Outboxd::sending_to(&db.url, &smtp_url, &flags, &[]).await;
     let webhooks = if admin_listen {
         admin
     } else {
@@ -337,18 +330,10 @@ async fn refused_requests_are_not_echoed_and_are_logged_once_a_minute() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let secret = whsec();
-    let outboxd = Outboxd::start(
+    let outboxd = Outboxd::sending_to(
         &db.url,
-        &[
-            "--smtp-url",
-            &smtp.url(),
-            "--from",
-            "a@example.com",
-            "--webhook-secret",
-            &secret,
-            "--log-format",
-            "text",
-        ],
+        &smtp.url(),
+        &["--webhook-secret", &secret, "--log-format", "text"],
         &[],
     )
     .await;

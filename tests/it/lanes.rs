@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::helpers::succeeds;
 use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value};
 
 const BULK: &str = "workspace_invite";
@@ -27,10 +28,6 @@ async fn transactional_messages_go_ahead_of_a_bulk_run_that_is_draining_under_a_
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let flags = [
-        "--smtp-url",
-        &smtp.url(),
-        "--from",
-        "outboxd@example.com",
         "--rate-limit",
         "40/s",
         "--bulk-kinds",
@@ -39,8 +36,8 @@ async fn transactional_messages_go_ahead_of_a_bulk_run_that_is_draining_under_a_
         "200ms",
     ];
     let replicas = [
-        Outboxd::start(&db.url, &flags, &[]).await,
-        Outboxd::start(&db.url, &flags, &[]).await,
+        Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await,
+        Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await,
     ];
     let bulk = 600;
     db.insert_many(BULK, bulk).await;
@@ -83,24 +80,20 @@ async fn transactional_messages_go_ahead_of_a_bulk_run_that_is_draining_under_a_
 /// one bucket: every objective's lane and threshold must be series outboxd exposes.
 #[tokio::test]
 async fn every_delivery_objective_reads_a_latency_bucket_outboxd_exposes() {
-    let shown = std::process::Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/mixin/generate.py"))
-        .arg("--show-config")
-        .output()
-        .expect("python3");
-    assert!(
-        shown.status.success(),
-        "{}",
-        String::from_utf8_lossy(&shown.stderr)
+    let shown = succeeds(
+        std::process::Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/mixin/generate.py"))
+            .arg("--show-config"),
+        "mixin/generate.py --show-config",
     );
-    let config: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&shown).unwrap();
     let objectives = config["deliverySLOs"].as_array().unwrap();
     assert!(!objectives.is_empty());
 
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let flags = ["--smtp-url", &smtp.url(), "--from", "a@example.com"];
-    let outboxd = Outboxd::start(&db.url, &flags, &[("OUTBOXD_BULK_KINDS", BULK)]).await;
+    let outboxd =
+        Outboxd::sending_to(&db.url, &smtp.url(), &[], &[("OUTBOXD_BULK_KINDS", BULK)]).await;
     db.insert_many(TRANSACTIONAL, 1).await;
     db.insert_many(BULK, 1).await;
     smtp.wait_for(2, Duration::from_secs(30)).await;

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 
-use crate::admin::{TOKEN, admin_app, api};
+use crate::admin::{TOKEN, admin_app, api_get};
 use crate::helpers::{TestDb, eventually, http_get, metric_value};
 use crate::webhooks::{post, standard_signature};
 
@@ -75,29 +75,20 @@ async fn four_lookups_over_300_000_pending_rows_never_make_a_signed_webhook_wait
     // The lookups are held at their last step (their audit entry) for as long as an
     // application's transaction holds the audit table: they keep their connections, as
     // slow lookups would.
-    let mut held = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE outbox_admin_audit IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *held)
-        .await
-        .unwrap();
+    let held = db.lock_table("outbox_admin_audit").await;
     let lookups: Vec<_> = (0..4)
         .map(|_| {
             let addr = addr.clone();
             tokio::spawn(async move {
                 let started = Instant::now();
                 let path = "/api/v1/messages?recipient=ann@example.com";
-                (api(&addr, "GET", path, None).await, started.elapsed())
+                (api_get(&addr, path).await, started.elapsed())
             })
         })
         .collect();
     eventually(Duration::from_secs(10), "two lookups holding", || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO outbox_admin_audit%'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+        db.sessions("wait_event_type = 'Lock' AND query LIKE 'INSERT INTO outbox_admin_audit%'")
+            .await
             == 2
     })
     .await;
@@ -127,13 +118,7 @@ async fn four_lookups_over_300_000_pending_rows_never_make_a_signed_webhook_wait
     // connection once the held ones let go.
     assert!(answered >= 2, "{answered} answered");
     // The message just enqueued is found too, at the far end of the backlog.
-    let newest_found = api(
-        &addr,
-        "GET",
-        "/api/v1/messages?recipient=bo@example.com",
-        None,
-    )
-    .await;
+    let newest_found = api_get(&addr, "/api/v1/messages?recipient=bo@example.com").await;
     let body: Value = serde_json::from_str(&newest_found.body).unwrap();
     assert_eq!(body["messages"][0]["id"], newest, "{body}");
     // Each answered lookup is in the audit, as the actor's lookup of the address.
@@ -191,13 +176,7 @@ async fn a_lookup_is_stopped_at_its_timeout_refused_when_busy_and_ended_when_its
             let addr = addr.clone();
             tokio::spawn(async move {
                 let started = Instant::now();
-                let answered = api(
-                    &addr,
-                    "GET",
-                    "/api/v1/messages?recipient=b@example.com",
-                    None,
-                )
-                .await;
+                let answered = api_get(&addr, "/api/v1/messages?recipient=b@example.com").await;
                 (answered, started.elapsed())
             })
         })
@@ -207,13 +186,7 @@ async fn a_lookup_is_stopped_at_its_timeout_refused_when_busy_and_ended_when_its
     })
     .await;
     let started = Instant::now();
-    let busy = api(
-        &addr,
-        "GET",
-        "/api/v1/messages?recipient=c@example.com",
-        None,
-    )
-    .await;
+    let busy = api_get(&addr, "/api/v1/messages?recipient=c@example.com").await;
     assert_eq!(busy.status, 503, "{}", busy.body);
     assert!(busy.body.contains("lookups_busy"), "{}", busy.body);
     assert!(started.elapsed() < Duration::from_secs(2));

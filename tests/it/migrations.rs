@@ -7,6 +7,7 @@ use sqlx::migrate::Migrator;
 
 use std::time::Duration;
 
+use crate::helpers::succeeds;
 use crate::helpers::{Outboxd, SmtpServer, TestDb, outboxd, verification};
 
 /// The application's migrations: a directory of sqlx migrations, one file each.
@@ -20,14 +21,9 @@ async fn app_migrations(dir: &Path, files: &[(&str, &str)]) -> Migrator {
 }
 
 fn outboxd_migrate(db: &TestDb) {
-    let output = outboxd()
-        .args(["migrate", "--database-url", &db.url])
-        .output()
-        .expect("outboxd migrate");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeds(
+        outboxd().args(["migrate", "--database-url", &db.url]),
+        "outboxd migrate",
     );
 }
 

@@ -7,9 +7,10 @@ use serde_json::{Value, json};
 
 use outboxd::telemetry::metrics::{self, MetricType};
 
+use crate::helpers::succeeds;
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, metric_value, poll_until,
-    verification,
+    Dispatching, Outboxd, SmtpServer, TestDb, app, eventually, free_port, http_get, metric_value,
+    poll_until, until_ready, verification,
 };
 
 fn manifest(path: &str) -> std::path::PathBuf {
@@ -53,12 +54,7 @@ impl Prometheus {
             child,
             _dir: dir,
         };
-        let addr = this.addr.clone();
-        eventually(Duration::from_secs(60), "prometheus ready", || {
-            let addr = addr.clone();
-            async move { http_get(&addr, "/-/ready").await.0 == 200 }
-        })
-        .await;
+        until_ready(&this.addr, "/-/ready", "prometheus ready").await;
         this
     }
 
@@ -94,16 +90,10 @@ impl Drop for Prometheus {
 async fn prometheus_sees_what_the_database_holds_and_every_dashboard_query_returns_data() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let outboxd = Outboxd::start(
+    let outboxd = Outboxd::sending_to(
         &db.url,
-        &[
-            "--smtp-url",
-            &smtp.url(),
-            "--from",
-            "a@example.com",
-            "--sample-interval",
-            "1s",
-        ],
+        &smtp.url(),
+        &["--sample-interval", "1s"],
         &[
             ("OUTBOXD_RETRY_BACKOFF", "1h"),
             ("OUTBOXD_RETRY_BACKOFF_MAX", "2h"),
@@ -243,13 +233,12 @@ async fn livez_fails_when_the_dispatch_loop_makes_no_progress_and_recovers_when_
     // Readiness is about dependencies, not progress.
     assert_eq!(http_get(&http, "/readyz").await.0, 200);
 
-    let running = tokio::spawn(app.dispatcher.run());
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
     eventually(Duration::from_secs(10), "live again", || async {
         http_get(&http, "/livez").await.0 == 200
     })
     .await;
-    app.shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
     stop.cancel();
 }
 
@@ -258,13 +247,10 @@ async fn readyz_explains_each_check_and_turns_false_first_on_sigterm() {
     let db = TestDb::new().await;
     let hole = crate::helpers::BlackHole::start().await;
     let id = db.verification_to("a@example.com").await;
-    let outboxd = Outboxd::start(
+    let outboxd = Outboxd::sending_to(
         &db.url,
+        &hole.url(),
         &[
-            "--smtp-url",
-            &hole.url(),
-            "--from",
-            "a@example.com",
             "--smtp-timeout",
             "30s",
             "--lease",
@@ -459,31 +445,22 @@ async fn metrics_follow_prometheus_conventions() {
 
 #[tokio::test]
 async fn the_alert_rules_pass_promtool_and_their_unit_tests() {
-    let check = Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(manifest("alerts/outboxd.rules.yml"))
-        .output()
-        .expect("promtool (Debian package `prometheus`)");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
+    succeeds(
+        Command::new("promtool")
+            .args(["check", "rules"])
+            .arg(manifest("alerts/outboxd.rules.yml")),
+        "promtool (Debian package `prometheus`)",
     );
     // The delivery objective's scenarios span days, evaluated every 5 minutes: a file of their own.
     let test_files = [
         manifest("tests/alerts/outboxd.rules.test.yml"),
         manifest("tests/alerts/slo.rules.test.yml"),
     ];
-    let test = Command::new("promtool")
-        .args(["test", "rules"])
-        .args(&test_files)
-        .output()
-        .unwrap();
-    assert!(
-        test.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&test.stdout),
-        String::from_utf8_lossy(&test.stderr)
+    succeeds(
+        Command::new("promtool")
+            .args(["test", "rules"])
+            .args(&test_files),
+        "promtool test rules",
     );
     // Every rule is in the runbook, and carries what a mixin's rule carries.
     let rules =
@@ -520,17 +497,11 @@ fn alert_names(rules: &str) -> Vec<String> {
 #[tokio::test]
 async fn the_alertmanager_example_pages_for_critical_and_tickets_warnings() {
     let config = manifest("alerts/alertmanager.example.yml");
-    let check = Command::new("amtool")
-        .arg("check-config")
-        .arg(&config)
-        .output()
-        .expect("amtool (Debian package `prometheus-alertmanager`)");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
+    let checked = succeeds(
+        Command::new("amtool").arg("check-config").arg(&config),
+        "amtool (Debian package `prometheus-alertmanager`)",
     );
-    assert!(String::from_utf8_lossy(&check.stdout).contains("2 inhibit rules"));
+    assert!(checked.contains("2 inhibit rules"));
     for (labels, receiver) in [
         (
             ["severity=critical", "alertname=OutboxDispatcherStalled"],
@@ -611,28 +582,15 @@ fn the_dashboard_follows_the_dashboard_linter_rules() {
 async fn readiness_follows_a_database_restart_while_liveness_stays_up() {
     let cluster = crate::helpers::PrivateCluster::start();
     let url = cluster.url("outboxd");
-    let migrated = crate::helpers::outboxd()
-        .args(["migrate", "--create-database", "--database-url", &url])
-        .output()
-        .unwrap();
-    assert!(
-        migrated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&migrated.stderr)
+    succeeds(
+        crate::helpers::outboxd().args(["migrate", "--create-database", "--database-url", &url]),
+        "outboxd migrate",
     );
     let smtp = SmtpServer::start();
-    let outboxd = Outboxd::start(
+    let outboxd = Outboxd::sending_to(
         &url,
-        &[
-            "--smtp-url",
-            &smtp.url(),
-            "--from",
-            "a@example.com",
-            "--poll-interval",
-            "1s",
-            "--sample-interval",
-            "1s",
-        ],
+        &smtp.url(),
+        &["--poll-interval", "1s", "--sample-interval", "1s"],
         &[],
     )
     .await;
@@ -745,14 +703,11 @@ async fn spans_are_exported_over_otlp_and_link_to_the_request_that_enqueued_the_
         .execute(&db.pool)
         .await
         .unwrap();
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let outboxd = Outboxd::start(
-        &db.url,
-        &["--smtp-url", &smtp.url(), "--from", "a@example.com"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_SERVICE_NAME", "outboxd-under-test"),
-        ],
+    let outboxd = exporting_to(
+        &db,
+        &smtp,
+        port,
+        ("OTEL_SERVICE_NAME", "outboxd-under-test"),
     )
     .await;
     smtp.wait_for(1, Duration::from_secs(30)).await;
@@ -833,21 +788,19 @@ fn otlp_metrics(bodies: &[Vec<u8>]) -> BTreeMap<String, (String, Vec<BTreeMap<St
 }
 
 // Multi-threaded: the receiver must keep answering while the test blocks waiting for exit.
+/// outboxd exporting over OTLP to the receiver on `port`, with one more variable.
+async fn exporting_to(db: &TestDb, smtp: &SmtpServer, port: u16, also: (&str, &str)) -> Outboxd {
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let envs = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()), also];
+    Outboxd::sending_to(&db.url, &smtp.url(), &[], &envs).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_exported_over_otlp_with_the_names_units_and_labels_of_metrics() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let (port, received) = otlp_receiver().await;
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let outboxd = Outboxd::start(
-        &db.url,
-        &["--smtp-url", &smtp.url(), "--from", "a@example.com"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
-        ],
-    )
-    .await;
+    let outboxd = exporting_to(&db, &smtp, port, ("OTEL_METRIC_EXPORT_INTERVAL", "500")).await;
     db.store
         .enqueue(
             &db.pool,
@@ -921,12 +874,9 @@ async fn enqueue_records_the_callers_trace_context() {
     }
     .with_subscriber(subscriber)
     .await;
-    let traceparent: Option<String> =
-        sqlx::query_scalar("SELECT traceparent FROM outbox_messages WHERE id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let traceparent: Option<String> = db
+        .scalar("SELECT traceparent FROM outbox_messages WHERE id = $1", id)
+        .await;
     let traceparent = traceparent.expect("a traceparent");
     assert!(
         traceparent.starts_with(&format!("00-{trace_id}-")),
@@ -935,11 +885,11 @@ async fn enqueue_records_the_callers_trace_context() {
 
     // Without a trace there is nothing to record.
     let untraced = db.verification_to("b@example.com").await;
-    let none: Option<String> =
-        sqlx::query_scalar("SELECT traceparent FROM outbox_messages WHERE id = $1")
-            .bind(untraced)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let none: Option<String> = db
+        .scalar(
+            "SELECT traceparent FROM outbox_messages WHERE id = $1",
+            untraced,
+        )
+        .await;
     assert_eq!(none, None);
 }

@@ -27,26 +27,19 @@ fn seconds(at: DateTime<Utc>) -> f64 {
 }
 
 async fn due_of(db: &TestDb, id: i64) -> DateTime<Utc> {
-    sqlx::query_scalar("SELECT next_attempt_at FROM outbox_messages WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+    db.scalar(
+        "SELECT next_attempt_at FROM outbox_messages WHERE id = $1",
+        id,
+    )
+    .await
 }
 
 #[tokio::test]
 async fn a_retry_and_a_not_before_row_are_sent_within_a_second_of_falling_due() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let flags = [
-        "--smtp-url",
-        &smtp.url(),
-        "--from",
-        "Acme <no-reply@acme.example>",
-        "--retry-backoff",
-        "2s",
-    ];
-    let _outboxd = Outboxd::start(&db.url, &flags, &[]).await;
+    let flags = ["--retry-backoff", "2s"];
+    let _outboxd = Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await;
 
     // The relay greylists the first attempt (451 4.7.1), and takes the second.
     let retried = db

@@ -72,15 +72,13 @@ async fn in_a_schema_of_its_own_through_a_transaction_pooler_everything_outboxd_
     )
     .await;
     // Producers name the schema; one kind has no template and is dead-lettered.
-    sqlx::query(
+    db.exec(
         "INSERT INTO mail.outbox_messages (kind, payload) \
          SELECT 'account_verification', jsonb_build_object('to', 'user' || i || '@example.com', \
                 'name', 'User', 'verify_url', 'https://app.example/v/' || i) \
          FROM generate_series(1, 200) AS i",
     )
-    .execute(&db.pool)
-    .await
-    .expect("the producer's insert");
+    .await;
     let payload = verification("nobody@example.com").to_string();
     let unknown = in_schema(
         &pooled,
@@ -118,11 +116,11 @@ async fn in_a_schema_of_its_own_through_a_transaction_pooler_everything_outboxd_
         Duration::from_secs(30),
         "the suppressed row ended",
         || async {
-            sqlx::query_scalar("SELECT discarded_by FROM mail.outbox_messages WHERE id = $1")
-                .bind(blocked)
-                .fetch_one(&db.pool)
-                .await
-                .expect("the row")
+            db.scalar(
+                "SELECT discarded_by FROM mail.outbox_messages WHERE id = $1",
+                blocked,
+            )
+            .await
         },
     )
     .await;
@@ -181,13 +179,11 @@ async fn a_role_without_usage_on_the_schema_is_refused_at_start_and_told_why() {
             )
         })
         .collect();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+    db.exec(format!(
         "CREATE ROLE {role} LOGIN; GRANT SELECT ON {SCHEMA}.outbox_schema_migrations TO {role}; {}",
         grants.join("; ")
-    )))
-    .execute(&db.pool)
-    .await
-    .expect("the role and its grants");
+    ))
+    .await;
     let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
     let envs = [("OUTBOXD_SCHEMA", SCHEMA)];
     let (status, stderr) = Outboxd::start_unready(&url, &[], &envs).wait(Duration::from_secs(30));
@@ -196,21 +192,13 @@ async fn a_role_without_usage_on_the_schema_is_refused_at_start_and_told_why() {
         stderr.contains("error: ") && stderr.contains("permission denied for schema mail"),
         "{stderr}"
     );
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "GRANT USAGE ON SCHEMA {SCHEMA} TO {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .expect("the grant");
+    db.exec(format!("GRANT USAGE ON SCHEMA {SCHEMA} TO {role}"))
+        .await;
     let outboxd = Outboxd::start(&url, &[], &envs).await;
     assert_eq!(http_get(&outboxd.http, "/readyz").await.0, 200);
     drop(outboxd);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP OWNED BY {role}; DROP ROLE {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .expect("the role dropped");
+    db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
 }
 
 #[tokio::test]
@@ -235,19 +223,15 @@ async fn migrate_in_a_schema_through_a_transaction_pooler_is_refused_with_one_li
 async fn a_schema_made_by_a_dba_is_migrated_by_its_owner_without_create_on_the_database() {
     let db = TestDb::empty().await;
     let role = format!("migrator_{}", &db.name[db.name.len() - 8..]);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+    db.exec(format!(
         "CREATE ROLE {role} LOGIN; CREATE SCHEMA {SCHEMA} AUTHORIZATION {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .expect("the role and its schema");
+    ))
+    .await;
     let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
     in_schema(&url, &["migrate"]);
     assert!(objects_in(&db, SCHEMA).await > 10);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+    db.exec(format!(
         "DROP SCHEMA {SCHEMA} CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"
-    )))
-    .execute(&db.pool)
-    .await
-    .expect("the role dropped");
+    ))
+    .await;
 }

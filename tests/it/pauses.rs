@@ -22,10 +22,6 @@ fn replica(db: &TestDb, smtp: &SmtpServer) -> impl Future<Output = Outboxd> {
     let (url, smtp_url) = (db.url.clone(), smtp.url());
     async move {
         let flags = [
-            "--smtp-url",
-            &smtp_url,
-            "--from",
-            "outboxd@example.com",
             "--admin-token",
             TOKEN,
             "--sample-interval",
@@ -33,7 +29,7 @@ fn replica(db: &TestDb, smtp: &SmtpServer) -> impl Future<Output = Outboxd> {
             "--poll-interval",
             "200ms",
         ];
-        Outboxd::start(&url, &flags, &[]).await
+        Outboxd::sending_to(&url, &smtp_url, &flags, &[]).await
     }
 }
 
@@ -234,10 +230,6 @@ async fn recent_sends(db: &TestDb, kind: &str) -> outboxd::message::RecentSends 
 async fn a_kind_paused_by_its_bounces(db: &TestDb, smtp: &SmtpServer) -> Outboxd {
     let (url, smtp_url) = (db.url.clone(), smtp.url());
     let flags = [
-        "--smtp-url",
-        &smtp_url,
-        "--from",
-        "outboxd@example.com",
         "--sample-interval",
         "200ms",
         "--auto-pause-kinds",
@@ -245,7 +237,7 @@ async fn a_kind_paused_by_its_bounces(db: &TestDb, smtp: &SmtpServer) -> Outboxd
         "--auto-pause-window",
         "100",
     ];
-    let replica = Outboxd::start(&url, &flags, &[]).await;
+    let replica = Outboxd::sending_to(&url, &smtp_url, &flags, &[]).await;
     db.insert_many(FLOWING, 90).await;
     sqlx::query(
         "INSERT INTO outbox_messages (kind, payload) \
@@ -272,12 +264,12 @@ async fn a_kind_whose_recipients_bounce_pauses_itself_until_resumed_and_the_chec
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let _replica = a_kind_paused_by_its_bounces(&db, &smtp).await;
-    let (reason, by): (String, String) =
-        sqlx::query_as("SELECT reason, paused_by FROM outbox_kind_pauses WHERE kind = $1")
-            .bind(FLOWING)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let (reason, by): (String, String) = db
+        .one_row(
+            "SELECT reason, paused_by FROM outbox_kind_pauses WHERE kind = $1",
+            FLOWING,
+        )
+        .await;
     assert!(
         reason.contains("recipients who bounced hard were 10.00% of the last 100 sends"),
         "{reason}"

@@ -48,6 +48,13 @@ async fn enqueue_many(db: &TestDb, prefix: &str, n: usize) {
     }
 }
 
+/// A message of priority 10 to `to`.
+fn urgent(to: &str) -> outboxd::NewMessage {
+    outboxd::NewMessage::new("account_verification", verification(to))
+        .and_then(|message| message.with_priority(10))
+        .expect("a valid message")
+}
+
 fn replicas(db: &TestDb, smtp: &SmtpServer, n: usize, limit: &str) -> Vec<Outboxd> {
     (0..n)
         .map(|i| {
@@ -118,19 +125,10 @@ pub(crate) async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
         &["--throttle-every", "4", "--throttle-for", "20"],
     );
     enqueue_many(&db, "t", 600).await;
-    let flags = [
-        "--smtp-url",
-        &smtp.url(),
-        "--from",
-        "Acme <no-reply@acme.example>",
-        "--rate-limit",
-        "40/s",
-        "--max-attempts",
-        "1",
-    ];
+    let flags = ["--rate-limit", "40/s", "--max-attempts", "1"];
     // Two replicas share the pace, and what one learns of the relay.
-    let outboxd = Outboxd::start(&db.url, &flags, &[]).await;
-    let other = Outboxd::start(&db.url, &flags, &[]).await;
+    let outboxd = Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await;
+    let other = Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await;
     let pace = |body: &str| {
         body.lines()
             .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second "))
@@ -193,12 +191,11 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     backlog(&db, 5000).await;
-    let urgent =
-        outboxd::NewMessage::new("account_verification", verification("urgent@example.com"))
-            .unwrap()
-            .with_priority(10)
-            .unwrap();
-    let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
+    let urgent_id = db
+        .store
+        .enqueue(&db.pool, urgent("urgent@example.com"))
+        .await
+        .unwrap();
     let mut app = app(&db, Some(&smtp.url()), &["--batch-size", "25"]).await;
     one_step(&mut app).await;
     let first_batch = smtp.messages();
@@ -212,10 +209,7 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
 
     // Aging: a priority point is a minute. A message that has waited twenty minutes goes
     // before a priority-10 one that has just arrived.
-    sqlx::query("DELETE FROM outbox_messages")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec("DELETE FROM outbox_messages").await;
     let old: i64 = sqlx::query_scalar(
         "INSERT INTO outbox_messages (kind, payload, not_before) \
          VALUES ('account_verification', $1, now() - interval '20 minutes') RETURNING id",
@@ -224,12 +218,10 @@ pub(crate) async fn a_high_priority_message_overtakes_a_backlog_and_an_old_one_i
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let urgent =
-        outboxd::NewMessage::new("account_verification", verification("urgent2@example.com"))
-            .unwrap()
-            .with_priority(10)
-            .unwrap();
-    db.store.enqueue(&db.pool, urgent).await.unwrap();
+    db.store
+        .enqueue(&db.pool, urgent("urgent2@example.com"))
+        .await
+        .unwrap();
     let mut app = crate::helpers::app(&db, Some(&smtp.url()), &["--batch-size", "1"]).await;
     one_step(&mut app).await;
     let last = smtp.messages().pop().expect("a message");
@@ -279,13 +271,7 @@ async fn without_a_limit_a_relay_that_takes_40_a_second_sets_the_pace_with_few_r
     // Takes 40 messages a second (a second's burst) and answers 454 4.7.0 to the rest.
     let smtp = SmtpServer::start_with(crate::helpers::free_port(), &["--accept-rate", "40"]);
     enqueue_many(&db, "r", 300).await;
-    let flags = [
-        "--smtp-url",
-        &smtp.url(),
-        "--from",
-        "Acme <no-reply@acme.example>",
-    ];
-    let outboxd = Outboxd::start(&db.url, &flags, &[]).await;
+    let outboxd = Outboxd::sending_to(&db.url, &smtp.url(), &[], &[]).await;
     let received = smtp.wait_for(300, Duration::from_secs(120)).await;
     let ids: std::collections::HashSet<&str> =
         received.iter().map(|m| m.outbox_id.as_str()).collect();
@@ -344,12 +330,11 @@ pub(crate) async fn a_priority_message_inserted_while_a_drain_runs_overtakes_its
     .await;
     // The drain is under way: a few batches of the backlog are out.
     smtp.wait_for(200, Duration::from_secs(60)).await;
-    let urgent =
-        outboxd::NewMessage::new("account_verification", verification("reset@example.com"))
-            .unwrap()
-            .with_priority(10)
-            .unwrap();
-    let urgent_id = db.store.enqueue(&db.pool, urgent).await.unwrap();
+    let urgent_id = db
+        .store
+        .enqueue(&db.pool, urgent("reset@example.com"))
+        .await
+        .unwrap();
     let sent_before = smtp.messages().len();
     let arrived =
         crate::helpers::poll_until(Duration::from_secs(60), "the priority message", || async {
@@ -414,16 +399,10 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     }
     // The API shows it in its state; the dead-letter endpoints do not.
     let (_admin, addr) = crate::admin::admin_app(&db, None, &[]).await;
-    let shown = crate::admin::api(&addr, "GET", &format!("/api/v1/messages/{by_kind}"), None).await;
+    let shown = crate::admin::api_get(&addr, &format!("/api/v1/messages/{by_kind}")).await;
     assert_eq!(shown.status, 200);
     assert_eq!(shown.json()["state"], "expired");
-    let as_dead = crate::admin::api(
-        &addr,
-        "GET",
-        &format!("/api/v1/dead-letters/{by_kind}"),
-        None,
-    )
-    .await;
+    let as_dead = crate::admin::api_get(&addr, &format!("/api/v1/dead-letters/{by_kind}")).await;
     assert_eq!(as_dead.status, 404);
     // Not a dead letter: the gauge and the dead-letter list leave it out.
     let sample = outboxd::store::sample(&db.store, Duration::from_secs(10))

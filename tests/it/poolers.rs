@@ -287,13 +287,7 @@ async fn through_a_session_pooler_of_four_connections_a_budget_of_four_delivers_
     );
     no_error_lines(&outboxd.log());
     // PgBouncer's four server connections were enough: outboxd's never numbered more.
-    let servers: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'outboxd'",
-    )
-    .bind(&db.name)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let servers: i64 = db.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'outboxd'", &db.name).await;
     assert!((1..=4).contains(&servers), "{servers} server connections");
 }
 

@@ -145,13 +145,7 @@ fn binaries() -> PathBuf {
 }
 
 fn run(mut command: Command, what: &str) {
-    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        output.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    crate::helpers::succeeds(&mut command, what);
 }
 
 fn start() -> Server {

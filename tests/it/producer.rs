@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use outboxd_producer::{EnqueueError, InvalidMessage, NewMessage, Outbox};
 
+use crate::helpers::succeeds;
 use crate::helpers::{Outboxd, SmtpServer, TestDb, verification};
 use crate::own_schema::SCHEMA;
 use crate::poolers::{PgBouncer, each_once};
@@ -18,11 +19,9 @@ async fn an_email_enqueued_in_the_applications_transaction_is_sent_once_it_commi
     let smtp = SmtpServer::start();
     let smtp_url = smtp.url();
     let _outboxd = Outboxd::start(&db.url, &[], &[("OUTBOXD_SMTP_URL", &smtp_url), FROM]).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("CREATE TABLE app_users (email text)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let mut tx = db
+        .transaction_after("CREATE TABLE app_users (email text)")
+        .await;
     let id = outboxd_producer::enqueue(
         &mut *tx,
         NewMessage::new("account_verification", verification("ada@example.com")).unwrap(),
@@ -161,26 +160,21 @@ async fn in_outboxds_schema_through_a_transaction_pooler_each_message_is_enqueue
 #[test]
 fn the_crate_pulls_in_none_of_the_daemons_stacks() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = std::process::Command::new(cargo)
-        .args([
-            "tree",
-            "--locked",
-            "-p",
-            "outboxd-producer",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo tree");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let tree = succeeds(
+        std::process::Command::new(cargo)
+            .args([
+                "tree",
+                "--locked",
+                "-p",
+                "outboxd-producer",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR")),
+        "cargo tree",
     );
-    let tree = String::from_utf8_lossy(&output.stdout);
     let crates: Vec<&str> = tree
         .lines()
         .filter_map(|line| line.split(' ').next())

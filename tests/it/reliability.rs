@@ -7,17 +7,13 @@ use std::time::Duration;
 use outboxd::dispatch::Step;
 
 use crate::helpers::{
-    Count, Outboxd, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port, one_step,
-    verification,
+    Count, Dispatching, Outboxd, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port,
+    one_step, verification,
 };
 
 #[tokio::test]
 async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_outage() {
-    let Scenario {
-        db,
-        smtp: _smtp,
-        mut app,
-    } = Scenario::new(&["--retry-backoff", "0s"]).await;
+    let Scenario { db, smtp, mut app } = Scenario::new(&["--retry-backoff", "0s"]).await;
     let id = db
         .enqueue(
             "account_verification",
@@ -40,6 +36,11 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
     assert!(
         matches!(step, Step::Batch(ref r) if r.sent == 1),
         "{step:?}"
+    );
+    let received = smtp.messages();
+    assert!(
+        received.iter().any(|m| m.rcpt_tos == ["next@example.com"]),
+        "{received:?}"
     );
 }
 
@@ -87,12 +88,7 @@ async fn messages_after_the_servers_death_mid_batch_are_released_without_an_atte
         );
     }
     let (step, ()) = tokio::join!(app.dispatcher.dispatch_once(), async {
-        eventually(
-            Duration::from_secs(30),
-            "the server holding the second",
-            || async { smtp.held() == 1 },
-        )
-        .await;
+        smtp.holding(1).await;
         // The server dies with the second message in its hands.
         drop(smtp);
     });
@@ -178,11 +174,9 @@ async fn no_send_outlives_its_lease_so_a_second_replica_never_sends_a_batch_agai
         Duration::from_secs(60),
         "every lease held ended",
         || async {
-            let ended: bool = sqlx::query_scalar("SELECT $1::timestamptz IS NULL OR now() > $1")
-                .bind(last_lease)
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
+            let ended: bool = db
+                .scalar("SELECT $1::timestamptz IS NULL OR now() > $1", last_lease)
+                .await;
             ended
         },
     )
@@ -226,7 +220,7 @@ async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     // again of itself once the lock goes, which no notification announces.
     let app = app(&db, Some(&smtp.url()), &["--poll-interval", "5m"]).await;
     let (locked, mate) = two_to_hold(&db).await;
-    let running = tokio::spawn(app.dispatcher.run());
+    let running = Dispatching::start(app.dispatcher, &app.shutdown);
     let open = lock_while_held(&db, &smtp, locked, mate).await;
     let later = db.verification_to("later@example.com").await;
     eventually(
@@ -258,8 +252,7 @@ async fn a_row_locked_by_another_transaction_holds_back_only_its_own_outcome() {
     }
     let row = db.row(locked).await;
     assert_eq!(row.attempts, 0, "sent at the first attempt: {row:?}");
-    app.shutdown.stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }
 
 /// Stopping while a row's lock holds its outcome back says that the message will go out
@@ -269,19 +262,8 @@ async fn stopping_while_a_row_is_locked_says_its_message_will_be_sent_again() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let (locked, mate) = two_to_hold(&db).await;
-    let outboxd = Outboxd::start(
-        &db.url,
-        &[
-            "--smtp-url",
-            &smtp.url(),
-            "--from",
-            "a@example.com",
-            "--poll-interval",
-            "200ms",
-        ],
-        &[],
-    )
-    .await;
+    let outboxd =
+        Outboxd::sending_to(&db.url, &smtp.url(), &["--poll-interval", "200ms"], &[]).await;
     let open = lock_while_held(&db, &smtp, locked, mate).await;
     outboxd.sigterm();
     let (status, logs) = outboxd.wait(Duration::from_secs(30));
@@ -311,12 +293,7 @@ async fn lock_while_held(
     row: i64,
     mate: i64,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    eventually(
-        Duration::from_secs(30),
-        "the server holding both messages",
-        || async { smtp.held() == 2 },
-    )
-    .await;
+    smtp.holding(2).await;
     let open = db.hold_row(row, "FOR UPDATE").await;
     smtp.release();
     eventually(

@@ -9,9 +9,10 @@ use serde_json::json;
 use outboxd::store::{self, ClaimRequest, suppressions};
 use outboxd::suppression::{FeedbackSource, NewSuppression, SuppressionReason};
 
-use crate::admin::{admin_app, api, basic, csrf_in};
+use crate::admin::{admin_app, api, api_get, basic, csrf_in};
+use crate::helpers::said;
 use crate::helpers::{
-    Scenario, SmtpServer, TestDb, app, http_full, one_step, outboxd, verification,
+    Scenario, SmtpServer, TestDb, app, http_full, metric_value, one_step, outboxd, verification,
 };
 
 /// Puts `address` on the list, as an operator would.
@@ -33,11 +34,11 @@ fn entry(address: &str, reason: SuppressionReason) -> NewSuppression {
 }
 
 async fn state_of(db: &TestDb, id: i64) -> (Option<String>, Option<String>) {
-    sqlx::query_as("SELECT end_reason, feedback FROM outbox_messages WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+    db.one_row(
+        "SELECT end_reason, feedback FROM outbox_messages WHERE id = $1",
+        id,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -83,10 +84,8 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
         .render();
     let series =
         r#"outbox_messages_suppressed_total{kind="account_verification",reason="complaint"} "#;
-    let counted: f64 = rendered
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{rendered}"));
+    let counted =
+        metric_value(&rendered, series.trim_end()).unwrap_or_else(|| panic!("{rendered}"));
     assert!(counted >= 1.0, "{rendered}");
 }
 
@@ -323,22 +322,17 @@ async fn operators_list_add_and_remove_suppressions_through_the_api_with_an_audi
         assert_eq!(added.status, 201);
         assert_eq!(added.json()["reason"], "manual");
     }
-    let page = api(&addr, "GET", "/api/v1/suppressions?search=B&limit=2", None)
+    let page = api_get(&addr, "/api/v1/suppressions?search=B&limit=2")
         .await
         .json();
     assert_eq!(page["suppressions"].as_array().unwrap().len(), 2);
     assert_eq!(page["next_after"], "b2@example.com");
-    let rest = api(
-        &addr,
-        "GET",
-        "/api/v1/suppressions?search=b&after=b2@example.com",
-        None,
-    )
-    .await
-    .json();
+    let rest = api_get(&addr, "/api/v1/suppressions?search=b&after=b2@example.com")
+        .await
+        .json();
     assert_eq!(rest["suppressions"][0]["address"], "b3@example.com");
     assert!(rest["next_after"].is_null());
-    let one = api(&addr, "GET", "/api/v1/suppressions/ada@example.com", None).await;
+    let one = api_get(&addr, "/api/v1/suppressions/ada@example.com").await;
     assert_eq!(one.json()["reason"], "unsubscribe");
 
     let removed = api(
@@ -411,7 +405,7 @@ async fn bad_suppression_requests_are_refused_and_change_nothing() {
         "/api/v1/suppressions?sort=address",
         "/api/v1/suppressions/nobody",
     ] {
-        let refused = api(&addr, "GET", path, None).await;
+        let refused = api_get(&addr, path).await;
         assert_eq!(refused.status, 400, "{path}: {}", refused.body);
     }
     assert!(
@@ -432,16 +426,12 @@ async fn bad_suppression_requests_are_refused_and_change_nothing() {
 async fn the_cli_lists_adds_and_removes_suppressions() {
     let db = TestDb::new().await;
     let cli = |args: &[&str]| {
-        let output = outboxd()
-            .args(["suppressions"])
-            .args(args)
-            .args(["--database-url", &db.url])
-            .output()
-            .unwrap();
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
+        said(
+            outboxd()
+                .args(["suppressions"])
+                .args(args)
+                .args(["--database-url", &db.url]),
+            "outboxd suppressions",
         )
     };
     let (ok, out, _) = cli(&[

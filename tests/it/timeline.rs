@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::admin::{TOKEN, admin_app, api, basic};
+use crate::admin::{TOKEN, admin_app, api_get, api_post, basic};
 use crate::helpers::{SmtpServer, TestDb, http_full, one_step, outboxd, verification};
 
 /// The events of a message as the API gives them: `(type, smtp_code)`.
@@ -47,15 +47,9 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
         .expect("received")
         .queue_id;
 
-    let found = api(
-        &addr,
-        "GET",
-        "/api/v1/messages?recipient=FLAKY1-Ann@Example.COM",
-        None,
-    )
-    .await;
-    assert_eq!(found.status, 200, "{}", found.body);
-    let found: Value = serde_json::from_str(&found.body).unwrap();
+    let found = api_get(&addr, "/api/v1/messages?recipient=FLAKY1-Ann@Example.COM")
+        .await
+        .ok_json();
     let messages = found["messages"].as_array().expect("messages");
     assert_eq!(messages.len(), 1, "only Ann's, not {other}'s: {found}");
     let message = &messages[0];
@@ -81,8 +75,9 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
     );
     assert_eq!(message["smtp_reply"], replies[1]);
     // The same timeline for the message by its id.
-    let one = api(&addr, "GET", &format!("/api/v1/messages/{id}"), None).await;
-    let one: Value = serde_json::from_str(&one.body).unwrap();
+    let one = api_get(&addr, &format!("/api/v1/messages/{id}"))
+        .await
+        .json();
     assert_eq!(one["events"], message["events"]);
 
     // And from the command line, any case again.
@@ -129,23 +124,12 @@ async fn dead_letters_and_operators_actions_are_in_the_timeline_and_pending_mess
         )
         .await;
     one_step(&mut app).await;
-    let retried = api(
-        &addr,
-        "POST",
-        &format!("/api/v1/dead-letters/{refused}/retry"),
-        None,
-    )
-    .await;
+    let retried = api_post(&addr, &format!("/api/v1/dead-letters/{refused}/retry")).await;
     assert_eq!(retried.status, 200, "{}", retried.body);
     // Pending again, and found from the pending rows, with its history.
-    let found = api(
-        &addr,
-        "GET",
-        "/api/v1/messages?recipient=reject-carol@example.com",
-        None,
-    )
-    .await;
-    let found: Value = serde_json::from_str(&found.body).unwrap();
+    let found = api_get(&addr, "/api/v1/messages?recipient=reject-carol@example.com")
+        .await
+        .json();
     let message = &found["messages"][0];
     assert_eq!(message["state"], "pending", "{found}");
     assert_eq!(
@@ -224,7 +208,7 @@ async fn lookups_that_cannot_be_meant_are_refused_with_what_was_wrong() {
         ("?recipient=a@example.com&kind=k", "unknown parameter"),
         ("?recipient=a%0d%0a@example.com", "control characters"),
     ] {
-        let refused = api(&addr, "GET", &format!("/api/v1/messages{query}"), None).await;
+        let refused = api_get(&addr, &format!("/api/v1/messages{query}")).await;
         assert_eq!(refused.status, 400, "{query}: {}", refused.body);
         assert!(refused.body.contains(says), "{query}: {}", refused.body);
     }
@@ -304,15 +288,9 @@ async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_
     }
     for (id, addresses) in &sent {
         for address in addresses {
-            let found = api(
-                &addr,
-                "GET",
-                &format!("/api/v1/messages?recipient={address}"),
-                None,
-            )
-            .await;
-            assert_eq!(found.status, 200, "{}", found.body);
-            let found: Value = serde_json::from_str(&found.body).unwrap();
+            let found = api_get(&addr, &format!("/api/v1/messages?recipient={address}"))
+                .await
+                .ok_json();
             let ids: Vec<i64> = found["messages"]
                 .as_array()
                 .expect("messages")
@@ -322,30 +300,16 @@ async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_
             assert_eq!(ids, [*id], "{address}: {found}");
         }
     }
-    let lookalike = api(
-        &addr,
-        "GET",
-        "/api/v1/messages?recipient=kelvin-i@example.com",
-        None,
-    )
-    .await;
-    assert_eq!(lookalike.status, 200, "{}", lookalike.body);
-    let lookalike: Value = serde_json::from_str(&lookalike.body).unwrap();
+    let lookalike = api_get(&addr, "/api/v1/messages?recipient=kelvin-i@example.com")
+        .await
+        .ok_json();
     assert_eq!(lookalike["messages"], serde_json::json!([]), "{lookalike}");
     // On a table the size of a real one, the lookup reads the ended rows from its two
     // indexes: 20 000 more sent rows, one recipient each.
-    sqlx::query(
-        "INSERT INTO outbox_messages (kind, payload, dispatched_at) \
+    db.exec("INSERT INTO outbox_messages (kind, payload, dispatched_at) \
          SELECT 'account_verification', jsonb_build_object('to', 'u' || g || '@example.com'), now() \
-         FROM generate_series(1, 20000) AS g",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query("ANALYZE outbox_messages")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+         FROM generate_series(1, 20000) AS g").await;
+    db.exec("ANALYZE outbox_messages").await;
     let plan: (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (FORMAT JSON) {}",
         db.store

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use outboxd::store::suppressions;
 use outboxd::suppression::SuppressionReason;
 
-use crate::helpers::{HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, python};
+use crate::helpers::{
+    HttpResponse, TestCa, TestDb, app, free_port, http_full, http_get, metric_value, python,
+};
 
 const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:ses-feedback";
 const POSTMARK: &str = "postmark:correct-horse-battery";
@@ -166,11 +168,8 @@ pub(crate) async fn suppressed(db: &TestDb, address: &str) -> Option<(Suppressio
 }
 
 pub(crate) async fn feedback_of(db: &TestDb, id: i64) -> Option<String> {
-    sqlx::query_scalar("SELECT feedback FROM outbox_messages WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
+    db.scalar("SELECT feedback FROM outbox_messages WHERE id = $1", id)
         .await
-        .unwrap()
 }
 
 /// outboxd taking the test topic's notifications, with certificates from `host`; and the
@@ -380,10 +379,7 @@ async fn sns_notifications_signed_by_a_certificate_from_an_sns_host_suppress_and
         r#"outbox_webhook_requests_total{source="ses",result="unauthorized"}"#,
         r#"outbox_webhook_requests_total{source="ses",result="too_large"}"#,
     ] {
-        let value: f64 = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{series} missing"));
+        let value = metric_value(&metrics, series).unwrap_or_else(|| panic!("{series} missing"));
         assert!(value >= 1.0, "{series}");
     }
 }

@@ -69,13 +69,21 @@ impl Outboxd {
     /// Starts `outboxd run` with these flags on a free port, and waits until it is ready.
     pub async fn start(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
         let this = Self::start_unready(db_url, flags, envs);
-        let http = this.http.clone();
-        eventually(Duration::from_secs(60), "outboxd ready", || {
-            let http = http.clone();
-            async move { http_get(&http, "/readyz").await.0 == 200 }
-        })
-        .await;
+        until_ready(&this.http, "/readyz", "outboxd ready").await;
         this
+    }
+
+    /// Starts `outboxd run` sending to the SMTP server at `smtp_url` from `a@example.com`,
+    /// with these flags besides, and waits until it is ready.
+    pub async fn sending_to(
+        db_url: &str,
+        smtp_url: &str,
+        flags: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
+        let mut all = vec!["--smtp-url", smtp_url, "--from", "a@example.com"];
+        all.extend(flags);
+        Self::start(db_url, &all, envs).await
     }
 
     pub fn sigterm(&self) {

@@ -79,16 +79,7 @@ impl PrivateCluster {
     }
 
     fn run(&self, tool: &str, args: &[&str]) {
-        let output = self
-            .command(tool, args)
-            .output()
-            .expect("run a PostgreSQL tool");
-        assert!(
-            output.status.success(),
-            "{tool} failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        succeeds(&mut self.command(tool, args), tool);
     }
 
     pub fn url(&self, database: &str) -> String {

@@ -16,6 +16,12 @@ pub struct HttpResponse {
 }
 
 impl HttpResponse {
+    /// The body of a `200 OK` as JSON; any other answer fails the test with its body.
+    pub fn ok_json(&self) -> serde_json::Value {
+        assert_eq!(self.status, 200, "{}", self.body);
+        serde_json::from_str(&self.body).expect("a JSON body")
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.lines().find_map(|line| {
             let (key, value) = line.split_once(':')?;

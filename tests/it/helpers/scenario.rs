@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use outboxd::app::App;
-use outboxd::dispatch::Step;
+use outboxd::dispatch::{Dispatcher, Shutdown, Step};
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{SmtpServer, TestDb, app};
@@ -24,6 +25,33 @@ impl Scenario {
         let smtp = SmtpServer::start();
         let app = app(&db, Some(&smtp.url()), flags).await;
         Self { db, smtp, app }
+    }
+}
+
+/// An app's dispatcher running on a task of its own, as `outboxd run` runs it.
+pub struct Dispatching {
+    shutdown: Shutdown,
+    task: JoinHandle<()>,
+}
+
+impl Dispatching {
+    /// Runs `dispatcher` until [`Self::stop`]; `shutdown` is the app's.
+    pub fn start(dispatcher: Dispatcher, shutdown: &Shutdown) -> Self {
+        Self {
+            shutdown: shutdown.clone(),
+            task: tokio::spawn(dispatcher.run()),
+        }
+    }
+
+    /// Whether the dispatcher's loop has ended (it should not before [`Self::stop`]).
+    pub fn has_ended(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Asks the dispatcher to stop, and waits until it has.
+    pub async fn stop(self) {
+        self.shutdown.stop.cancel();
+        self.task.await.expect("the dispatcher ran to its end");
     }
 }
 

@@ -205,6 +205,15 @@ impl SmtpServer {
             .map_or(0, |text| text.lines().count())
     }
 
+    /// Waits until the server holds `n` messages, their DATA unanswered; fails after 30 s.
+    pub async fn holding(&self, n: usize) {
+        let what = format!("the server holding {n} messages");
+        eventually(Duration::from_secs(30), &what, || async {
+            self.held() == n
+        })
+        .await;
+    }
+
     /// Lets the server answer the messages it holds, and any later `hold...` at once.
     pub fn release(&self) {
         std::fs::write(self.spool.path().join("release"), b"").expect("release file");

@@ -2,11 +2,21 @@
 
 use std::time::{Duration, Instant};
 
+use super::http_get;
+
 /// The value of one series (`name{labels}` exactly as exposed) in a `/metrics` body.
 pub fn metric_value(body: &str, series: &str) -> Option<f64> {
     body.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|value| value.trim().parse().ok())
+}
+
+/// Waits until `GET path` at `addr` answers 200, at most a minute: `what` is ready.
+pub async fn until_ready(addr: &str, path: &str, what: &str) {
+    eventually(Duration::from_secs(60), what, || async {
+        http_get(addr, path).await.0 == 200
+    })
+    .await;
 }
 
 /// Polls `check` until it holds, or panics after `within`.

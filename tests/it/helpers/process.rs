@@ -1,0 +1,35 @@
+//! Commands the tests run (outboxd's subcommands, promtool, python, PostgreSQL's tools):
+//! run once, and read as what they said.
+
+use std::process::Command;
+
+/// `outboxd args` on the database at `db_url`, as the operator `user` (`$USER`).
+pub fn outboxd_as(user: &str, db_url: &str, args: &[&str]) -> Command {
+    let mut command = super::outboxd();
+    command
+        .args(args)
+        .args(["--database-url", db_url])
+        .env("USER", user);
+    command
+}
+
+/// Runs `command` to its end (`what` names it if it cannot start): whether it succeeded,
+/// its standard output and its standard error.
+pub fn said(command: &mut Command, what: &str) -> (bool, String, String) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {what}: {e}"));
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs `command`, which must succeed (else the test fails with everything it printed), and
+/// returns what it wrote to its standard output.
+pub fn succeeds(command: &mut Command, what: &str) -> String {
+    let (success, stdout, stderr) = said(command, what);
+    assert!(success, "{what} failed: {stdout}{stderr}");
+    stdout
+}
