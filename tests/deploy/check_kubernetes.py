@@ -43,92 +43,89 @@ SELECTOR = {
     "additionalProperties": False,
 }
 
+
+
+def custom_resource(kind: str, spec: dict) -> dict:
+    """A monitoring.coreos.com/v1 object of `kind` whose spec `spec` describes."""
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": METADATA,
+            "spec": spec,
+        },
+        "additionalProperties": False,
+    }
+
+
 # monitoring.coreos.com/v1, the parts of the CRDs' schemas that outboxd's objects use.
 SCHEMAS = {
-    "ServiceMonitor": {
+    "ServiceMonitor": custom_resource("ServiceMonitor", {
         "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "required": ["selector", "endpoints"],
         "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": "ServiceMonitor"},
-            "metadata": METADATA,
-            "spec": {
-                "type": "object",
-                "required": ["selector", "endpoints"],
-                "properties": {
-                    "jobLabel": {"type": "string"},
-                    "selector": SELECTOR,
-                    "namespaceSelector": {"type": "object"},
-                    "endpoints": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "required": ["port"],
-                            "properties": {
-                                "port": {"type": "string"},
-                                "path": {"type": "string", "pattern": "^/"},
-                                "scheme": {"enum": ["http", "https"]},
-                                "interval": DURATION,
-                                "scrapeTimeout": DURATION,
-                                "honorLabels": {"type": "boolean"},
-                            },
-                            "additionalProperties": False,
-                        },
+            "jobLabel": {"type": "string"},
+            "selector": SELECTOR,
+            "namespaceSelector": {"type": "object"},
+            "endpoints": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["port"],
+                    "properties": {
+                        "port": {"type": "string"},
+                        "path": {"type": "string", "pattern": "^/"},
+                        "scheme": {"enum": ["http", "https"]},
+                        "interval": DURATION,
+                        "scrapeTimeout": DURATION,
+                        "honorLabels": {"type": "boolean"},
                     },
+                    "additionalProperties": False,
                 },
-                "additionalProperties": False,
             },
         },
         "additionalProperties": False,
-    },
-    "PrometheusRule": {
+    }),
+    "PrometheusRule": custom_resource("PrometheusRule", {
         "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "required": ["groups"],
         "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": "PrometheusRule"},
-            "metadata": METADATA,
-            "spec": {
-                "type": "object",
-                "required": ["groups"],
-                "properties": {
-                    "groups": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["name", "rules"],
-                            "properties": {
-                                "name": {"type": "string", "minLength": 1},
-                                "interval": DURATION,
-                                "rules": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["expr"],
-                                        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
-                                        "properties": {
-                                            "alert": {"type": "string"},
-                                            "record": {"type": "string"},
-                                            "expr": {"type": "string"},
-                                            "for": DURATION,
-                                            "keep_firing_for": DURATION,
-                                            "labels": LABELS,
-                                            "annotations": LABELS,
-                                        },
-                                        "additionalProperties": False,
-                                    },
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "interval": DURATION,
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["expr"],
+                                "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                "properties": {
+                                    "alert": {"type": "string"},
+                                    "record": {"type": "string"},
+                                    "expr": {"type": "string"},
+                                    "for": DURATION,
+                                    "keep_firing_for": DURATION,
+                                    "labels": LABELS,
+                                    "annotations": LABELS,
                                 },
+                                "additionalProperties": False,
                             },
-                            "additionalProperties": False,
                         },
                     },
+                    "additionalProperties": False,
                 },
-                "additionalProperties": False,
             },
         },
         "additionalProperties": False,
-    },
+    }),
 }
 
 

@@ -98,15 +98,25 @@ def check_probes(facts: common.Facts, container: dict, env: dict[str, str]) -> l
             f"on port {listen_port} = OUTBOXD_LISTEN {facts.listen(env)}"]
 
 
+def service_to(objs: dict, pod_labels: dict, container: dict, name: str, file: str, port: int,
+               variable: str) -> tuple[str, dict]:
+    """The Service `name` selects the pods and sends its one port to `port`, where `variable` listens:
+    a note saying so, and the Service."""
+    service = get(objs, "Service", name, f"the Service {name}")
+    check(matches(service["spec"]["selector"], pod_labels), f"{file}: its selector does not select the pods")
+    (service_port,) = service["spec"]["ports"]
+    target = container_port(container, service_port.get("targetPort", service_port["port"]), file)
+    check(target == port, f"{file}: targets port {target}, {variable} is port {port}")
+    return f"Service {name}: port {service_port['name']} -> {target} = {variable}", service
+
+
 def check_services(objs: dict, facts: common.Facts, pod_labels: dict, container: dict, env: dict) -> list[str]:
     notes = []
     listen_port = common.port_of(facts.listen(env))
-    metrics = get(objs, "Service", "outboxd", "the metrics Service")
-    check(matches(metrics["spec"]["selector"], pod_labels), "service.yaml: its selector does not select the pods")
-    (metrics_port,) = metrics["spec"]["ports"]
-    target = container_port(container, metrics_port.get("targetPort", metrics_port["port"]), "service.yaml")
-    check(target == listen_port, f"service.yaml: targets port {target}, outboxd listens on {listen_port}")
-    notes.append(f"Service outboxd: port {metrics_port['name']} -> {target} = OUTBOXD_LISTEN")
+    note, metrics = service_to(objs, pod_labels, container, "outboxd", "service.yaml", listen_port,
+                               "OUTBOXD_LISTEN")
+    notes.append(note)
+    metrics_port = metrics["spec"]["ports"][0]["name"]
 
     admin_listen = env.get("OUTBOXD_ADMIN_LISTEN")
     if admin_listen:
@@ -115,12 +125,9 @@ def check_services(objs: dict, facts: common.Facts, pod_labels: dict, container:
         check(env.get("OUTBOXD_ADMIN_TOKEN"), "OUTBOXD_ADMIN_LISTEN is set without OUTBOXD_ADMIN_TOKEN: outboxd refuses to start")
         declared = {p["containerPort"] for p in container.get("ports", [])}
         check(admin_port in declared, f"deployment.yaml: no container port {admin_port} (OUTBOXD_ADMIN_LISTEN)")
-        admin = get(objs, "Service", "outboxd-admin", "the admin Service")
-        check(matches(admin["spec"]["selector"], pod_labels), "service-admin.yaml: its selector does not select the pods")
-        (port,) = admin["spec"]["ports"]
-        target = container_port(container, port.get("targetPort", port["port"]), "service-admin.yaml")
-        check(target == admin_port, f"service-admin.yaml: targets {target}, OUTBOXD_ADMIN_LISTEN is {admin_listen}")
-        notes.append(f"Service outboxd-admin: port {port['name']} -> {target} = OUTBOXD_ADMIN_LISTEN")
+        note, _ = service_to(objs, pod_labels, container, "outboxd-admin", "service-admin.yaml", admin_port,
+                             "OUTBOXD_ADMIN_LISTEN")
+        notes.append(note)
 
     monitor = get(objs, "ServiceMonitor", "outboxd", "scraping")
     selector = monitor["spec"]["selector"]["matchLabels"]
@@ -128,8 +135,8 @@ def check_services(objs: dict, facts: common.Facts, pod_labels: dict, container:
                if kind == "Service" and matches(selector, o["metadata"].get("labels", {}))]
     check(scraped == ["outboxd"], f"servicemonitor.yaml selects the Services {scraped}, not just outboxd")
     for endpoint in monitor["spec"]["endpoints"]:
-        check(endpoint["port"] == metrics_port["name"],
-              f"servicemonitor.yaml: port {endpoint['port']!r} is not the Service's {metrics_port['name']!r}")
+        check(endpoint["port"] == metrics_port,
+              f"servicemonitor.yaml: port {endpoint['port']!r} is not the Service's {metrics_port!r}")
         path = endpoint.get("path", "/metrics")
         check(path == facts.metrics_path and path in facts.routes,
               f"servicemonitor.yaml: path {path}, outboxd serves metrics on {facts.metrics_path}")
@@ -137,7 +144,7 @@ def check_services(objs: dict, facts: common.Facts, pod_labels: dict, container:
     job = metrics["metadata"]["labels"].get(job_label) if job_label else metrics["metadata"]["name"]
     check(job == rules_job(),
           f"the ServiceMonitor gives the job {job!r}, but the alerts select job=\"{rules_job()}\"")
-    notes.append(f"ServiceMonitor: {facts.metrics_path} on port {metrics_port['name']}, job=\"{job}\" as the alerts select")
+    notes.append(f"ServiceMonitor: {facts.metrics_path} on port {metrics_port}, job=\"{job}\" as the alerts select")
     return notes
 
 

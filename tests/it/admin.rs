@@ -45,6 +45,13 @@ pub(crate) async fn api(addr: &str, method: &str, path: &str, body: Option<Value
     .unwrap()
 }
 
+/// `GET path` with this `Authorization` header.
+pub(crate) async fn get_with(addr: &str, path: &str, authorization: &str) -> HttpResponse {
+    http_full(addr, "GET", path, &[("Authorization", authorization)], "")
+        .await
+        .unwrap()
+}
+
 /// `GET path` on the admin API.
 pub(crate) async fn api_get(addr: &str, path: &str) -> HttpResponse {
     api(addr, "GET", path, None).await
@@ -111,15 +118,7 @@ async fn the_admin_surface_is_off_without_a_token() {
     let addr = app.http_addr().to_string();
     app.spawn_background(tokio_util::sync::CancellationToken::new());
     for path in ["/api/v1/stats", "/api/v1/dead-letters", "/admin"] {
-        let response = http_full(
-            &addr,
-            "GET",
-            path,
-            &[("Authorization", "Bearer anything")],
-            "",
-        )
-        .await
-        .unwrap();
+        let response = get_with(&addr, path, "Bearer anything").await;
         assert_eq!(response.status, 404, "{path}");
     }
     assert_eq!(http_get(&addr, "/metrics").await.0, 200);
@@ -139,26 +138,10 @@ async fn the_api_and_the_page_require_the_token() {
         none.header("www-authenticate"),
         Some("Bearer realm=\"outboxd\"")
     );
-    let wrong = http_full(
-        &addr,
-        "GET",
-        "/api/v1/stats",
-        &[("Authorization", "Bearer not-the-token")],
-        "",
-    )
-    .await
-    .unwrap();
+    let wrong = get_with(&addr, "/api/v1/stats", "Bearer not-the-token").await;
     assert_eq!(wrong.status, 401);
     let prefix = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
-    let almost = http_full(
-        &addr,
-        "GET",
-        "/api/v1/stats",
-        &[("Authorization", &prefix)],
-        "",
-    )
-    .await
-    .unwrap();
+    let almost = get_with(&addr, "/api/v1/stats", &prefix).await;
     assert_eq!(almost.status, 401);
     assert_eq!(api_get(&addr, "/api/v1/stats").await.status, 200);
     // The page takes HTTP Basic, not the API's scheme.
@@ -647,9 +630,7 @@ async fn the_page_lists_dead_letters_and_its_forms_need_the_csrf_token() {
         .await
         .unwrap();
     let auth = basic("ops", TOKEN);
-    let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
-        .await
-        .unwrap();
+    let page = get_with(&addr, "/admin", &auth).await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains(&format!("id=\"dead-letter-{id}\"")));
     assert!(page.body.contains("<details>"), "long errors are folded");
@@ -690,22 +671,12 @@ async fn the_page_lists_dead_letters_and_its_forms_need_the_csrf_token() {
             .starts_with("/admin?notice=Retried+message")
     );
     assert!(!db.row(id).await.dead);
-    let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
-        .await
-        .unwrap();
+    let page = get_with(&addr, "/admin", &auth).await;
     assert!(
         page.body.contains("<td>ops</td><td>retry</td>"),
         "the audit shows the action"
     );
-    let bad_page = http_full(
-        &addr,
-        "GET",
-        "/admin?limit=0",
-        &[("Authorization", &auth)],
-        "",
-    )
-    .await
-    .unwrap();
+    let bad_page = get_with(&addr, "/admin?limit=0", &auth).await;
     assert_eq!(bad_page.status, 400);
 }
 
@@ -955,9 +926,7 @@ async fn every_admin_response_carries_defensive_headers_and_the_page_a_strict_po
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
     let auth = basic("ops", TOKEN);
-    let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
-        .await
-        .unwrap();
+    let page = get_with(&addr, "/admin", &auth).await;
     assert_eq!(page.status, 200);
     let policy = page.header("content-security-policy").unwrap().to_owned();
     assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
@@ -982,9 +951,7 @@ async fn every_admin_response_carries_defensive_headers_and_the_page_a_strict_po
         assert!(response.header("content-security-policy").is_some());
     }
     // A fresh nonce on every page.
-    let again = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
-        .await
-        .unwrap();
+    let again = get_with(&addr, "/admin", &auth).await;
     assert_ne!(
         again.header("content-security-policy"),
         Some(policy.as_str())
@@ -1000,9 +967,7 @@ async fn a_cross_origin_post_or_another_actors_csrf_token_is_refused() {
         let addr = addr.clone();
         async move {
             let auth = basic(user, TOKEN);
-            let page = http_full(&addr, "GET", "/admin", &[("Authorization", &auth)], "")
-                .await
-                .unwrap();
+            let page = get_with(&addr, "/admin", &auth).await;
             csrf_in(&page.body)
         }
     };
@@ -1044,15 +1009,7 @@ async fn control_characters_in_admin_input_are_a_bad_request_not_a_database_erro
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
     let auth = basic("ops", TOKEN);
-    let page = http_full(
-        &addr,
-        "GET",
-        "/admin?kind=a%00b",
-        &[("Authorization", &auth)],
-        "",
-    )
-    .await
-    .unwrap();
+    let page = get_with(&addr, "/admin?kind=a%00b", &auth).await;
     assert_eq!(page.status, 400, "{}", page.body);
     let listed = api_get(&addr, "/api/v1/dead-letters?kind=a%00b").await;
     assert_eq!(listed.status, 400);

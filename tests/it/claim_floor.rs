@@ -79,7 +79,6 @@ async fn a_row_an_application_holds_a_key_share_lock_on_is_still_claimed() {
     one_step(&mut app).await;
     assert!(db.row(id).await.dispatched, "the row was skipped as locked");
     application.rollback().await.unwrap();
-    app.dispatcher.release_connection();
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::helpers::said;
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, assert_refused, one_step, outboxd, python, refusal,
+    Outboxd, SmtpServer, TestDb, app, assert_refused, one_step, outboxd, python, refusal_saying,
 };
 
 /// An RSA private key of `bits` made with openssl, in PKCS#1 PEM.
@@ -338,6 +338,13 @@ async fn a_dkim_key_every_user_may_read_is_used_with_a_warning() {
 
 /// A template directory with a `newsletter` kind that declares the one-click unsubscribe
 /// headers Gmail wants.
+/// The newsletter templates with `file` of the kind's folder written as `text`.
+fn newsletter_templates_with(file: &str, text: &str) -> tempfile::TempDir {
+    let templates = newsletter_templates();
+    std::fs::write(templates.path().join("newsletter").join(file), text).unwrap();
+    templates
+}
+
 fn newsletter_templates() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let kind = dir.path().join("newsletter");
@@ -360,20 +367,21 @@ async fn declared_headers_arrive_intact_and_a_line_break_through_them_is_refused
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
     let templates = newsletter_templates();
-    let sent = db
-        .enqueue(
-            "newsletter",
-            json!({"to": "ada@example.com", "name": "Ada", "campaign": null,
-                   "unsubscribe_url": "https://app.example/unsubscribe?u=42&t=abc"}),
-        )
-        .await;
-    let injected = db
-        .enqueue(
-            "newsletter",
-            json!({"to": "eve@example.com", "name": "Eve", "campaign": null,
-                   "unsubscribe_url": "https://app.example/u\r\nBcc: victim@example.net"}),
-        )
-        .await;
+    let newsletter = |to: &str, unsubscribe_url: &str| {
+        let payload = json!({"to": to, "name": "Ada", "campaign": null,
+                             "unsubscribe_url": unsubscribe_url});
+        db.enqueue("newsletter", payload)
+    };
+    let sent = newsletter(
+        "ada@example.com",
+        "https://app.example/unsubscribe?u=42&t=abc",
+    )
+    .await;
+    let injected = newsletter(
+        "eve@example.com",
+        "https://app.example/u\r\nBcc: victim@example.net",
+    )
+    .await;
     let dir = templates.path().display().to_string();
     let mut app = app(&db, Some(&smtp.url()), &["--templates", &dir]).await;
     one_step(&mut app).await;
@@ -408,12 +416,7 @@ async fn declared_headers_arrive_intact_and_a_line_break_through_them_is_refused
 
 #[test]
 fn a_template_that_does_not_parse_stops_outboxd_with_one_line_naming_it() {
-    let templates = newsletter_templates();
-    std::fs::write(
-        templates.path().join("newsletter/subject.txt"),
-        "News {{ oops",
-    )
-    .unwrap();
+    let templates = newsletter_templates_with("subject.txt", "News {{ oops");
     let output = outboxd()
         .args([
             "preview",
@@ -426,23 +429,14 @@ fn a_template_that_does_not_parse_stops_outboxd_with_one_line_naming_it() {
         .arg(templates.path())
         .output()
         .unwrap();
-    let stderr = refusal(&output);
-    assert!(
-        stderr.contains("template newsletter/subject.txt does not parse")
-            && stderr.contains("on line 1"),
-        "{stderr}"
-    );
+    let stderr = refusal_saying(&output, "template newsletter/subject.txt does not parse");
+    assert!(stderr.contains("on line 1"), "{stderr}");
 }
 
 #[tokio::test]
 async fn a_kind_may_not_declare_a_header_outboxd_writes() {
     let db = TestDb::new().await;
-    let templates = newsletter_templates();
-    std::fs::write(
-        templates.path().join("newsletter/headers.txt"),
-        "From: someone@else.example\n",
-    )
-    .unwrap();
+    let templates = newsletter_templates_with("headers.txt", "From: someone@else.example\n");
     let output = outboxd()
         .args(["run", "--database-url", &db.url, "--templates"])
         .arg(templates.path())

@@ -2,8 +2,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::helpers::Count::{Claimed, DeadLettered, LoggedOnly, Released, Retried, Sent};
 use crate::helpers::{
-    Count, Dispatching, Scenario, SmtpServer, TestCa, TestDb, app, batch, eventually, one_step,
+    Dispatching, Scenario, SmtpServer, TestCa, TestDb, app, batch, eventually, one_step,
 };
 
 fn verification(to: &str) -> serde_json::Value {
@@ -37,7 +38,7 @@ pub(crate) async fn all_three_kinds_are_delivered_with_their_headers_and_bodies(
         .await;
 
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(3), Count::Sent(3)]));
+    assert_eq!(step, batch(&[Claimed(3), Sent(3)]));
     let received = smtp.messages();
     assert_eq!(received.len(), 3);
     assert!(received.iter().all(|m| m.pipelined), "{received:?}");
@@ -142,12 +143,7 @@ async fn mixed_outcomes_over_one_connection(smtp: &SmtpServer, pipelined: bool) 
     let step = one_step(&mut app).await;
     assert_eq!(
         step,
-        batch(&[
-            Count::Claimed(7),
-            Count::Sent(4),
-            Count::Retried(1),
-            Count::DeadLettered(2)
-        ])
+        batch(&[Claimed(7), Sent(4), Retried(1), DeadLettered(2)])
     );
     let received = smtp.messages();
     let mut to: Vec<_> = received.iter().map(|m| m.rcpt_tos.join(",")).collect();
@@ -212,10 +208,7 @@ async fn starttls_and_auth_carry_pipelined_mail_to_a_server_with_a_private_ca() 
         db.verification_to(to).await;
     }
     let step = one_step(&mut app).await;
-    assert_eq!(
-        step,
-        batch(&[Count::Claimed(3), Count::Sent(2), Count::DeadLettered(1)])
-    );
+    assert_eq!(step, batch(&[Claimed(3), Sent(2), DeadLettered(1)]));
     let received = smtp.messages();
     assert_eq!(received.len(), 2);
     for m in &received {
@@ -247,7 +240,7 @@ async fn a_certificate_from_an_untrusted_ca_is_an_outage_that_keeps_the_message(
     let mut app = app(&db, Some(&url), &[]).await;
     let id = db.verification_to("a@example.com").await;
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
+    assert_eq!(step, batch(&[Claimed(1), Released(1)]));
     let row = db.row(id).await;
     assert!(!row.dead && !row.dispatched && row.attempts == 0, "{row:?}");
     assert!(smtp.messages().is_empty());
@@ -315,7 +308,7 @@ async fn without_smtp_rows_are_only_logged_and_never_counted_as_sent() {
         .await;
     }
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(3), Count::LoggedOnly(3)]));
+    assert_eq!(step, batch(&[Claimed(3), LoggedOnly(3)]));
     assert_eq!(db.count("dispatched").await, 0);
     let logged: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM outbox_messages WHERE end_reason = 'logged_only' \
@@ -496,7 +489,7 @@ async fn a_drain_continues_while_batches_come_back_full() {
         .await;
     }
     let step = app.dispatcher.drain().await.unwrap();
-    assert_eq!(step, batch(&[Count::Claimed(10), Count::Sent(10)]));
+    assert_eq!(step, batch(&[Claimed(10), Sent(10)]));
     assert_eq!(smtp.messages().len(), 10);
 }
 
@@ -515,7 +508,7 @@ async fn a_pooled_connection_the_server_dropped_is_replaced_without_costing_an_a
     let second = SmtpServer::start_on(port);
     let id = db.verification_to("b@example.com").await;
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::Sent(1)]));
+    assert_eq!(step, batch(&[Claimed(1), Sent(1)]));
     assert_eq!(second.messages().len(), 1);
     let row = db.row(id).await;
     assert!(row.dispatched && row.attempts == 0, "{row:?}");

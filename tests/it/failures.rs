@@ -6,8 +6,9 @@ use outboxd::store::{self, ClaimRequest};
 use outboxd::telemetry::metrics::DatabaseOperation;
 use serde_json::json;
 
+use crate::helpers::Count::{Claimed, DeadLettered, Released, Retried, Sent};
 use crate::helpers::{
-    BlackHole, Count, Dispatching, Scenario, SmtpServer, TestDb, app, batch, free_port, one_step,
+    BlackHole, Dispatching, Scenario, SmtpServer, TestDb, app, batch, free_port, one_step,
     poll_until, step_until, verification,
 };
 
@@ -17,7 +18,7 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     let id = db.verification_to("flaky1@example.com").await;
 
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
+    assert_eq!(step, batch(&[Claimed(1), Retried(1)]));
     let row = db.row(id).await;
     assert_eq!(row.attempts, 1);
     assert!(
@@ -27,7 +28,7 @@ pub(crate) async fn a_transient_failure_is_retried_then_delivered() {
     assert!(!row.dispatched && !row.dead && row.locked_by.is_none());
 
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::Sent(1)]));
+    assert_eq!(step, batch(&[Claimed(1), Sent(1)]));
     let row = db.row(id).await;
     assert!(row.dispatched, "{row:?}");
     assert_eq!(smtp.messages().len(), 1);
@@ -57,7 +58,7 @@ pub(crate) async fn a_permanent_rejection_is_dead_lettered_at_once() {
     } = Scenario::new(&[]).await;
     let id = db.verification_to("reject@example.com").await;
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
+    assert_eq!(step, batch(&[Claimed(1), DeadLettered(1)]));
     let row = db.row(id).await;
     assert!(row.dead && !row.dispatched && row.attempts == 1, "{row:?}");
     assert!(
@@ -82,11 +83,11 @@ async fn reaching_the_retry_limit_dead_letters_with_the_error_cut_to_500_charact
         .await;
     for attempt in 1..=2 {
         let step = one_step(&mut app).await;
-        assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
+        assert_eq!(step, batch(&[Claimed(1), Retried(1)]));
         assert_eq!(db.row(id).await.attempts, attempt);
     }
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::DeadLettered(1)]));
+    assert_eq!(step, batch(&[Claimed(1), DeadLettered(1)]));
     let row = db.row(id).await;
     assert!(row.dead && row.attempts == 3, "{row:?}");
     let error = row.last_error.unwrap();
@@ -154,10 +155,7 @@ pub(crate) async fn bad_payloads_are_dead_lettered_without_blocking_the_rest() {
     let good2 = db.verification_to("two@example.com").await;
 
     let step = one_step(&mut app).await;
-    assert_eq!(
-        step,
-        batch(&[Count::Claimed(9), Count::Sent(2), Count::DeadLettered(7)])
-    );
+    assert_eq!(step, batch(&[Claimed(9), Sent(2), DeadLettered(7)]));
     for (id, reason) in bad {
         let row = db.row(id).await;
         assert!(row.dead && row.attempts == 1, "{row:?}");
@@ -190,7 +188,7 @@ pub(crate) async fn an_smtp_outage_pauses_claiming_without_using_up_attempts() {
 
     // Nobody listens on the port: connection refused for every message.
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(2), Count::Released(2)]));
+    assert_eq!(step, batch(&[Claimed(2), Released(2)]));
     for id in ids {
         let row = db.row(id).await;
         assert!(
@@ -238,10 +236,7 @@ async fn a_timed_out_send_is_retried_while_the_rest_of_the_batch_goes_through() 
     let slow = db.verification_to("slow3@example.com").await;
     let fast = db.verification_to("fast@example.com").await;
     let step = one_step(&mut app).await;
-    assert_eq!(
-        step,
-        batch(&[Count::Claimed(2), Count::Sent(1), Count::Retried(1)])
-    );
+    assert_eq!(step, batch(&[Claimed(2), Sent(1), Retried(1)]));
     assert!(db.row(fast).await.dispatched);
     // The server had the whole message when its reply failed to come: perhaps delivered.
     let row = db.row(slow).await;
@@ -273,7 +268,7 @@ async fn a_hung_smtp_server_is_an_outage_not_a_message_failure() {
     .await;
     let id = db.verification_to("a@example.com").await;
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::Released(1)]));
+    assert_eq!(step, batch(&[Claimed(1), Released(1)]));
     assert_eq!(db.row(id).await.attempts, 0);
     assert!(matches!(one_step(&mut app).await, Step::CircuitOpen { .. }));
 }
@@ -385,7 +380,7 @@ async fn with_zero_backoff_a_failed_message_waits_for_the_next_cycle() {
     let a = db.verification_to("defer-a@example.com").await;
     let b = db.verification_to("defer-b@example.com").await;
     let step = app.dispatcher.drain().await.unwrap();
-    assert_eq!(step, batch(&[Count::Claimed(2), Count::Retried(2)]));
+    assert_eq!(step, batch(&[Claimed(2), Retried(2)]));
     assert_eq!(db.row(a).await.attempts, 1);
     assert_eq!(db.row(b).await.attempts, 1);
 }

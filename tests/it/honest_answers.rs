@@ -118,7 +118,6 @@ async fn an_email_only_logged_is_never_counted_or_shown_as_sent() {
     let id = db.verification_to("ada@example.com").await;
     let mut app = app(&db, None, &[]).await;
     one_step(&mut app).await;
-    app.dispatcher.release_connection();
     let row = db.row(id).await;
     assert!(!row.dispatched, "{row:?}");
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, http_get, outboxd, poll_until, refusal, verification,
+    Outboxd, SmtpServer, TestDb, http_get, outboxd, poll_until, refusal_saying, verification,
 };
 use crate::poolers::{PgBouncer, Running, each_once, no_error_lines};
 
@@ -156,11 +156,8 @@ async fn a_schema_name_outboxd_cannot_use_is_refused_with_one_line() {
             .env("OUTBOXD_SCHEMA", name)
             .output()
             .expect("outboxd");
-        let stderr = refusal(&output);
-        assert!(
-            stderr.starts_with("error: invalid OUTBOXD_SCHEMA: "),
-            "{stderr}"
-        );
+        let stderr = refusal_saying(&output, "invalid OUTBOXD_SCHEMA: ");
+        assert!(stderr.starts_with("error: invalid OUTBOXD_SCHEMA: "));
     }
 }
 
@@ -211,10 +208,9 @@ async fn migrate_in_a_schema_through_a_transaction_pooler_is_refused_with_one_li
         .env("OUTBOXD_SCHEMA", SCHEMA)
         .output()
         .expect("outboxd");
-    let stderr = refusal(&output);
-    assert!(
-        stderr.contains("a transaction pooler is in the way of DATABASE_URL"),
-        "{stderr}"
+    refusal_saying(
+        &output,
+        "a transaction pooler is in the way of DATABASE_URL",
     );
     assert_eq!(objects_in(&db, SCHEMA).await, 0, "nothing was created");
 }

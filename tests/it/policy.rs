@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::helpers::Count::{Claimed, Expired, Sent};
 use crate::helpers::{
-    Count, Outboxd, SmtpServer, TestDb, app, batch, eventually, http_get, one_step, outboxd,
-    verification,
+    Outboxd, SmtpServer, TestDb, app, batch, eventually, http_get, one_step, outboxd, verification,
 };
 
 /// The most messages the server took in any one-second window.
@@ -382,10 +382,7 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     )
     .await;
     let step = one_step(&mut app).await;
-    assert_eq!(
-        step,
-        batch(&[Count::Claimed(3), Count::Sent(1), Count::Expired(2)])
-    );
+    assert_eq!(step, batch(&[Claimed(3), Sent(1), Expired(2)]));
     let received = smtp.messages();
     assert_eq!(received.len(), 1);
     assert_eq!(received[0].outbox_id, fresh.to_string());

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::helpers::{
-    SmtpServer, TestDb, eventually, free_port, http_get, outboxd, poll_until, refusal,
+    SmtpServer, TestDb, eventually, free_port, http_get, outboxd, poll_until, refusal_saying,
 };
 
 /// A PgBouncer of the test's own, on a port of its own, in front of the machine's
@@ -297,10 +297,9 @@ async fn a_connection_budget_under_four_is_refused_with_one_line() {
         .args(["run", "--database-max-connections", "3"])
         .output()
         .expect("outboxd");
-    let stderr = refusal(&output);
+    let stderr = refusal_saying(&output, "OUTBOXD_DATABASE_MAX_CONNECTIONS is 3");
     assert!(
         stderr
-            .starts_with("error: OUTBOXD_DATABASE_MAX_CONNECTIONS is 3: outboxd needs at least 4"),
-        "{stderr}"
+            .starts_with("error: OUTBOXD_DATABASE_MAX_CONNECTIONS is 3: outboxd needs at least 4")
     );
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use outboxd::dispatch::Step;
 
+use crate::helpers::Count::{Claimed, Released, Retried, Sent};
 use crate::helpers::{
-    Count, Dispatching, Outboxd, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port,
+    Dispatching, Outboxd, Scenario, SmtpServer, TestDb, app, batch, eventually, free_port,
     one_step, verification,
 };
 
@@ -21,7 +22,7 @@ async fn a_connection_reset_after_the_message_is_ambiguous_and_retried_not_an_ou
         )
         .await;
     let step = one_step(&mut app).await;
-    assert_eq!(step, batch(&[Count::Claimed(1), Count::Retried(1)]));
+    assert_eq!(step, batch(&[Claimed(1), Retried(1)]));
     let row = db.row(id).await;
     assert_eq!(row.attempts, 1, "an ambiguous outcome counts an attempt");
     assert!(
@@ -93,15 +94,7 @@ async fn messages_after_the_servers_death_mid_batch_are_released_without_an_atte
         drop(smtp);
     });
     let step = step.unwrap();
-    assert_eq!(
-        step,
-        batch(&[
-            Count::Claimed(5),
-            Count::Sent(1),
-            Count::Retried(1),
-            Count::Released(3)
-        ])
-    );
+    assert_eq!(step, batch(&[Claimed(5), Sent(1), Retried(1), Released(3)]));
     assert!(db.row(ids[0]).await.dispatched);
     assert_eq!(db.error_class(ids[1]).await.as_deref(), Some("ambiguous"));
     for id in &ids[2..] {

@@ -109,7 +109,6 @@ async fn a_message_deferred_then_accepted_is_found_by_its_recipient_in_any_case_
         .unwrap();
     let json: Value = serde_json::from_slice(&json.stdout).expect("JSON");
     assert_eq!(json[0]["events"], message["events"]);
-    app.dispatcher.release_connection();
 }
 
 #[tokio::test]
@@ -141,7 +140,6 @@ async fn dead_letters_and_operators_actions_are_in_the_timeline_and_pending_mess
         ]
     );
     assert_eq!(message["events"][2]["actor"], "api:alice");
-    app.dispatcher.release_connection();
 }
 
 #[tokio::test]
@@ -191,7 +189,6 @@ async fn the_admin_page_finds_a_recipients_messages_behind_the_token() {
         assert_eq!(refused.status, 401, "{path}");
         assert!(!refused.body.contains("dana"), "{path}: {}", refused.body);
     }
-    app.dispatcher.release_connection();
 }
 
 #[tokio::test]
@@ -330,5 +327,4 @@ async fn every_envelope_is_found_by_each_of_its_addresses_once_sent_through_the_
     ] {
         assert!(plan.contains(index), "{index} not in {plan}");
     }
-    app.dispatcher.release_connection();
 }

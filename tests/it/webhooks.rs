@@ -82,22 +82,13 @@ impl CertificateHost {
     /// Signs with openssl, as SNS does: `SignatureVersion` 1 is SHA-1, 2 is SHA-256.
     fn sign(&self, text: &str, version: &str) -> String {
         let digest = if version == "1" { "-sha1" } else { "-sha256" };
-        let mut child = Command::new("openssl")
-            .args(["dgst", digest, "-sign"])
-            .arg(self.root.path().join("signing.key"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success());
-        base64::engine::general_purpose::STANDARD.encode(output.stdout)
+        let signature = piped_through(
+            Command::new("openssl")
+                .args(["dgst", digest, "-sign"])
+                .arg(self.root.path().join("signing.key")),
+            text,
+        );
+        base64::engine::general_purpose::STANDARD.encode(signature)
     }
 
     /// An SNS message of `kind`, signed over the fields AWS documents, in their order.
@@ -189,6 +180,13 @@ async fn sns_app(db: &TestDb, ca: &TestCa, host: &CertificateHost) -> (outboxd::
     app.spawn_background(tokio_util::sync::CancellationToken::new());
     let addr = app.admin_addr().expect("webhooks served").to_string();
     (app, addr)
+}
+
+/// Posts `body` to the Postmark webhook with `headers`: the status of the answer.
+async fn postmark(addr: &str, headers: &[(&str, &str)], body: &serde_json::Value) -> u16 {
+    post(addr, "/webhooks/postmark", headers, &body.to_string())
+        .await
+        .status
 }
 
 #[tokio::test]
@@ -468,36 +466,21 @@ async fn postmark_webhooks_need_their_credentials_and_suppress_hard_bounces_and_
     }
     assert_eq!(suppressed(&db, "pm@example.com").await, None);
     let headers = [("Authorization", auth.as_str())];
-    assert_eq!(
-        post(&addr, "/webhooks/postmark", &headers, &bounce.to_string())
-            .await
-            .status,
-        200
-    );
+    assert_eq!(postmark(&addr, &headers, &bounce).await, 200);
     assert_eq!(
         suppressed(&db, "pm@example.com").await,
         Some((SuppressionReason::HardBounce, "postmark".to_owned()))
     );
     assert_eq!(feedback_of(&db, id).await.as_deref(), Some("hard_bounce"));
     let soft = json!({"RecordType": "Bounce", "Type": "SoftBounce", "Email": "full@example.com"});
-    assert_eq!(
-        post(&addr, "/webhooks/postmark", &headers, &soft.to_string())
-            .await
-            .status,
-        200
-    );
+    assert_eq!(postmark(&addr, &headers, &soft).await, 200);
     assert_eq!(
         suppressed(&db, "full@example.com").await,
         None,
         "a soft bounce suppresses nobody"
     );
     let spam = json!({"RecordType": "SpamComplaint", "Type": "SpamComplaint", "Email": "spam@example.com"});
-    assert_eq!(
-        post(&addr, "/webhooks/postmark", &headers, &spam.to_string())
-            .await
-            .status,
-        200
-    );
+    assert_eq!(postmark(&addr, &headers, &spam).await, 200);
     assert_eq!(
         suppressed(&db, "spam@example.com").await.map(|s| s.0),
         Some(SuppressionReason::Complaint)
@@ -522,8 +505,9 @@ async fn postmark_webhooks_need_their_credentials_and_suppress_hard_bounces_and_
 /// HMAC-SHA256 with openssl, as a Standard Webhooks sender computes it.
 pub(crate) fn standard_signature(secret: &[u8], id: &str, timestamp: &str, body: &str) -> String {
     let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-    let mut child = Command::new("openssl")
-        .args([
+    let signed = format!("{id}.{timestamp}.{body}");
+    let mac = piped_through(
+        Command::new("openssl").args([
             "mac",
             "-digest",
             "SHA256",
@@ -531,24 +515,32 @@ pub(crate) fn standard_signature(secret: &[u8], id: &str, timestamp: &str, body:
             &format!("hexkey:{hex}"),
             "-binary",
             "HMAC",
-        ])
+        ]),
+        &signed,
+    );
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac)
+    )
+}
+
+/// What `command` writes to its standard output when `text` is its standard input; it must
+/// succeed.
+fn piped_through(command: &mut Command, text: &str) -> Vec<u8> {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap();
-    let signed = format!("{id}.{timestamp}.{body}");
+        .expect("start the command");
     child
         .stdin
         .take()
-        .unwrap()
-        .write_all(signed.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success());
-    format!(
-        "v1,{}",
-        base64::engine::general_purpose::STANDARD.encode(output.stdout)
-    )
+        .expect("its standard input")
+        .write_all(text.as_bytes())
+        .expect("its input written");
+    let output = child.wait_with_output().expect("its output");
+    assert!(output.status.success(), "{command:?}");
+    output.stdout
 }
 
 #[tokio::test]

@@ -48,6 +48,16 @@ pub fn refusal(output: &std::process::Output) -> String {
     stderr
 }
 
+/// A one-line refusal ([`refusal`]) that begins `error: ` and says `says`.
+pub fn refusal_saying(output: &std::process::Output, says: &str) -> String {
+    let stderr = refusal(output);
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains(says),
+        "{stderr:?} does not say {says:?}"
+    );
+    stderr
+}
+
 pub fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     for (key, _) in std::env::vars() {
