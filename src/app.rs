@@ -365,7 +365,8 @@ pub fn renderer(config: &RunConfig, message_ids: MessageIds) -> anyhow::Result<R
         config.from.clone(),
         message_ids,
     )?
-    .with_limits(config.limits);
+    .with_limits(config.limits)
+    .with_senders(config.kinds.senders());
     renderer
         .with_dkim(&config.dkim)
         .map_err(|e| anyhow::anyhow!("invalid DKIM settings: {e}"))

@@ -14,21 +14,24 @@ use lettre::message::Mailbox;
 use secrecy::SecretString;
 
 use crate::background::retention::Retention;
-use crate::dispatch::{DispatchSettings, ExpireAfter, RateLimit};
+use crate::dispatch::{DispatchSettings, RateLimit};
 use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
-use crate::message::{AutoPause, Lanes, RetryPolicy};
+use crate::message::{AutoPause, RetryPolicy};
 use crate::render::{DkimKey, RenderLimits};
 use crate::text::{debug_showing_only, redact_url};
 
 mod database;
 mod deliverability;
+mod kinds;
+mod senders;
 mod values;
 
 pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
 #[cfg(test)]
 pub(crate) use database::MIN_CONNECTIONS;
 pub use deliverability::DeliverabilityArgs;
+pub use kinds::{KindArgs, KindBook};
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
 pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
 
@@ -99,22 +102,19 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_FROM")]
     pub from: Option<String>,
 
+    /// Domains a kind's own `from` and `reply_to` (its kind.toml) may use: acme.example,
+    /// news.acme.example. Default: OUTBOXD_FROM's domain.
+    #[arg(long, env = "OUTBOXD_FROM_DOMAINS", value_delimiter = ',')]
+    pub from_domains: Vec<String>,
+
     /// The most messages all replicas on this table send together, per second, minute or
     /// hour (14/s, 600/m, 50000/h). Unset: no limit. Throttling replies slow it down.
     #[arg(long, env = "OUTBOXD_RATE_LIMIT", value_parser = RateLimit::parse)]
     pub rate_limit: Option<RateLimit>,
 
-    /// Kinds of bulk work (a newsletter, a digest run): newsletter,digest. Their messages
-    /// are claimed only after every other kind's due messages, so a bulk run never delays
-    /// transactional mail; the alert rules do not page on a bulk run's age.
-    #[arg(long, env = "OUTBOXD_BULK_KINDS", value_parser = Lanes::parse)]
-    pub bulk_kinds: Option<Lanes>,
-
-    /// Default lifetimes per kind, from when a message was created, for messages without
-    /// their own expires_at: account_verification=24h,workspace_invite=7d. A message not
-    /// sent in time ends as expired (not a dead letter).
-    #[arg(long, env = "OUTBOXD_EXPIRE_AFTER", value_parser = ExpireAfter::parse)]
-    pub expire_after: Option<ExpireAfter>,
+    /// Each kind's settings that variables give (`kind.toml` gives them too).
+    #[command(flatten)]
+    pub kinds: KindArgs,
 
     /// SMTP connections, and so sends in flight at once.
     #[arg(long, env = "OUTBOXD_SMTP_CONCURRENCY", default_value_t = 8,
@@ -223,6 +223,8 @@ pub struct RunConfig {
     pub feedback: Arc<FeedbackSettings>,
     /// Kinds paused by outboxd itself on a bounce or complaint breach; `None`: off.
     pub auto_pause: Option<AutoPause>,
+    /// Each kind's settings: its kind.toml and the per-kind variables.
+    pub kinds: KindBook,
 }
 
 impl RunConfig {
@@ -248,18 +250,9 @@ impl RunArgs {
         let smtp = self.smtp_settings()?;
         let from = self.sender(smtp.is_some())?;
         let message_id_domain = match &self.message_id_domain {
-            Some(domain) => {
-                if domain.is_empty()
-                    || !domain
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
-                {
-                    bail!(
-                        "invalid --message-id-domain / OUTBOXD_MESSAGE_ID_DOMAIN {domain:?}: expected a domain name"
-                    );
-                }
-                domain.clone()
-            }
+            Some(domain) => values::domain_name(domain).map_err(|e| {
+                anyhow::anyhow!("invalid --message-id-domain / OUTBOXD_MESSAGE_ID_DOMAIN {e}")
+            })?,
             None => from.email.domain().to_owned(),
         };
         if let Some(dir) = &self.templates
@@ -274,9 +267,12 @@ impl RunArgs {
             .deliverability
             .attachment_bound(self.max_message_bytes)?;
         let admin_token = self.admin_token()?;
+        self.kinds.check_auto_pause_lists()?;
+        let dkim = self.deliverability.dkim()?;
+        let kinds = self.kind_book(&from, &dkim)?;
         Ok(RunConfig {
             database,
-            dispatch: self.dispatch_settings()?,
+            dispatch: self.dispatch_settings(&kinds)?,
             smtp,
             from,
             message_id_domain,
@@ -293,9 +289,10 @@ impl RunArgs {
             admin_hosts: self.admin_hosts.clone(),
             retention: self.retention,
             shutdown_timeout: self.shutdown_timeout,
-            dkim: self.deliverability.dkim()?,
+            dkim,
             feedback: Arc::new(self.deliverability.feedback()?),
-            auto_pause: self.deliverability.auto_pause()?,
+            auto_pause: self.deliverability.auto_pause(kinds.auto_paused()),
+            kinds,
         })
     }
 
@@ -398,7 +395,7 @@ impl RunArgs {
         Ok(admin_token)
     }
 
-    fn dispatch_settings(&self) -> anyhow::Result<DispatchSettings> {
+    fn dispatch_settings(&self, kinds: &KindBook) -> anyhow::Result<DispatchSettings> {
         let worker_id = match &self.worker_id {
             Some(id) if !id.trim().is_empty() => id.trim().to_owned(),
             Some(_) => bail!("--worker-id / OUTBOXD_WORKER_ID must not be empty"),
@@ -420,9 +417,9 @@ impl RunArgs {
             worker_id,
             max_payload_bytes: self.max_message_bytes,
             rate_limit: self.rate_limit,
-            expire_after: self.expire_after.clone().unwrap_or_default(),
+            expire_after: kinds.expire_after(),
             suppress_hard_bounces: self.deliverability.suppress_hard_bounces,
-            lanes: self.bulk_kinds.clone().unwrap_or_default(),
+            lanes: kinds.lanes(),
         })
     }
 }

@@ -72,6 +72,7 @@ pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Find
         "every option is valid",
     )];
     found.extend(dkim(config));
+    found.extend(senders(config));
     found.push(smtp(config).await);
     match open_store(config).await {
         Ok(store) => {
@@ -101,6 +102,27 @@ fn dkim(config: &RunConfig) -> impl Iterator<Item = Finding> + '_ {
                 key.record()
             ),
         )
+    })
+}
+
+/// Each kind's sender and its DKIM alignment: a kind whose From's domain no key signs for
+/// fails DMARC's alignment at the receiver (a kind's own `from` is refused at start then;
+/// `OUTBOXD_FROM` is warned about).
+fn senders(config: &RunConfig) -> impl Iterator<Item = Finding> + '_ {
+    let signed: Vec<&str> = config.dkim.iter().map(|key| key.domain()).collect();
+    config.kinds.iter().map(move |(kind, settings)| {
+        let from = settings.from.as_ref().unwrap_or(&config.from);
+        let domain = from.email.domain().to_lowercase();
+        let (verdict, alignment) = if signed.is_empty() {
+            (Verdict::Ok, "not signed (no DKIM key)".to_owned())
+        } else if signed.iter().any(|d| d.eq_ignore_ascii_case(&domain)) {
+            (Verdict::Ok, format!("DKIM d={domain}, aligned"))
+        } else {
+            let keys = signed.join(", ");
+            (Verdict::Warn, format!("DKIM signs for {keys}, not {domain}: not aligned"))
+        };
+        let settings = settings.describe().join("; ");
+        finding(verdict, "kind", format!("{kind}: from {from}, {alignment}; {settings}"))
     })
 }
 

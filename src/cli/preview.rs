@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Args};
 use lettre::message::Mailbox;
 
-use crate::config::DEV_FROM;
+use crate::config::{DEV_FROM, KindArgs, KindBook};
 use crate::message::{InstallationTag, MessageIds};
-use crate::render::Renderer;
+use crate::render::{Preview, Renderer};
 use crate::text::{printable, printable_lines};
 
 #[derive(Debug, Args)]
@@ -40,6 +40,9 @@ pub struct PreviewArgs {
     /// The right-hand side of the Message-ID. Default: the sender's domain.
     #[arg(long, env = "OUTBOXD_MESSAGE_ID_DOMAIN")]
     pub message_id_domain: Option<String>,
+    /// The per-kind variables, as for `outboxd run`: with the kind's kind.toml, its settings.
+    #[command(flatten)]
+    pub kinds: KindArgs,
 }
 
 /// The message id a preview is rendered as.
@@ -55,7 +58,9 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| from.email.domain().to_owned());
     let message_ids = MessageIds::new(InstallationTag::preview(), domain);
-    let renderer = Renderer::new(args.templates.as_deref(), from, message_ids)?;
+    let book = KindBook::load(args.templates.as_deref(), &args.kinds)?;
+    let renderer = Renderer::new(args.templates.as_deref(), from, message_ids)?
+        .with_senders(book.senders());
     let text = if args.payload == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -82,26 +87,33 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
             .with_context(|| format!("kind {} has no body.html", args.kind))?;
         out!("{}", printable_lines(&html))?;
     } else {
-        let raw = String::from_utf8_lossy(&preview.raw);
-        let headers = raw.split("\r\n\r\n").next().unwrap_or_default();
-        let recipients: Vec<String> = preview
-            .envelope
-            .to()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        outln!("{}", printable_lines(headers))?;
-        outln!(
-            "\n--- envelope recipients (RCPT TO, not a header) ---\n{}",
-            printable(&recipients.join(", "))
-        )?;
-        outln!(
-            "\n--- text/plain ---\n{}",
-            printable_lines(&preview.parts.text)
-        )?;
-        if let Some(html) = &preview.parts.html {
-            outln!("--- text/html ---\n{}", printable_lines(html))?;
-        }
+        show_all(&preview, &book.settings(&args.kind).describe())?;
     }
+    Ok(())
+}
+
+/// The headers, the envelope's recipients, each body and the kind's settings.
+fn show_all(preview: &Preview, settings: &[String]) -> anyhow::Result<()> {
+    let raw = String::from_utf8_lossy(&preview.raw);
+    let headers = raw.split("\r\n\r\n").next().unwrap_or_default();
+    let recipients: Vec<String> = preview
+        .envelope
+        .to()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    outln!("{}", printable_lines(headers))?;
+    outln!(
+        "\n--- envelope recipients (RCPT TO, not a header) ---\n{}",
+        printable(&recipients.join(", "))
+    )?;
+    outln!(
+        "\n--- text/plain ---\n{}",
+        printable_lines(&preview.parts.text)
+    )?;
+    if let Some(html) = &preview.parts.html {
+        outln!("--- text/html ---\n{}", printable_lines(html))?;
+    }
+    outln!("--- kind settings ---\n{}", printable_lines(&settings.join("\n")))?;
     Ok(())
 }

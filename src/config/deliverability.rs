@@ -15,7 +15,7 @@ use crate::render::DkimKey;
 use crate::text::debug_showing_only;
 
 use super::parse_bytes;
-use crate::message::{AutoPause, Kind, parse_kinds, parse_share};
+use crate::message::{AutoPause, Kind, parse_share};
 
 #[derive(Clone, Args)]
 pub struct DeliverabilityArgs {
@@ -77,11 +77,6 @@ pub struct DeliverabilityArgs {
     #[arg(long, env = "OUTBOXD_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
 
-    /// Kinds outboxd pauses by itself when their latest sends bounce hard or draw
-    /// complaints past the thresholds below (newsletter,digest); an operator resumes them.
-    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_KINDS", value_parser = parse_kinds, default_value = "")]
-    pub auto_pause_kinds: BTreeSet<Kind>,
-
     /// Distinct hard-bounced recipients per send that pause such a kind, 5 at least (10%:
     /// where SES pauses an account).
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_HARD_BOUNCE_RATE", default_value = "10%", value_parser = parse_share)]
@@ -91,13 +86,6 @@ pub struct DeliverabilityArgs {
     /// pauses an account).
     #[arg(long, env = "OUTBOXD_AUTO_PAUSE_COMPLAINT_RATE", default_value = "0.5%", value_parser = parse_share)]
     pub auto_pause_complaint_rate: f64,
-
-    /// Kinds outboxd never pauses by itself, whatever their bounces and complaints: mail a
-    /// user asks for and must get (sign-up verification, password resets, sign-in codes),
-    /// where an outsider's complaints could otherwise stop it for everyone. A kind may not
-    /// be in both lists.
-    #[arg(long, env = "OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS", value_parser = parse_kinds, default_value = "account_verification")]
-    pub auto_pause_exempt_kinds: BTreeSet<Kind>,
 
     /// How many of a kind's latest sends (of the last day) are judged, 100 at least; a
     /// kind with fewer is not judged.
@@ -113,26 +101,15 @@ debug_showing_only!(DeliverabilityArgs as args {
 });
 
 impl DeliverabilityArgs {
-    /// The automatic pause, or `None` when no kind has it; refused when a kind is both to
-    /// be paused and exempt.
-    pub fn auto_pause(&self) -> anyhow::Result<Option<AutoPause>> {
-        if let Some(kind) = self
-            .auto_pause_kinds
-            .intersection(&self.auto_pause_exempt_kinds)
-            .next()
-        {
-            anyhow::bail!(
-                "{kind} is in both OUTBOXD_AUTO_PAUSE_KINDS and OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS \
-                 (whose default exempts account_verification: an outsider's complaints must not \
-                 stop sign-ups for everyone); remove it from one"
-            );
-        }
-        Ok((!self.auto_pause_kinds.is_empty()).then(|| AutoPause {
-            kinds: self.auto_pause_kinds.clone(),
+    /// The automatic pause of `kinds` (the variable's and the kind files'), or `None` when
+    /// no kind has it.
+    pub fn auto_pause(&self, kinds: BTreeSet<Kind>) -> Option<AutoPause> {
+        (!kinds.is_empty()).then_some(AutoPause {
+            kinds,
             hard_bounce_share: self.auto_pause_hard_bounce_rate,
             complaint_share: self.auto_pause_complaint_rate,
             window: self.auto_pause_window,
-        }))
+        })
     }
 }
 

@@ -6,6 +6,19 @@ use std::time::Duration;
 use crate::background::retention::Retention;
 use crate::http::auth::AdminHosts;
 
+/// A domain name as outboxd writes one (letters, digits, `.` and `-`), or why not.
+pub fn domain_name(domain: &str) -> Result<String, String> {
+    let valid = !domain.is_empty()
+        && domain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'));
+    if valid {
+        Ok(domain.to_owned())
+    } else {
+        Err(format!("{domain:?}: expected a domain name"))
+    }
+}
+
 /// `15s`, `1m30s`, `500ms`, `1h`: humantime's syntax, with a message that shows it.
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value.trim())

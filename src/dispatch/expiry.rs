@@ -39,6 +39,21 @@ impl ExpireAfter {
         Ok(Self(lifetimes))
     }
 
+    /// Lifetimes per kind.
+    pub fn of(lifetimes: BTreeMap<String, Duration>) -> Self {
+        Self(lifetimes)
+    }
+
+    /// The kind's default lifetime, if it has one.
+    pub fn lifetime(&self, kind: &str) -> Option<Duration> {
+        self.0.get(kind).copied()
+    }
+
+    /// The kinds that have one.
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
     /// The time after which this message must not be sent, if any.
     pub fn deadline(&self, message: &ClaimedMessage) -> Option<DateTime<Utc>> {
         message.expires_at.or_else(|| {

@@ -40,6 +40,16 @@ impl Lanes {
         })
     }
 
+    /// The lanes with these kinds in bulk.
+    pub fn of_bulk(bulk: BTreeSet<Kind>) -> Self {
+        Self { bulk }
+    }
+
+    /// The bulk kinds.
+    pub fn bulk(&self) -> impl Iterator<Item = &Kind> {
+        self.bulk.iter()
+    }
+
     pub fn of(&self, kind: &str) -> Lane {
         if self.bulk.contains(kind) {
             Lane::Bulk

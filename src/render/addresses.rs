@@ -21,6 +21,7 @@ pub(super) fn add(
     builder: MessageBuilder,
     payload: &Value,
     from: &Mailbox,
+    default_reply_to: Option<&Mailbox>,
 ) -> Result<MessageBuilder, RenderError> {
     let (to, cc, bcc) = (
         recipients(payload, "to")?,
@@ -50,7 +51,10 @@ pub(super) fn add(
     if !cc.is_empty() {
         builder = builder.header(FoldedCc(cc));
     }
-    let reply_to = recipients(payload, "reply_to")?;
+    let mut reply_to = recipients(payload, "reply_to")?;
+    if reply_to.is_empty() {
+        reply_to.extend(default_reply_to.cloned());
+    }
     if !reply_to.is_empty() {
         builder = builder.header(FoldedReplyTo(reply_to));
     }

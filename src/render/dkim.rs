@@ -93,6 +93,11 @@ pub struct DkimKey {
 debug_showing_only!(DkimKey as key { domain, selector, algorithm });
 
 impl DkimKey {
+    /// The domain it signs for (`d=`).
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
     /// The DNS name its public key is published at: `selector._domainkey.domain`.
     pub fn record(&self) -> String {
         format!("{}._domainkey.{}", self.selector, self.domain)

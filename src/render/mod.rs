@@ -33,6 +33,7 @@ pub use dkim::DkimKey;
 use errors::describe;
 pub use errors::{RenderError, TemplateLoadError};
 use extras::DeclaredHeader;
+pub(crate) use templates::{BUILTIN_KIND_FILES, KIND_FILE};
 use templates::{BUILTIN_TEMPLATES, add_template, read_template_dir};
 
 /// The `X-Outbox-Id` header: the row an email came from.
@@ -62,8 +63,18 @@ pub struct Renderer {
     limits: RenderLimits,
     /// The headers each kind declares in its `headers.txt`.
     declared: BTreeMap<String, Vec<DeclaredHeader>>,
+    /// The kinds with a sender of their own (their kind.toml's `from` and `reply_to`).
+    senders: BTreeMap<String, KindSender>,
     /// Signs every email when a DKIM key is configured.
     dkim: Option<dkim::DkimSigner>,
+}
+
+/// A kind's own sender: its `From`, instead of `OUTBOXD_FROM`, and the `Reply-To` of a
+/// message whose payload names none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KindSender {
+    pub from: Option<Mailbox>,
+    pub reply_to: Option<Mailbox>,
 }
 
 /// What one message may be: bounds on the work and memory any single row can cost.
@@ -203,6 +214,7 @@ impl Renderer {
             message_ids,
             limits: RenderLimits::default(),
             declared,
+            senders: BTreeMap::new(),
             dkim: None,
         })
     }
@@ -227,6 +239,13 @@ impl Renderer {
     #[must_use]
     pub fn with_limits(mut self, limits: RenderLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Sends these kinds from their own senders.
+    #[must_use]
+    pub fn with_senders(mut self, senders: BTreeMap<String, KindSender>) -> Self {
+        self.senders = senders;
         self
     }
 
@@ -305,8 +324,10 @@ impl Renderer {
             text,
             html,
         } = self.parts(kind, &context)?;
+        let sender = self.senders.get(kind);
+        let from = sender.and_then(|s| s.from.as_ref()).unwrap_or(&self.from);
         let mut builder = Message::builder()
-            .from(self.from.clone())
+            .from(from.clone())
             .subject(&subject)
             .message_id(Some(self.message_id(id)))
             .header(XOutboxId(id))
@@ -316,7 +337,8 @@ impl Renderer {
                 HeaderName::new_from_ascii_str("X-PM-Metadata-outbox_id"),
                 id.to_string(),
             ));
-        builder = addresses::add(builder, payload, &self.from)?;
+        let reply_to = sender.and_then(|s| s.reply_to.as_ref());
+        builder = addresses::add(builder, payload, from, reply_to)?;
         for header in self.declared.get(kind).into_iter().flatten() {
             let value = self.render_template(&header.template, &context)?;
             if let Some(value) = extras::header_value(header, &value)? {

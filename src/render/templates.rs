@@ -48,6 +48,26 @@ pub(super) const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The built-in kinds' settings (`<kind>/kind.toml`), which `config::kinds` reads: a
+/// directory's `kind.toml` of the same kind replaces one.
+pub(crate) const BUILTIN_KIND_FILES: &[(&str, &str)] = &[
+    (
+        "account_verification",
+        include_str!("../../templates/account_verification/kind.toml"),
+    ),
+    (
+        "workspace_invite",
+        include_str!("../../templates/workspace_invite/kind.toml"),
+    ),
+    (
+        "invoice_notice",
+        include_str!("../../templates/invoice_notice/kind.toml"),
+    ),
+];
+
+/// A kind's settings file, beside its templates; not a template.
+pub(crate) const KIND_FILE: &str = "kind.toml";
+
 pub(super) fn add_template(
     env: &mut Environment<'static>,
     name: String,
@@ -80,7 +100,9 @@ pub(super) fn read_template_dir(dir: &Path) -> Result<Vec<(String, String)>, Tem
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect::<Vec<_>>()
                 .join("/");
-            if relative.split('/').any(|part| part.starts_with('.')) {
+            if relative.split('/').any(|part| part.starts_with('.'))
+                || relative.ends_with(&format!("/{KIND_FILE}"))
+            {
                 continue;
             }
             if let Some((kind, _)) = relative.rsplit_once('/')

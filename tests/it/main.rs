@@ -21,6 +21,7 @@ mod helpers;
 mod honest_answers;
 mod hostile;
 mod intake;
+mod kinds;
 mod lanes;
 mod lookups;
 mod migrations;
