@@ -170,6 +170,7 @@ impl App {
             Arc::clone(&self.config.feedback),
             Arc::clone(&self.metrics),
             self.message_ids.clone(),
+            self.config.dispatch.lanes.clone(),
         );
         let admin = match (admin, webhooks) {
             (Some(admin), Some(webhooks)) => Some(admin.merge(webhooks)),

@@ -420,6 +420,7 @@ impl RunArgs {
             expire_after: kinds.expire_after(),
             suppress_hard_bounces: self.deliverability.suppress_hard_bounces,
             lanes: kinds.lanes(),
+            essential: kinds.essential(),
         })
     }
 }

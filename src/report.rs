@@ -151,6 +151,7 @@ pub fn suppression_table(page: &[Suppression]) -> String {
         .map(|s| {
             vec![
                 s.address.clone(),
+                s.scope.0.as_str().to_owned(),
                 s.reason.0.as_str().to_owned(),
                 s.source.clone(),
                 s.created_at.format("%Y-%m-%d %H:%M").to_string(),
@@ -163,7 +164,7 @@ pub fn suppression_table(page: &[Suppression]) -> String {
         })
         .collect();
     table(
-        &["ADDRESS", "REASON", "SOURCE", "SINCE", "UNTIL", "DETAIL"],
+        &["ADDRESS", "SCOPE", "REASON", "SOURCE", "SINCE", "UNTIL", "DETAIL"],
         &rows,
     )
 }

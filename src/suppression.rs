@@ -9,6 +9,8 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
+use crate::message::Lane;
+
 mod address;
 
 pub use address::{Address, lookup_forms};
@@ -20,7 +22,7 @@ pub use address::{Address, lookup_forms};
 #[derive(Debug, Clone, Default)]
 pub struct ListedAtClaim {
     pub looked_up: HashSet<String>,
-    pub listed: HashMap<String, SuppressionReason>,
+    pub listed: HashMap<String, Vec<Listing>>,
 }
 
 /// Why an address is on the list: the `reason` column and the `reason` label of
@@ -73,6 +75,85 @@ impl std::str::FromStr for SuppressionReason {
 impl std::fmt::Display for SuppressionReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Which kinds an entry of the list stops: every kind, or one lane's. A hard bounce is
+/// `all`; an unsubscribe or a complaint about a message, that message's lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    All,
+    Lane(Lane),
+}
+
+impl Scope {
+    pub const ALL: [Scope; 3] = [
+        Scope::All,
+        Scope::Lane(Lane::Bulk),
+        Scope::Lane(Lane::Transactional),
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::Lane(lane) => lane.as_str(),
+        }
+    }
+
+    /// Whether it stops mail of `lane`.
+    pub fn covers(self, lane: Lane) -> bool {
+        self == Scope::All || self == Scope::Lane(lane)
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == text)
+            .ok_or_else(|| format!("unknown scope {text:?}: one of all, bulk, transactional"))
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Scope {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One entry of the list as the dispatcher weighs it against a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listing {
+    pub reason: SuppressionReason,
+    pub scope: Scope,
+}
+
+impl Listing {
+    /// Whether it stops a message of `lane`: an essential kind (a password reset) still
+    /// reaches an address that unsubscribed or complained, never one that bounced or that
+    /// an operator listed.
+    pub fn stops(self, lane: Lane, essential: bool) -> bool {
+        let waived = essential
+            && matches!(
+                self.reason,
+                SuppressionReason::Unsubscribe | SuppressionReason::Complaint
+            );
+        self.scope.covers(lane) && !waived
     }
 }
 
@@ -138,12 +219,30 @@ pub struct NewSuppression {
     pub address: Address,
     pub reason: SuppressionReason,
     pub source: FeedbackSource,
+    /// The kinds it stops.
+    pub scope: Scope,
     /// What the server or the provider said, or the operator's note.
     pub detail: Option<String>,
     /// The outbox row that met it, when known.
     pub message_id: Option<i64>,
     /// Suppressed until then; `None` for good.
     pub until: Option<DateTime<Utc>>,
+}
+
+impl NewSuppression {
+    /// The entry a report about a message of `lane` makes: an unsubscribe or a complaint
+    /// stops that lane only; a hard bounce, and an operator's entry, stay as they are.
+    #[must_use]
+    pub fn about(mut self, lane: Lane) -> Self {
+        if matches!(
+            self.reason,
+            SuppressionReason::Unsubscribe | SuppressionReason::Complaint
+        ) && self.source != FeedbackSource::Operator
+        {
+            self.scope = Scope::Lane(lane);
+        }
+        self
+    }
 }
 
 /// The marks a row's `feedback` holds, as [`Feedback::mark`] gives them and the store's
@@ -190,6 +289,8 @@ pub struct AddRequest {
     pub address: String,
     /// `manual` unless said otherwise.
     pub reason: Option<SuppressionReason>,
+    /// `all` unless said otherwise.
+    pub scope: Option<Scope>,
     pub detail: Option<String>,
     pub until: Option<DateTime<Utc>>,
 }
@@ -207,9 +308,15 @@ impl AddRequest {
         if self.until.is_some_and(|until| until <= now) {
             return Err("until must be in the future".to_owned());
         }
+        let reason = self.reason.unwrap_or(SuppressionReason::Manual);
+        let scope = self.scope.unwrap_or(Scope::All);
+        if reason == SuppressionReason::HardBounce && scope != Scope::All {
+            return Err("a hard bounce stops every kind: its scope is all".to_owned());
+        }
         Ok(NewSuppression {
             address: Address::parse(&self.address)?,
-            reason: self.reason.unwrap_or(SuppressionReason::Manual),
+            reason,
+            scope,
             source: FeedbackSource::Operator,
             detail: self.detail,
             message_id: None,

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use crate::config::DatabaseArgs;
 use crate::store::suppressions;
-use crate::suppression::{AddRequest, SuppressionReason, Address};
+use crate::suppression::{AddRequest, Address, Scope, SuppressionReason};
 use crate::text::printable;
 
 #[derive(Debug, Args)]
@@ -47,6 +47,9 @@ pub enum SuppressionsCommand {
         /// hard_bounce, complaint, manual or unsubscribe.
         #[arg(long, default_value = "manual")]
         reason: SuppressionReason,
+        /// The kinds it stops: all, or one lane's (bulk or transactional).
+        #[arg(long, default_value = "all")]
+        scope: Scope,
         /// A note kept with the entry.
         #[arg(long)]
         detail: Option<String>,
@@ -54,8 +57,13 @@ pub enum SuppressionsCommand {
         #[arg(long)]
         until: Option<DateTime<Utc>>,
     },
-    /// Mail an address again.
-    Remove { address: String },
+    /// Mail an address again: every entry of it, or the one of `--scope`.
+    Remove {
+        address: String,
+        /// Only the entry of this scope (all, bulk or transactional).
+        #[arg(long)]
+        scope: Option<Scope>,
+    },
 }
 
 pub async fn run(
@@ -80,26 +88,32 @@ pub async fn run(
         SuppressionsCommand::Add {
             address,
             reason,
+            scope,
             detail,
             until,
         } => {
             let request = AddRequest {
                 address,
                 reason: Some(reason),
+                scope: Some(scope),
                 detail,
                 until,
             };
             let entry = request.entry(Utc::now()).map_err(anyhow::Error::msg)?;
             suppressions::add(pool, &entry, actor).await?;
+            let scope = match entry.scope {
+                Scope::All => String::new(),
+                Scope::Lane(lane) => format!(", {} only", lane.as_str()),
+            };
             outln!(
-                "suppressed {} ({})",
+                "suppressed {} ({}{scope})",
                 printable(entry.address.as_str()),
-                entry.reason
+                entry.reason,
             )?;
         }
-        SuppressionsCommand::Remove { address } => {
+        SuppressionsCommand::Remove { address, scope } => {
             let address = Address::parse(&address).map_err(anyhow::Error::msg)?;
-            if !suppressions::remove(pool, &address, actor).await? {
+            if !suppressions::remove(pool, &address, scope, actor).await? {
                 anyhow::bail!("{} is not suppressed", printable(address.as_str()));
             }
             outln!("removed {}", printable(address.as_str()))?;

@@ -241,6 +241,11 @@ impl KindBook {
             .collect()
     }
 
+    /// The kinds an unsubscribe or a complaint does not stop.
+    pub fn essential(&self) -> BTreeSet<Kind> {
+        self.kinds_where(|s| s.essential)
+    }
+
     /// The kinds the automatic pause judges.
     pub fn auto_paused(&self) -> BTreeSet<Kind> {
         self.kinds_where(|s| s.auto_pause == Some(true))

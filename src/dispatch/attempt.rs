@@ -7,7 +7,7 @@ use crate::mailer::{SendError, Sent};
 use crate::message::{ClaimedMessage, FailureType, Outcome, ReleaseReason, RetryPolicy};
 use crate::render::RenderError;
 use crate::render::{ReadPayload, envelope_keys};
-use crate::suppression::SuppressionReason;
+use crate::suppression::{Listing, Scope};
 
 /// What an attempt at one message came to, before it is turned into an outcome.
 #[derive(Debug)]
@@ -21,7 +21,7 @@ pub(super) enum AttemptResult {
     /// Not started: past its expiry when claimed.
     Expired,
     /// Not sent: every recipient is on the suppression list.
-    Suppressed(SuppressionReason, usize),
+    Suppressed(Listing, usize),
     /// Rendering, sending or deciding the outcome panicked (a bug), with what the panic
     /// said.
     Panicked(String),
@@ -92,12 +92,22 @@ pub(super) fn outcome_of(
         ),
         AttemptResult::NotStarted => Outcome::not_started(),
         AttemptResult::Expired => Outcome::Expired,
-        AttemptResult::Suppressed(reason, recipients) => Outcome::Suppressed {
-            reason,
-            error: format!(
-                "not sent: every recipient ({recipients}) is on the suppression list ({reason})"
-            ),
-        },
+        AttemptResult::Suppressed(listing, recipients) => suppressed(listing, recipients),
+    }
+}
+
+/// Every recipient is on the list: the first one's entry says why, and for which kinds.
+fn suppressed(Listing { reason, scope }: Listing, recipients: usize) -> Outcome {
+    let entry = match scope {
+        Scope::All => reason.to_string(),
+        Scope::Lane(lane) => format!("{} {reason}", lane.as_str()),
+    };
+    Outcome::Suppressed {
+        reason,
+        scope,
+        error: format!(
+            "not sent: every recipient ({recipients}) is on the suppression list ({entry})"
+        ),
     }
 }
 

@@ -155,7 +155,9 @@ impl Claimer {
                 .suppressed_among(&unread)
                 .await
                 .map_err(DispatchError::database(DatabaseOperation::Claim))?;
-            listed.extend(found);
+            for (address, listing) in found {
+                listed.entry(address).or_default().push(listing);
+            }
         }
         Ok(Suppressed::listed(listed))
     }

@@ -2,6 +2,7 @@
 //! span linked to the request that enqueued it, and the outcome they come to (see
 //! `attempt`). A panic anywhere in it is caught here, once, and is that message's failure.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use super::pace::{ReplyCount, Slots};
 use super::queue::OutcomeQueue;
 use super::recipients::{Filtered, Suppressed};
 use crate::mailer::Mailer;
-use crate::message::{ClaimedMessage, RetryPolicy};
+use crate::message::{ClaimedMessage, Kind, Lanes, RetryPolicy};
 use crate::render::{ReadPayload, Renderer};
 use crate::telemetry::{self, PanicContext};
 use crate::trace_context::parse_traceparent;
@@ -36,6 +37,10 @@ pub(super) struct MessageSender {
     pub replies: Arc<ReplyCount>,
     pub expire_after: ExpireAfter,
     pub suppress_hard_bounces: bool,
+    /// Each message's lane, which the suppression list's lane entries stop.
+    pub lanes: Lanes,
+    /// The kinds an unsubscribe or a complaint does not stop (`essential` in kind.toml).
+    pub essential: BTreeSet<Kind>,
 }
 
 /// One batch being sent, shared by its sends.
@@ -205,11 +210,13 @@ impl MessageSender {
                 Ok(email) => email,
                 Err(e) => return (AttemptResult::RenderFailed(e), None),
             };
-            let fewer = match batch.suppressed.filter(&email.envelope) {
+            let lane = self.lanes.of(&message.kind);
+            let essential = self.essential.contains(message.kind.as_str());
+            let fewer = match batch.suppressed.filter(&email.envelope, lane, essential) {
                 Filtered::Unchanged => None,
                 Filtered::Fewer(envelope) => Some(envelope),
-                Filtered::AllSuppressed(reason, recipients) => {
-                    return (AttemptResult::Suppressed(reason, recipients), None);
+                Filtered::AllSuppressed(listing, recipients) => {
+                    return (AttemptResult::Suppressed(listing, recipients), None);
                 }
             };
             let envelope = fewer.as_ref().unwrap_or(&email.envelope);

@@ -30,6 +30,7 @@ mod sender;
 mod steps;
 mod wake;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::mailer::Mailer;
-use crate::message::{Lanes, RetryPolicy};
+use crate::message::{Kind, Lanes, RetryPolicy};
 use crate::render::Renderer;
 use crate::store::KeptConnection;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
@@ -82,6 +83,9 @@ pub struct DispatchSettings {
     pub suppress_hard_bounces: bool,
     /// Which kinds are bulk work, claimed after the transactional kinds' due rows.
     pub lanes: Lanes,
+    /// The kinds sent to an address that unsubscribed or complained (never to one that
+    /// bounced): `essential` in their kind.toml.
+    pub essential: BTreeSet<Kind>,
 }
 
 /// Two-stage shutdown: `stop` ends claiming and starting sends, `abort` gives up on
@@ -158,6 +162,8 @@ impl Dispatcher {
             replies: pace.reply_count(),
             expire_after: settings.expire_after.clone(),
             suppress_hard_bounces: settings.suppress_hard_bounces,
+            lanes: settings.lanes.clone(),
+            essential: settings.essential.clone(),
         };
         Self {
             claimer: Claimer::new(

@@ -66,10 +66,11 @@ pub(super) fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: 
             debug!(outbox.id = id, outbox.kind = %kind, reason = reason.as_str(), "released unsent");
         }
         Outcome::Expired => info!(outbox.id = id, outbox.kind = %kind, "expired unsent"),
-        Outcome::Suppressed { reason, .. } => info!(
+        Outcome::Suppressed { reason, scope, .. } => info!(
             outbox.id = id,
             outbox.kind = %kind,
             reason = reason.as_str(),
+            scope = scope.as_str(),
             "not sent: every recipient is suppressed"
         ),
     }

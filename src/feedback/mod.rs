@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::message::{MessageIds, Named};
 use crate::suppression::marks;
-use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, SuppressionReason};
+use crate::suppression::{BounceType, Feedback, FeedbackSource, NewSuppression, Scope, SuppressionReason};
 
 pub use fetch::HttpsClient;
 
@@ -189,9 +189,12 @@ impl Event {
             mark,
             message_id,
             detail: self.detail.clone(),
+            // Every kind's until the store knows the message: a complaint or an unsubscribe
+            // about one then stops its lane only (`NewSuppression::about`).
             suppression: reason.map(|reason| NewSuppression {
                 address: self.address.clone(),
                 reason,
+                scope: Scope::All,
                 source,
                 detail: self.detail.clone(),
                 message_id,

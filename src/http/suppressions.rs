@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
@@ -16,7 +16,7 @@ use super::api_error::{ApiError, CheckedQuery, ParseQuery, check_text};
 use super::auth::Actor;
 use crate::store::MAX_PAGE;
 use crate::store::suppressions::{self, Suppression};
-use crate::suppression::{AddRequest, Address};
+use crate::suppression::{AddRequest, Address, Scope};
 
 const DEFAULT_PAGE: i64 = 50;
 
@@ -91,10 +91,22 @@ async fn show(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let address = address(&raw)?;
-    match suppressions::get(&state.pool, &address).await? {
-        Some(entry) => Ok(Json(json!(entry))),
-        None => Err(ApiError::not_found(format!("{address} is not suppressed"))),
-    }
+    let entries = suppressions::get(&state.pool, &address).await?;
+    shown(&address, entries).map(Json)
+}
+
+/// An address's entries as the API shows them: the first (`all` before a lane's) with its
+/// fields, and every one under `entries`; 404 when there is none.
+fn shown(
+    address: &Address,
+    entries: Vec<Suppression>,
+) -> Result<Value, ApiError> {
+    let Some(first) = entries.first() else {
+        return Err(ApiError::not_found(format!("{address} is not suppressed")));
+    };
+    let mut shown = json!(first);
+    shown["entries"] = json!(entries);
+    Ok(shown)
 }
 
 async fn add(
@@ -107,16 +119,27 @@ async fn add(
     suppressions::add(&state.pool, &entry, &actor.0).await?;
     info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
     let stored = suppressions::get(&state.pool, &entry.address).await?;
-    Ok((StatusCode::CREATED, Json(json!(stored))))
+    Ok((StatusCode::CREATED, Json(shown(&entry.address, stored)?)))
 }
 
 async fn remove(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
     Path(raw): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<StatusCode, ApiError> {
     let address = address(&raw)?;
-    if suppressions::remove(&state.pool, &address, &actor.0).await? {
+    if let Some(unknown) = query.keys().find(|key| key.as_str() != "scope") {
+        return Err(ApiError::bad_request(format!(
+            "unknown parameter {unknown:?}: use scope"
+        )));
+    }
+    let scope = query
+        .get("scope")
+        .map(|scope| scope.parse::<Scope>())
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    if suppressions::remove(&state.pool, &address, scope, &actor.0).await? {
         info!(actor = %actor.0, action = "unsuppress", "admin action");
         Ok(StatusCode::NO_CONTENT)
     } else {

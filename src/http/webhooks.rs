@@ -20,7 +20,7 @@ use crate::feedback::{
     Checks, EventKind, FeedbackError, FeedbackSettings, MAX_BODY_BYTES, Notification,
 };
 use crate::lock::lock;
-use crate::message::MessageIds;
+use crate::message::{Lanes, MessageIds};
 use crate::store;
 use crate::store::suppressions::FeedbackRecorded;
 use crate::suppression::FeedbackSource;
@@ -37,6 +37,8 @@ struct WebhookState {
     refusals: Arc<RefusalLog>,
     metrics: Arc<Metrics>,
     message_ids: MessageIds,
+    /// Each kind's lane: a complaint or an unsubscribe about a message stops its lane.
+    lanes: Lanes,
 }
 
 /// The webhooks the settings turn on; `None` when none is.
@@ -45,6 +47,7 @@ pub fn router(
     settings: Arc<FeedbackSettings>,
     metrics: Arc<Metrics>,
     message_ids: MessageIds,
+    lanes: Lanes,
 ) -> Option<Router> {
     if !settings.any() {
         return None;
@@ -71,6 +74,7 @@ pub fn router(
         refusals: Arc::default(),
         metrics,
         message_ids,
+        lanes,
     }))
 }
 
@@ -247,6 +251,7 @@ async fn record(
         source,
         notification.id.as_deref(),
         &reports,
+        &state.lanes,
     )
     .await
     {

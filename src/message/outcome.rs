@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::suppression::SuppressionReason;
+use crate::suppression::{Scope, SuppressionReason};
 
 use super::MAX_ERROR_CHARS;
 
@@ -98,6 +98,8 @@ pub enum Outcome {
     /// recipient's.
     Suppressed {
         reason: SuppressionReason,
+        /// The kinds the entry stops: every kind, or the message's lane.
+        scope: Scope,
         error: String,
     },
 }

@@ -11,7 +11,7 @@ use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
 use crate::message::{ClaimedBatch, ClaimedMessage, LaneScan};
-use crate::suppression::ListedAtClaim;
+use crate::suppression::{ListedAtClaim, Listing};
 
 /// The claim's tiers, as its rows name them (`tier`, `sql/claim.sql`).
 pub(crate) const URGENT: &str = "urgent";
@@ -73,12 +73,12 @@ pub async fn claim<'e>(
     let mut messages = Vec::with_capacity(rows.len());
     for row in rows {
         suppression.looked_up.extend(row.looked_up);
-        // The table's CHECK allows only known reasons; an unknown one would be skipped here
-        // as `suppressed_among` skips it.
-        let reasons = row.reasons.iter().map(|reason| reason.parse().ok());
-        for (address, reason) in row.listed.into_iter().zip(reasons) {
-            if let Some(reason) = reason {
-                suppression.listed.insert(address, reason);
+        // The tables' CHECKs allow only known reasons and scopes; an unknown one would be
+        // skipped here as `suppressed_among` skips it.
+        let entries = row.reasons.iter().zip(&row.scopes);
+        for (address, (reason, scope)) in row.listed.into_iter().zip(entries) {
+            if let Some(listing) = listing(reason, scope) {
+                suppression.listed.entry(address).or_default().push(listing);
             }
         }
         messages.push(row.message);
@@ -141,4 +141,13 @@ struct ClaimedRow {
     /// Those of them on the suppression list now, and the reason of each.
     listed: Vec<String>,
     reasons: Vec<String>,
+    scopes: Vec<String>,
+}
+
+/// An entry of the list as its columns hold it, if both words are known.
+pub(super) fn listing(reason: &str, scope: &str) -> Option<Listing> {
+    Some(Listing {
+        reason: reason.parse().ok()?,
+        scope: scope.parse().ok()?,
+    })
 }

@@ -20,7 +20,7 @@ use super::statements::Store;
 use super::suppressions::suppressed_among;
 use super::{ClaimRequest, Claimed, OutcomeRow, Recorded, RowLocks, claim, record_outcomes};
 use crate::lock::lock;
-use crate::suppression::SuppressionReason;
+use crate::suppression::Listing;
 
 /// How long one connection is kept before it goes back to the pool.
 const KEEP_FOR: Duration = Duration::from_secs(300);
@@ -60,7 +60,7 @@ impl KeptConnection {
     pub async fn suppressed_among(
         &self,
         addresses: &[String],
-    ) -> Result<Vec<(String, SuppressionReason)>, sqlx::Error> {
+    ) -> Result<Vec<(String, Listing)>, sqlx::Error> {
         if addresses.is_empty() {
             return Ok(Vec::new());
         }

@@ -31,6 +31,9 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_suppressions", "SELECT"),
     table("outbox_suppressions", "INSERT"),
     table("outbox_suppressions", "UPDATE"),
+    // The claim reads the lanes' entries of the list; the webhooks and the admin surface
+    // write them.
+    table("outbox_lane_suppressions", "SELECT"),
     table("outbox_send_rate", "SELECT"),
     table("outbox_send_rate", "INSERT"),
     table("outbox_send_rate", "UPDATE"),

@@ -26,6 +26,7 @@ fn word(name: &str) -> Option<String> {
         "mark.soft_bounce" => marks::SOFT_BOUNCE,
         "mark.complaint" => marks::COMPLAINT,
         "reason.hard_bounce" => SuppressionReason::HardBounce.as_str(),
+        "scope.all" => crate::suppression::Scope::All.as_str(),
         "source.smtp" => FeedbackSource::Smtp.as_str(),
         "audit.lookup" => super::super::messages::AUDIT_LOOKUP,
         "audit.resume" => super::super::pauses::AUDIT_RESUME,
@@ -42,6 +43,7 @@ fn word(name: &str) -> Option<String> {
 const OBJECTS: &[&str] = &[
     "outbox_messages",
     "outbox_suppressions",
+    "outbox_lane_suppressions",
     "outbox_send_rate",
     "outbox_schema_migrations",
     "outbox_webhook_receipts",

@@ -8,14 +8,19 @@ use sqlx::{FromRow, PgExecutor};
 use super::admin::{audit, remove_by_key};
 use super::statement::Sql;
 use super::statements::{Bound, Store};
+use super::claim::listing;
+use crate::message::Lanes;
 use crate::suppression::{
-    Address, Feedback, FeedbackSource, NewSuppression, SuppressionReason,
+    Address, Feedback, FeedbackSource, Listing, NewSuppression, Scope, SuppressionReason,
 };
 
 /// One address on the list.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct Suppression {
     pub address: String,
+    /// The kinds it stops: `all`, `bulk` or `transactional`.
+    #[sqlx(try_from = "String")]
+    pub scope: ScopeColumn,
     #[sqlx(try_from = "String")]
     pub reason: ReasonColumn,
     pub source: String,
@@ -41,23 +46,38 @@ impl TryFrom<String> for ReasonColumn {
     }
 }
 
-/// Which of these (normalized) addresses are suppressed now, with the reason of each.
+/// The `scope` of an entry read back (`all` for `outbox_suppressions`, the lane for
+/// `outbox_lane_suppressions`); a value outside the tables' CHECKs cannot occur.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ScopeColumn(pub Scope);
+
+impl TryFrom<String> for ScopeColumn {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse().map(ScopeColumn)
+    }
+}
+
+/// Which of these (normalized) addresses are suppressed now, with each entry's reason and
+/// scope.
 pub async fn suppressed_among<'e>(
     store: &Store,
     executor: impl PgExecutor<'e>,
     addresses: &[String],
-) -> Result<Vec<(String, SuppressionReason)>, sqlx::Error> {
+) -> Result<Vec<(String, Listing)>, sqlx::Error> {
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, String)> = store
+    let rows: Vec<(String, String, String)> = store
         .query_as(Sql::SuppressedAmong)
         .bind(addresses)
         .fetch_all(executor)
         .await?;
     Ok(rows
         .into_iter()
-        .filter_map(|(address, reason)| Some((address, reason.parse().ok()?)))
+        .filter_map(|(address, reason, scope)| Some((address, listing(&reason, &scope)?)))
         .collect())
 }
 
@@ -135,10 +155,10 @@ pub async fn list(
         .await
 }
 
-/// One address's entry, if any.
-pub async fn get(store: &Store, address: &Address) -> Result<Option<Suppression>, sqlx::Error> {
+/// One address's entries, `all` first; none when it is not listed.
+pub async fn get(store: &Store, address: &Address) -> Result<Vec<Suppression>, sqlx::Error> {
     store
-        .optional(store.query_as(Sql::GetSuppression).bind(address.as_str()))
+        .all(store.query_as(Sql::GetSuppression).bind(address.as_str()))
         .await
 }
 
@@ -151,10 +171,32 @@ pub async fn add(store: &Store, entry: &NewSuppression, actor: &str) -> Result<(
     tx.commit().await
 }
 
-/// Removes an address for an operator, with the audit entry; false when it was not listed.
-pub async fn remove(store: &Store, address: &Address, actor: &str) -> Result<bool, sqlx::Error> {
+/// Removes an address's entry of `scope`, or every entry of it (`None`), for an operator,
+/// with the audit entry; false when there was none.
+pub async fn remove(
+    store: &Store,
+    address: &Address,
+    scope: Option<Scope>,
+    actor: &str,
+) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let removed = remove_by_key(store, &mut tx, Sql::RemoveSuppression, address.as_str()).await?;
+    let mut removed = 0;
+    if matches!(scope, None | Some(Scope::All)) {
+        removed += remove_by_key(store, &mut tx, Sql::RemoveSuppression, address.as_str()).await?;
+    }
+    if scope != Some(Scope::All) {
+        let lane = match scope {
+            Some(Scope::Lane(lane)) => Some(lane.as_str()),
+            _ => None,
+        };
+        removed += store
+            .query(Sql::RemoveLaneSuppressions)
+            .bind(address.as_str())
+            .bind(lane)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    }
     audit(
         store,
         &mut tx,
@@ -197,6 +239,7 @@ pub async fn record_feedback(
     source: FeedbackSource,
     notification_id: Option<&str>,
     reports: &[Feedback],
+    lanes: &Lanes,
 ) -> Result<FeedbackRecorded, sqlx::Error> {
     let mut recorded = FeedbackRecorded::default();
     if reports.is_empty() {
@@ -214,20 +257,31 @@ pub async fn record_feedback(
         return Ok(recorded);
     }
     for feedback in reports {
+        let row = match feedback.message_id {
+            Some(id) => row_reported(store, &mut tx, id, &feedback.address).await?,
+            None => None,
+        };
         if let Some(entry) = &feedback.suppression {
-            if upsert(store, &mut *tx, entry, None).await? {
+            // About a message sent to the address: that message's lane; else every kind.
+            let entry = match &row {
+                Some(kind) => entry.clone().about(lanes.of(kind)),
+                None => entry.clone(),
+            };
+            if upsert(store, &mut *tx, &entry, None).await? {
                 recorded.suppressed += 1;
             } else {
                 recorded.already_suppressed += 1;
             }
         }
-        if let Some(id) = feedback.message_id {
-            let marked = note_on_row(store, &mut tx, id, feedback, source).await?;
+        if let (Some(id), Some(_)) = (feedback.message_id, &row) {
+            let marked = mark(store, &mut tx, id, feedback, source).await?;
             match (feedback.mark, marked) {
                 (Some(_), true) => recorded.marked += 1,
                 (Some(_), false) => recorded.not_marked += 1,
                 (None, _) => {}
             }
+        } else if feedback.mark.is_some() && feedback.message_id.is_some() {
+            recorded.not_marked += 1;
         }
     }
     tx.commit().await?;
@@ -254,32 +308,38 @@ async fn first_receipt(
     Ok(first)
 }
 
-/// Notes a provider's report on the row it names, if the address reported was among its
-/// recipients: an event of its timeline, and its mark (a complaint outranks a bounce, and
-/// a hard bounce a soft one), in one statement. True when the row was marked.
-async fn note_on_row(
+/// The kind of the row a report names, if the address reported was among its recipients
+/// (the row locked for its mark); `None` when the row is gone or was not sent to it.
+async fn row_reported(
+    store: &Store,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: i64,
+    address: &Address,
+) -> Result<Option<String>, sqlx::Error> {
+    let row: Option<(String, Vec<String>)> = store
+        .query_as(Sql::EnvelopeOf)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(row.and_then(|(kind, recipients)| {
+        let sent_to = recipients
+            .iter()
+            .filter_map(|text| Address::parse(text).ok())
+            .any(|recipient| recipient == *address);
+        sent_to.then_some(kind)
+    }))
+}
+
+/// Notes a provider's report on the row it names: an event of its timeline, and its mark
+/// (a complaint outranks a bounce, and a hard bounce a soft one), in one statement. True
+/// when the row was marked.
+async fn mark(
     store: &Store,
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     id: i64,
     feedback: &Feedback,
     source: FeedbackSource,
 ) -> Result<bool, sqlx::Error> {
-    let address = &feedback.address;
-    let recipients: Option<(Vec<String>,)> = store
-        .query_as(Sql::EnvelopeOf)
-        .bind(id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    let Some((recipients,)) = recipients else {
-        return Ok(false);
-    };
-    let sent_to = recipients
-        .iter()
-        .filter_map(|text| Address::parse(text).ok())
-        .any(|recipient| recipient == *address);
-    if !sent_to {
-        return Ok(false);
-    }
     let marked = store
         .query(Sql::MarkFeedback)
         .bind(id)
@@ -304,17 +364,26 @@ async fn upsert<'e, E: sqlx::PgExecutor<'e>>(
     entry: &NewSuppression,
     actor: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
-    let changed = store
-        .query(Sql::UpsertSuppression)
+    let (statement, lane) = match entry.scope {
+        Scope::All => (Sql::UpsertSuppression, None),
+        Scope::Lane(lane) => (Sql::UpsertLaneSuppression, Some(lane.as_str())),
+    };
+    let detail = entry
+        .detail
+        .as_deref()
+        .map(|d| crate::text::cut(d, crate::suppression::MAX_DETAIL_CHARS));
+    let mut query = store
+        .query(statement)
         .bind(entry.address.as_str())
         .bind(entry.reason.as_str())
         .bind(entry.source.as_str())
-        .bind(entry.detail.as_deref().map(|d| crate::text::cut(d, crate::suppression::MAX_DETAIL_CHARS)))
+        .bind(detail)
         .bind(entry.message_id)
         .bind(actor)
-        .bind(entry.until)
-        .execute(executor)
-        .await?
-        .rows_affected();
+        .bind(entry.until);
+    if let Some(lane) = lane {
+        query = query.bind(lane);
+    }
+    let changed = query.execute(executor).await?.rows_affected();
     Ok(changed > 0)
 }

@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::message::{Delivery, FailureType, Lane, Lanes, Outcome, ReleaseReason};
 use crate::store::Prunable;
-use crate::suppression::{BounceType, FeedbackSource, SuppressionReason};
+use crate::suppression::{BounceType, FeedbackSource, Scope, SuppressionReason};
 
 mod otlp;
 mod sample;
@@ -126,7 +126,7 @@ metrics! {
     SEND_RATE_LIMIT = "outbox_send_rate_limit_per_second", Gauge, None,
         "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, or without one the pace found from throttling replies; cut by throttling and recovering); 0 with no limit until the relay throttles.";
     SUPPRESSED = "outbox_messages_suppressed_total", Counter, None,
-        "Messages not sent because every recipient is on the suppression list, by the first recipient's reason; not dead letters.";
+        "Messages not sent because every recipient is on the suppression list, by the first recipient's reason and the scope of its entry (all, bulk or transactional); not dead letters.";
     BOUNCES = "outbox_bounces_received_total", Counter, None,
         "Bounces received, by source (smtp: a 5xx reply saying the mailbox does not exist; ses, postmark, webhook: a provider's notification) and type (hard, soft, undetermined). Hard bounces suppress their address.";
     COMPLAINTS = "outbox_complaints_received_total", Counter, None,
@@ -269,10 +269,7 @@ impl Metrics {
             drop(histogram!(DELIVERY_LATENCY, "kind" => kind.to_owned(), "lane" => lane));
             counter!(SENT, "kind" => kind.to_owned(), "delivery" => delivery.as_str()).increment(0);
             counter!(EXPIRED, "kind" => kind.to_owned()).increment(0);
-            for reason in SuppressionReason::ALL {
-                counter!(SUPPRESSED, "kind" => kind.to_owned(), "reason" => reason.as_str())
-                    .increment(0);
-            }
+            register_suppressed(kind, metrics.lanes.of(kind));
             for failure_type in FailureType::ALL {
                 counter!(SEND_FAILURES, "kind" => kind.to_owned(), "class" => failure_type.as_str())
                     .increment(0);
@@ -355,8 +352,9 @@ impl Metrics {
                 counter!(RELEASED, "reason" => reason.as_str()).increment(1);
             }
             Outcome::Expired => counter!(EXPIRED, "kind" => kind).increment(1),
-            Outcome::Suppressed { reason, .. } => {
-                counter!(SUPPRESSED, "kind" => kind, "reason" => reason.as_str()).increment(1);
+            Outcome::Suppressed { reason, scope, .. } => {
+                counter!(SUPPRESSED, "kind" => kind, "reason" => reason.as_str(), "scope" => scope.as_str())
+                    .increment(1);
             }
         }
     }
@@ -446,4 +444,19 @@ fn unix_ms(time: SystemTime) -> u64 {
 pub(super) fn unix_seconds(time: SystemTime) -> f64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The suppressed counter's series of `kind`: the entries that can stop it, every kind's
+/// and its lane's (a hard bounce is every kind's only).
+fn register_suppressed(kind: &str, lane: Lane) {
+    for reason in SuppressionReason::ALL {
+        for scope in [Scope::All, Scope::Lane(lane)] {
+            if reason == SuppressionReason::HardBounce && scope != Scope::All {
+                continue;
+            }
+            let (reason, scope) = (reason.as_str(), scope.as_str());
+            counter!(SUPPRESSED, "kind" => kind.to_owned(), "reason" => reason, "scope" => scope)
+                .increment(0);
+        }
+    }
 }

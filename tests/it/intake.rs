@@ -290,6 +290,7 @@ async fn a_replayed_notification_does_not_undo_an_operators_removal() {
     outboxd::store::suppressions::remove(
         &db.store,
         &outboxd::suppression::Address::parse("ann@example.com").unwrap(),
+        None,
         "ops",
     )
     .await

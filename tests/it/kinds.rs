@@ -118,7 +118,7 @@ fn preview_shows_a_kinds_settings_and_renders_it_from_its_own_sender() {
         ]),
         "outboxd preview",
     );
-    assert!(shown.contains("essential: yes"), "{shown}");
+    assert!(shown.contains("essential: no"), "{shown}");
     // OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS's default exempts it.
     assert!(shown.contains("never paused automatically"), "{shown}");
     // A built-in kind goes to the bulk lane by the variable, as before its file existed.

@@ -35,6 +35,7 @@ mod postgres18;
 mod producer;
 mod reliability;
 mod replicas;
+mod scopes;
 mod suppression;
 mod timeline;
 mod webhooks;

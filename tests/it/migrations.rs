@@ -213,6 +213,27 @@ async fn the_installation_tag_migration_runs_while_an_application_holds_the_outb
 }
 
 #[tokio::test]
+async fn the_lane_suppressions_migration_runs_while_an_application_holds_the_suppression_list() {
+    let db = TestDb::empty().await;
+    let lanes_migration = migrated_up_to(&db, "lane suppressions").await;
+    // Someone holds the whole list, as a long ALTER or an operator's bulk edit would.
+    let held = db.lock_table("outbox_suppressions").await;
+    let with_lanes = ours_up_to(lanes_migration + 1);
+    tokio::time::timeout(Duration::from_secs(30), with_lanes.run(&db.pool))
+        .await
+        .expect("the migration waited on the suppression list")
+        .expect("the lane suppressions migration");
+    held.rollback().await.unwrap();
+    let lanes: i64 = db
+        .scalar(
+            "SELECT count(*) FROM pg_class WHERE relname = $1",
+            "outbox_lane_suppressions",
+        )
+        .await;
+    assert_eq!(lanes, 1);
+}
+
+#[tokio::test]
 async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
     let db = TestDb::empty().await;
     let logged_only = migrated_up_to(&db, "logged only").await;

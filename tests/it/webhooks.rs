@@ -155,6 +155,8 @@ pub(crate) async fn suppressed(db: &TestDb, address: &str) -> Option<(Suppressio
     )
     .await
     .unwrap()
+    .into_iter()
+    .next()
     .map(|s| (s.reason.0, s.source))
 }
 

@@ -149,7 +149,7 @@ fn the_built_in_kinds_say_their_settings_and_an_unnamed_kind_has_the_defaults() 
     let none = BTreeSet::new();
     let book = KindBook::load(None, &variables(None, None, &none, &none)).expect("loads");
     let verification = book.settings("account_verification");
-    assert!(verification.essential);
+    assert!(!verification.essential);
     // Exempt by OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS's default, not by its file.
     assert_eq!(verification.auto_pause, None);
     assert!(verification.file.as_deref().is_some_and(|f| f.contains("built-in")));

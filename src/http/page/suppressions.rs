@@ -13,7 +13,7 @@ use tracing::info;
 use super::{PostedForm, ago, back_to, carries_csrf, database_unavailable};
 use crate::http::AdminState;
 use crate::store::suppressions;
-use crate::suppression::{AddRequest, SuppressionReason, Address};
+use crate::suppression::{AddRequest, Address, Scope, SuppressionReason};
 use crate::text::mask_addresses;
 
 /// Addresses the page shows at once.
@@ -38,6 +38,7 @@ pub(super) async fn rows(
         .map(|s| {
             context! {
                 address => s.address,
+                scope => s.scope.0.as_str(),
                 reason => s.reason.0.as_str(),
                 source => s.source,
                 detail => s.detail.unwrap_or_default(),
@@ -61,6 +62,9 @@ pub(super) struct AddForm {
     csrf: String,
     address: String,
     reason: SuppressionReason,
+    /// `all` when the form says none.
+    #[serde(default)]
+    scope: Option<Scope>,
     #[serde(default)]
     detail: String,
 }
@@ -69,6 +73,9 @@ pub(super) struct AddForm {
 pub(super) struct RemoveForm {
     csrf: String,
     address: String,
+    /// The row's entry; every entry of the address when none.
+    #[serde(default)]
+    scope: Option<Scope>,
 }
 
 carries_csrf!(AddForm, RemoveForm);
@@ -86,6 +93,7 @@ pub(super) async fn add(
     let request = AddRequest {
         address: form.address,
         reason: Some(form.reason),
+        scope: form.scope,
         detail: Some(form.detail).filter(|d| !d.trim().is_empty()),
         until: None,
     };
@@ -97,8 +105,9 @@ pub(super) async fn add(
         Ok(()) => {
             info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
             back(&format!(
-                "Suppressed the address ({}); search the list below to see it.",
-                entry.reason
+                "Suppressed the address ({}, {}); search the list below to see it.",
+                entry.reason,
+                entry.scope
             ))
         }
         Err(e) => database_unavailable(&e),
@@ -113,7 +122,7 @@ pub(super) async fn remove(
         Ok(address) => address,
         Err(e) => return back(&format!("Could not remove: {e}.")),
     };
-    match suppressions::remove(&state.pool, &address, &actor.0).await {
+    match suppressions::remove(&state.pool, &address, form.scope, &actor.0).await {
         Ok(true) => {
             info!(actor = %actor.0, action = "unsuppress", "admin action");
             back("Removed the address from the suppression list.")

@@ -24,7 +24,7 @@
 -- $8 bulk_kinds (text[]): the kinds of the bulk lane.
 -- $9 bulk_floor (timestamptz, null from the start): the bulk lane's floor.
 -- Index: outbox_messages_due_idx (next_attempt_at, id WHERE pending) for `regular` and
--- `bulk`, outbox_messages_priority_due_idx for `urgent`, outbox_suppressions' primary key.
+-- `bulk`, outbox_messages_priority_due_idx for `urgent`, outbox_suppressions' and outbox_lane_suppressions' primary keys.
 WITH paused AS (
     SELECT coalesce(array_agg(kind), '{}') AS kinds FROM {{schema}}outbox_kind_pauses
 ), regular_head AS (
@@ -91,16 +91,17 @@ WITH paused AS (
            END AS looked_up
     FROM claimed AS c
 ), listed AS MATERIALIZED (
-    SELECT address, reason FROM {{schema}}outbox_suppressions
+    SELECT address, reason, scope FROM ({{suppression_entries}}) AS entries
     WHERE address IN (SELECT unnest(looked_up) FROM looked)
       AND {{active_suppression()}}
 )
 SELECT c.id, c.kind, c.attempts, c.traceparent, c.created_at, c.expires_at, c.priority,
        c.throttled_releases, c.payload, c.payload_bytes, c.reclaimed, c.due_at, c.claimed_at,
-       c.was_due_at, c.tier, c.looked_up, s.listed, s.reasons
+       c.was_due_at, c.tier, c.looked_up, s.listed, s.reasons, s.scopes
 FROM looked AS c
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(address), '{}') AS listed,
-           coalesce(array_agg(reason), '{}') AS reasons
+           coalesce(array_agg(reason), '{}') AS reasons,
+           coalesce(array_agg(scope), '{}') AS scopes
     FROM listed WHERE address = ANY(c.looked_up)
 ) AS s

@@ -38,6 +38,18 @@ created_at = {{schema}}outbox_on_the_calendar(created_at),
 not_before = {{schema}}outbox_on_the_calendar(not_before),
 expires_at = {{schema}}outbox_on_the_calendar(expires_at)
 
+-- fragment: suppression_entries
+-- Every entry of the suppression list with its scope: those of `outbox_suppressions` apply
+-- to every kind (`all`), those of `outbox_lane_suppressions` (migration 26) to one lane. A
+-- `WHERE address ...` on it is pushed into both halves, each a lookup of its primary key.
+SELECT address, 'all' /* word: scope.all */ AS scope, reason, source, detail, message_id,
+       created_at, created_by, suppressed_until
+FROM {{schema}}outbox_suppressions
+UNION ALL
+SELECT address, lane, reason, source, detail, message_id, created_at, created_by,
+       suppressed_until
+FROM {{schema}}outbox_lane_suppressions
+
 -- fragment: replaced_for_good
 -- Of an `ON CONFLICT (address) DO UPDATE` on the suppression list by a report that
 -- suppresses for good (a hard bounce, a complaint, an unsubscribe): the existing entries it

@@ -3,17 +3,17 @@
 -- that providers report.
 
 -- fragment: suppression_columns
--- The columns of a listed entry, for a `WHERE` to follow.
-SELECT address, reason, source, detail, message_id, created_at, created_by,
+-- The columns of a listed entry, in either table, for a `WHERE` to follow.
+SELECT address, scope, reason, source, detail, message_id, created_at, created_by,
        suppressed_until, {{active_suppression()}} AS active
-FROM {{schema}}outbox_suppressions
+FROM ({{suppression_entries}}) AS entries
 
 -- name: suppressed_among
 -- Which of these addresses (in the list's normal form) are suppressed now, with the reason
--- of each: the dispatcher's lookup of addresses the claim did not read.
+-- and the scope of each entry: the dispatcher's lookup of addresses the claim did not read.
 -- $1 addresses (text[])
--- Index: outbox_suppressions_pkey.
-SELECT address, reason FROM {{schema}}outbox_suppressions
+-- Index: outbox_suppressions_pkey; outbox_lane_suppressions_pkey.
+SELECT address, reason, scope FROM ({{suppression_entries}}) AS entries
 WHERE address = ANY($1) AND {{active_suppression()}}
 
 -- name: suppressed_recipients_of
@@ -34,27 +34,42 @@ JOIN {{schema}}outbox_suppressions AS s
 WHERE m.id = ANY($1) ORDER BY m.id, s.address LIMIT $2
 
 -- name: list_suppressions
--- A page of the list in address order; $1 matches any part of the address (already in the
--- normal form's case), $2 is the last address of the previous page.
+-- A page of the list in address order: $3 addresses, each with all its entries (`all`
+-- first), so that a page never ends between two entries of one address; $1 matches any
+-- part of the address (already in the normal form's case), $2 is the last address of the
+-- previous page.
 -- $1 search (text, null for all), $2 after (text, null from the start), $3 limit (bigint)
--- Index: outbox_suppressions_pkey (a range from $2; the search filters it).
+-- Index: outbox_suppressions_pkey and outbox_lane_suppressions_pkey (a range from $2 each,
+-- merged; the search filters them).
+WITH page AS (
+    SELECT DISTINCT address FROM ({{suppression_entries}}) AS entries
+    WHERE ($1::text IS NULL OR strpos(address, $1) > 0)
+      AND ($2::text IS NULL OR address > $2)
+    ORDER BY address LIMIT $3
+)
 {{suppression_columns}}
-WHERE ($1::text IS NULL OR strpos(address, $1) > 0)
-  AND ($2::text IS NULL OR address > $2)
-ORDER BY address LIMIT $3
+WHERE address IN (SELECT address FROM page)
+ORDER BY address, scope
 
 -- name: get_suppression
--- One address's entry, if any.
+-- One address's entries, `all` first.
 -- $1 address (text)
--- Index: outbox_suppressions_pkey.
+-- Index: outbox_suppressions_pkey; outbox_lane_suppressions_pkey.
 {{suppression_columns}}
-WHERE address = $1
+WHERE address = $1 ORDER BY scope
 
 -- name: remove_suppression
--- An operator lifts an address's entry.
+-- An operator lifts an address's entry for every kind.
 -- $1 address (text)
 -- Index: outbox_suppressions_pkey.
 DELETE FROM {{schema}}outbox_suppressions WHERE address = $1
+
+-- name: remove_lane_suppressions
+-- An operator lifts an address's entries for one lane, or for both ($2 null).
+-- $1 address (text), $2 lane (text, null for both)
+-- Index: outbox_lane_suppressions_pkey.
+DELETE FROM {{schema}}outbox_lane_suppressions
+WHERE address = $1 AND ($2::text IS NULL OR lane = $2)
 
 -- name: upsert_suppression
 -- Inserts an entry, or replaces one that has lapsed or that an operator is replacing, and
@@ -77,6 +92,25 @@ WHERE excluded.created_by IS NOT NULL
    OR outbox_suppressions.suppressed_until <= now()
    OR (excluded.suppressed_until IS NULL AND {{replaced_for_good}})
 
+-- name: upsert_lane_suppression
+-- As `upsert_suppression`, for one lane's entry: an unsubscribe or a complaint about a
+-- message of the lane, or an operator's entry for it.
+-- $1 address (text), $2 reason (text), $3 source (text), $4 detail (text),
+-- $5 message_id (bigint), $6 created_by (text, null for a provider's report),
+-- $7 suppressed_until (timestamptz, null for good), $8 lane (text)
+-- Index: outbox_lane_suppressions_pkey.
+INSERT INTO {{schema}}outbox_lane_suppressions
+    (address, reason, source, detail, message_id, created_by, suppressed_until, lane)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (address, lane) DO UPDATE SET
+    reason = excluded.reason, source = excluded.source, detail = excluded.detail,
+    message_id = excluded.message_id, created_at = now(),
+    created_by = excluded.created_by, suppressed_until = excluded.suppressed_until
+WHERE excluded.created_by IS NOT NULL
+   OR outbox_lane_suppressions.suppressed_until <= now()
+   OR (excluded.suppressed_until IS NULL
+       AND outbox_lane_suppressions.suppressed_until IS NOT NULL)
+
 -- name: first_receipt
 -- Keeps a provider's notification id; its row comes back true only the first time. Old
 -- receipts go in the same statement, a few at a time, so the table stays about a day long
@@ -94,10 +128,11 @@ WITH expired AS (
 SELECT EXISTS (SELECT 1 FROM kept)
 
 -- name: envelope_of
--- A message's envelope addresses as written, its row locked for the report's mark.
+-- A message's kind (whose lane a complaint or an unsubscribe about it stops) and its
+-- envelope addresses as written, its row locked for the report's mark.
 -- $1 id (bigint)
 -- Index: outbox_messages_pkey.
-SELECT ARRAY(SELECT jsonb_array_elements_text(
+SELECT kind, ARRAY(SELECT jsonb_array_elements_text(
     jsonb_path_query_array(payload, '$.to[*] ? (@.type() == "string")')
     || jsonb_path_query_array(payload, '$.cc[*] ? (@.type() == "string")')
     || jsonb_path_query_array(payload, '$.bcc[*] ? (@.type() == "string")')))

@@ -1,0 +1,48 @@
+-- Suppression scopes (issue 49): an unsubscribe or a complaint about a bulk message stops
+-- that lane's mail to the address, not its password resets. The entries of
+-- outbox_suppressions keep applying to every kind (their scope is `all`); an entry for one
+-- lane lives here, keyed by the address and the lane, with the same columns.
+--
+-- A new table, so the migration locks no table that exists and runs online whatever the
+-- size of the list (checked: it completes while another session holds an ACCESS EXCLUSIVE
+-- lock on outbox_suppressions, tests/it/migrations.rs). It leaves outbox_suppressions'
+-- primary key as it is: a replica older than this release keeps writing hard bounces with
+-- `ON CONFLICT (address)` during a rolling upgrade, and reads no lane's entries until it
+-- is upgraded (so, for that while, it may mail an address that unsubscribed from one lane).
+CREATE TABLE outbox_lane_suppressions (
+    address          text        NOT NULL
+        CHECK (address = lower(address) AND length(address) BETWEEN 3 AND 320),
+    lane             text        NOT NULL CHECK (lane IN ('bulk', 'transactional')),
+    -- A hard bounce applies to every lane: it is kept in outbox_suppressions, never here.
+    reason           text        NOT NULL CHECK (reason IN ('complaint', 'manual', 'unsubscribe')),
+    source           text        NOT NULL CHECK (length(source) BETWEEN 1 AND 100),
+    detail           text        CHECK (detail IS NULL OR length(detail) <= 1000),
+    message_id       bigint,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    created_by       text,
+    suppressed_until timestamptz,
+    PRIMARY KEY (address, lane)
+);
+
+COMMENT ON TABLE outbox_lane_suppressions IS
+    'Addresses outboxd does not mail in one lane: an unsubscribe or a complaint about a message of that lane, or an operator''s entry.';
+
+-- Whoever may read or write the list may read or write its lane entries: a role set up
+-- with the book's GRANTs keeps working after the upgrade (the claim reads this table).
+DO $$
+DECLARE
+    grantee text;
+    privilege text;
+BEGIN
+    FOR grantee, privilege IN
+        SELECT DISTINCT g.grantee, g.privilege_type
+        FROM information_schema.role_table_grants AS g
+        WHERE g.table_name = 'outbox_suppressions' AND g.table_schema = current_schema()
+          AND g.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+          AND g.grantee <> current_user
+    LOOP
+        EXECUTE format('GRANT %s ON outbox_lane_suppressions TO %s', privilege,
+                       CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
+    END LOOP;
+END
+$$;
