@@ -27,22 +27,27 @@ CREATE TABLE outbox_lane_suppressions (
 COMMENT ON TABLE outbox_lane_suppressions IS
     'Addresses outboxd does not mail in one lane: an unsubscribe or a complaint about a message of that lane, or an operator''s entry.';
 
--- Whoever may read or write the list may read or write its lane entries: a role set up
--- with the book's GRANTs keeps working after the upgrade (the claim reads this table).
+-- Whoever may read or write the list may read or write its lane entries, with the same
+-- grant option: a role set up with the book's GRANTs keeps working after the upgrade (the
+-- claim reads this table). Read from the list's ACL itself, its owner's implicit rights
+-- included, whoever runs the migration (tests/it/migrations.rs checks a role's rights).
 DO $$
 DECLARE
-    grantee text;
-    privilege text;
+    g record;
 BEGIN
-    FOR grantee, privilege IN
-        SELECT DISTINCT g.grantee, g.privilege_type
-        FROM information_schema.role_table_grants AS g
-        WHERE g.table_name = 'outbox_suppressions' AND g.table_schema = current_schema()
-          AND g.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
-          AND g.grantee <> current_user
+    FOR g IN
+        SELECT a.grantee, a.privilege_type, a.is_grantable
+        FROM pg_class AS c,
+             aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) AS a
+        WHERE c.oid = 'outbox_suppressions'::regclass
+          AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+          AND a.grantee <> (SELECT relowner FROM pg_class
+                            WHERE oid = 'outbox_lane_suppressions'::regclass)
     LOOP
-        EXECUTE format('GRANT %s ON outbox_lane_suppressions TO %s', privilege,
-                       CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
+        EXECUTE format('GRANT %s ON outbox_lane_suppressions TO %s%s', g.privilege_type,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                            ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END
 $$;

@@ -115,7 +115,7 @@ fn senders(config: &RunConfig) -> impl Iterator<Item = Finding> + '_ {
         let domain = from.email.domain().to_lowercase();
         let (verdict, alignment) = if signed.is_empty() {
             (Verdict::Ok, "not signed (no DKIM key)".to_owned())
-        } else if signed.iter().any(|d| d.eq_ignore_ascii_case(&domain)) {
+        } else if config.dkim.iter().any(|key| key.aligns_with(&domain)) {
             (Verdict::Ok, format!("DKIM d={domain}, aligned"))
         } else {
             let keys = signed.join(", ");

@@ -329,6 +329,59 @@ impl AddRequest {
 mod tests {
     use super::*;
 
+    fn listing(reason: SuppressionReason, scope: Scope) -> Listing {
+        Listing { reason, scope }
+    }
+
+    #[test]
+    fn an_entry_stops_its_scopes_lane_and_an_essential_kind_passes_only_wishes() {
+        use SuppressionReason::{Complaint, HardBounce, Manual, Unsubscribe};
+        let bulk = Scope::Lane(Lane::Bulk);
+        // (entry, the message's lane, essential) -> stopped
+        let cases = [
+            (listing(Complaint, bulk), Lane::Bulk, false, true),
+            (listing(Complaint, bulk), Lane::Transactional, false, false),
+            (listing(Complaint, Scope::All), Lane::Transactional, false, true),
+            (listing(Unsubscribe, Scope::All), Lane::Transactional, true, false),
+            (listing(Complaint, bulk), Lane::Bulk, true, false),
+            (listing(HardBounce, Scope::All), Lane::Transactional, true, true),
+            (listing(Manual, Scope::All), Lane::Transactional, true, true),
+        ];
+        for (entry, lane, essential, stopped) in cases {
+            assert_eq!(
+                entry.stops(lane, essential),
+                stopped,
+                "{entry:?} on {lane:?}, essential {essential}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_report_about_a_message_narrows_only_wishes_to_its_lane() {
+        let entry = |reason, source| NewSuppression {
+            address: Address::parse("a@example.com").unwrap(),
+            reason,
+            source,
+            scope: Scope::All,
+            detail: None,
+            message_id: None,
+            until: None,
+        };
+        let about = |reason, source| entry(reason, source).about(Lane::Bulk).scope;
+        let webhook = FeedbackSource::Webhook;
+        assert_eq!(about(SuppressionReason::Complaint, webhook), Scope::Lane(Lane::Bulk));
+        assert_eq!(about(SuppressionReason::Unsubscribe, webhook), Scope::Lane(Lane::Bulk));
+        assert_eq!(about(SuppressionReason::HardBounce, webhook), Scope::All);
+        assert_eq!(
+            about(SuppressionReason::Complaint, FeedbackSource::Operator),
+            Scope::All
+        );
+        for scope in Scope::ALL {
+            assert_eq!(scope.as_str().parse::<Scope>(), Ok(scope));
+        }
+        assert!("news".parse::<Scope>().is_err());
+    }
+
     #[test]
     fn reasons_round_trip_through_their_names() {
         for reason in SuppressionReason::ALL {

@@ -156,6 +156,7 @@ impl KindArgs {
     /// The kinds some variable names.
     fn named_kinds(&self) -> impl Iterator<Item = Kind> + '_ {
         let bulk = self.bulk_kinds.iter().flat_map(Lanes::bulk);
+        // A name no kind can have (its check at start refuses it) names no kind here.
         let lifetimes = self
             .expire_after
             .iter()
@@ -354,10 +355,20 @@ fn merge(
         ),
         (file, variable) => file.or(variable),
     };
-    let auto_pause = auto_pause(kind, file.auto_pause, variables, &at)?;
+    let essential = file.essential.unwrap_or(false);
+    // An essential kind is mailed to people who complained, so it gathers complaints: the
+    // automatic pause would stop it (a password reset) for everyone.
+    let auto_pause = match auto_pause(kind, file.auto_pause, variables, &at)? {
+        Some(true) if essential => bail!(
+            "{kind} is essential (sent even to addresses that complained), so the automatic \
+             pause may not judge it: remove it from OUTBOXD_AUTO_PAUSE_KINDS or its auto_pause"
+        ),
+        None if essential => Some(false),
+        judged => judged,
+    };
     Ok(KindSettings {
         lane,
-        essential: file.essential.unwrap_or(false),
+        essential,
         from: mailbox(file.from.as_deref(), || at("from"))?,
         reply_to: mailbox(file.reply_to.as_deref(), || at("reply_to"))?,
         expire_after,

@@ -13,6 +13,7 @@ use crate::render::DkimKey;
 impl RunArgs {
     /// Each kind's settings: the kind files merged with the variables, senders checked.
     pub(super) fn kind_book(&self, from: &Mailbox, dkim: &[DkimKey]) -> anyhow::Result<KindBook> {
+        self.check_lifetime_names()?;
         let book = KindBook::load(self.templates.as_deref(), &self.kinds)?;
         let allowed = self.sender_domains(from)?;
         let signed: BTreeSet<String> = dkim.iter().map(|key| key.domain().to_owned()).collect();
@@ -29,16 +30,28 @@ impl RunArgs {
                         allowed.iter().cloned().collect::<Vec<_>>().join(", ")
                     );
                 }
-                if key == "from" && !signed.is_empty() && !signed.contains(&domain) {
+                if key == "from" && !dkim.is_empty() && !dkim.iter().any(|key| key.aligns_with(&domain)) {
                     bail!(
                         "{kind}: {file} says from = an address at {domain}, but the DKIM key \
-                         signs for {} only: its mail would fail DMARC alignment",
+                         signs for {} only (nor a parent domain of it): its mail would fail \
+                         DMARC alignment",
                         signed.iter().cloned().collect::<Vec<_>>().join(", ")
                     );
                 }
             }
         }
         Ok(book)
+    }
+
+    /// Refuses a name in OUTBOXD_EXPIRE_AFTER that no kind can have.
+    pub(super) fn check_lifetime_names(&self) -> anyhow::Result<()> {
+        let names = self.kinds.expire_after.iter().flat_map(|e| e.kinds());
+        for name in names {
+            crate::message::Kind::parse(name).map_err(|e| {
+                anyhow::anyhow!("invalid --expire-after / OUTBOXD_EXPIRE_AFTER: {e}")
+            })?;
+        }
+        Ok(())
     }
 
     /// The domains a kind's sender may use, lower-case.
@@ -56,3 +69,4 @@ impl RunArgs {
             .collect()
     }
 }
+

@@ -62,7 +62,7 @@ impl ParseQuery for SuppressionQuery {
 impl SuppressionQuery {
     /// The `after` of the next page, when this one was full.
     pub fn next_after(&self, page: &[Suppression]) -> Option<String> {
-        crate::store::next_after(page, self.limit, |s| s.address.clone())
+        suppressions::next_address(page, self.limit)
     }
 }
 
@@ -92,19 +92,26 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     let address = address(&raw)?;
     let entries = suppressions::get(&state.pool, &address).await?;
-    shown(&address, entries).map(Json)
+    shown(&address, entries, None).map(Json)
 }
 
-/// An address's entries as the API shows them: the first (`all` before a lane's) with its
-/// fields, and every one under `entries`; 404 when there is none.
+/// An address's entries as the API shows them: one with its fields (the entry of `scope`,
+/// else the first active one, `all` before a lane's), and every one under `entries`; 404
+/// when there is none.
 fn shown(
     address: &Address,
     entries: Vec<Suppression>,
+    scope: Option<Scope>,
 ) -> Result<Value, ApiError> {
-    let Some(first) = entries.first() else {
+    let chosen = entries
+        .iter()
+        .find(|e| Some(e.scope.0) == scope)
+        .or_else(|| entries.iter().find(|e| e.active))
+        .or_else(|| entries.first());
+    let Some(chosen) = chosen else {
         return Err(ApiError::not_found(format!("{address} is not suppressed")));
     };
-    let mut shown = json!(first);
+    let mut shown = json!(chosen);
     shown["entries"] = json!(entries);
     Ok(shown)
 }
@@ -119,7 +126,10 @@ async fn add(
     suppressions::add(&state.pool, &entry, &actor.0).await?;
     info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
     let stored = suppressions::get(&state.pool, &entry.address).await?;
-    Ok((StatusCode::CREATED, Json(shown(&entry.address, stored)?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(shown(&entry.address, stored, Some(entry.scope))?),
+    ))
 }
 
 async fn remove(
@@ -143,6 +153,9 @@ async fn remove(
         info!(actor = %actor.0, action = "unsuppress", "admin action");
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::not_found(format!("{address} is not suppressed")))
+        let scope = scope.map_or_else(String::new, |s| format!(" ({s})"));
+        Err(ApiError::not_found(format!(
+            "{address} has no suppression entry{scope}"
+        )))
     }
 }

@@ -92,10 +92,23 @@ pub struct DkimKey {
 
 debug_showing_only!(DkimKey as key { domain, selector, algorithm });
 
+/// Whether a From at `domain` aligns with a signature for `signed` under DMARC's relaxed
+/// alignment: the same domain, or a subdomain of it on a label boundary.
+fn aligned(domain: &str, signed: &str) -> bool {
+    let (domain, signed) = (domain.to_ascii_lowercase(), signed.to_ascii_lowercase());
+    domain == signed || domain.ends_with(&format!(".{signed}"))
+}
+
 impl DkimKey {
     /// The domain it signs for (`d=`).
     pub fn domain(&self) -> &str {
         &self.domain
+    }
+
+    /// Whether a From at `domain` aligns with its signature under DMARC's relaxed
+    /// alignment: the same domain, or a subdomain of it (on a label boundary).
+    pub fn aligns_with(&self, domain: &str) -> bool {
+        aligned(domain, &self.domain)
     }
 
     /// The DNS name its public key is published at: `selector._domainkey.domain`.
@@ -403,5 +416,19 @@ impl DkimSigner {
                 .map_err(|e| format!("the RSA signature failed: {e}"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aligned;
+
+    #[test]
+    fn a_from_aligns_with_its_signed_domain_or_a_parent_on_a_label_boundary() {
+        assert!(aligned("acme.example", "acme.example"));
+        assert!(aligned("News.Acme.Example", "acme.example"));
+        assert!(!aligned("notacme.example", "acme.example"));
+        assert!(!aligned("acme.example", "news.acme.example"));
+        assert!(!aligned("elsewhere.example", "acme.example"));
     }
 }

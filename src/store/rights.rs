@@ -21,9 +21,10 @@ const fn table(object: &'static str, privilege: &'static str) -> Right {
 
 /// Every right the dispatcher, retention and readiness use, in the order readiness names
 /// the first one missing. The admin surface also inserts into `outbox_admin_audit`,
-/// deletes from `outbox_suppressions`, writes `outbox_kind_pauses` and reads
-/// `outbox_message_events` (the timelines); the webhooks write
-/// `outbox_webhook_receipts`; the automatic pause needs [`AUTO_PAUSE_RIGHTS`].
+/// deletes from `outbox_suppressions` and `outbox_lane_suppressions`, writes
+/// `outbox_kind_pauses` and reads `outbox_message_events` (the timelines); the webhooks
+/// write `outbox_webhook_receipts` and `outbox_lane_suppressions`; the automatic pause
+/// needs [`AUTO_PAUSE_RIGHTS`].
 pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_messages", "SELECT"),
     table("outbox_messages", "UPDATE"),

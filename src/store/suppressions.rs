@@ -88,6 +88,8 @@ pub struct SuppressedRecipient {
     pub message_id: i64,
     pub address: String,
     pub reason: String,
+    /// `all`, or the lane whose kinds the entry stops.
+    pub scope: String,
     /// Every recipient of the message is suppressed: it will not be sent at all.
     pub all_suppressed: bool,
 }
@@ -96,18 +98,25 @@ impl SuppressedRecipient {
     /// What an operator who retried the message is told, with the command that lifts the
     /// suppression.
     pub fn warning(&self) -> String {
-        let fate = if self.all_suppressed {
-            "it will end suppressed, not sent"
-        } else {
-            "it will not reach them, only the message's other recipients"
+        let (entry, fate) = match self.scope.as_str() {
+            "all" if self.all_suppressed => {
+                (self.reason.clone(), "it will end suppressed, not sent")
+            }
+            "all" => (
+                self.reason.clone(),
+                "it will not reach them, only the message's other recipients",
+            ),
+            lane => (
+                format!("{} {}, for the {lane} lane only", lane, self.reason),
+                "if the message's kind is in that lane (and not essential), it will not reach them",
+            ),
         };
         format!(
-            "message {} goes to {}, who is suppressed ({}): {fate}; lift the suppression \
+            "message {} goes to {}, who is suppressed ({entry}): {fate}; lift the suppression \
              first with `outboxd suppressions remove {}` (or the API's DELETE \
              /api/v1/suppressions/ADDRESS, or the admin page)",
             self.message_id,
             crate::text::printable(&self.address),
-            self.reason,
             crate::text::printable(&self.address)
         )
     }
@@ -155,6 +164,15 @@ pub async fn list(
         .await
 }
 
+/// The `after` of the page that follows `page` (a page of [`list`] holds `limit` whole
+/// addresses): its last address when it is full.
+pub fn next_address(page: &[Suppression], limit: i64) -> Option<String> {
+    let mut addresses: Vec<&str> = page.iter().map(|s| s.address.as_str()).collect();
+    addresses.dedup();
+    let full = i64::try_from(addresses.len()).unwrap_or(i64::MAX) >= limit;
+    addresses.last().filter(|_| full).map(|a| (*a).to_owned())
+}
+
 /// One address's entries, `all` first; none when it is not listed.
 pub async fn get(store: &Store, address: &Address) -> Result<Vec<Suppression>, sqlx::Error> {
     store
@@ -167,7 +185,8 @@ pub async fn get(store: &Store, address: &Address) -> Result<Vec<Suppression>, s
 pub async fn add(store: &Store, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     upsert(store, &mut *tx, entry, Some(actor)).await?;
-    audit(store, &mut tx, actor, "suppress", entry.address.as_str(), 1, None).await?;
+    let scope = Some(entry.scope.as_str());
+    audit(store, &mut tx, actor, "suppress", entry.address.as_str(), 1, scope).await?;
     tx.commit().await
 }
 
@@ -204,7 +223,7 @@ pub async fn remove(
         "unsuppress",
         address.as_str(),
         usize::try_from(removed).unwrap_or(0),
-        None,
+        Some(scope.map_or("every entry", Scope::as_str)),
     )
     .await?;
     tx.commit().await?;

@@ -211,8 +211,8 @@ fn each_kind_of_bad_kind_file_and_each_contradiction_is_refused_at_start() {
         all.extend(flags);
         let refusal = run_refused(&all, says);
         assert!(
-            refusal.contains("kind.toml") || refusal.contains("news"),
-            "{refusal}"
+            refusal.contains("news/kind.toml"),
+            "names the file: {refusal}"
         );
     }
     // The domain allowed by OUTBOXD_FROM_DOMAINS goes through to the next check: there is
@@ -232,7 +232,10 @@ fn each_kind_of_bad_kind_file_and_each_contradiction_is_refused_at_start() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("kind.toml"), "{stderr}");
+    assert!(
+        !stderr.contains("kind.toml") && stderr.contains("127.0.0.1:1"),
+        "refused for the database, not the kind: {stderr}"
+    );
 }
 
 #[test]
@@ -256,4 +259,54 @@ fn write_kind(dir: &Path, kind: &str, kind_toml: &str) {
     std::fs::write(folder.join("subject.txt"), "S").unwrap();
     std::fs::write(folder.join("body.txt"), "B").unwrap();
     std::fs::write(folder.join("kind.toml"), kind_toml).unwrap();
+}
+
+#[test]
+fn with_dkim_a_kinds_sender_must_align_with_the_signed_domain() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("dkim.pem");
+    succeeds(
+        std::process::Command::new("openssl")
+            .args(["genrsa", "-traditional", "-out"])
+            .arg(&key)
+            .arg("2048"),
+        "openssl genrsa",
+    );
+    let key = key.display().to_string();
+    let run = |kind_toml: &str| {
+        let templates = news_kind(kind_toml);
+        let output = outboxd()
+            .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
+            .args([
+                "--smtp-url",
+                "smtp://127.0.0.1:2525",
+                "--from",
+                "a@example.com",
+            ])
+            .args([
+                "--from-domains",
+                "example.com,news.example.com,other.example",
+            ])
+            .args(["--dkim-domain", "example.com", "--dkim-selector", "s1"])
+            .args([
+                "--dkim-private-key-file",
+                &key,
+                "--templates",
+                &path(&templates),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let refused = run("from = \"News <news@other.example>\"\n");
+    assert!(
+        refused.contains("DMARC alignment") && refused.contains("news/kind.toml"),
+        "{refused}"
+    );
+    // A subdomain of the signed domain aligns (DMARC's relaxed alignment).
+    let accepted = run("from = \"News <news@news.example.com>\"\n");
+    assert!(
+        !accepted.contains("DMARC") && accepted.contains("127.0.0.1:1"),
+        "refused for the database only: {accepted}"
+    );
 }

@@ -234,6 +234,36 @@ async fn the_lane_suppressions_migration_runs_while_an_application_holds_the_sup
 }
 
 #[tokio::test]
+async fn the_lane_suppressions_migration_gives_each_role_its_rights_on_the_list() {
+    let db = TestDb::empty().await;
+    let lanes_migration = migrated_up_to(&db, "lane suppressions").await;
+    let (role, _) = db
+        .role(
+            "lanes",
+            "CREATE ROLE {role} LOGIN; GRANT SELECT, INSERT ON outbox_suppressions TO {role}",
+        )
+        .await;
+    ours_up_to(lanes_migration + 1)
+        .run(&db.pool)
+        .await
+        .expect("the lane suppressions migration");
+    let held: Vec<String> = db
+        .scalar(
+            "SELECT ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p \
+             WHERE has_table_privilege($1, 'outbox_lane_suppressions', p))",
+            role.clone(),
+        )
+        .await;
+    assert_eq!(
+        held,
+        ["SELECT", "INSERT"],
+        "the rights it had on the list, no more"
+    );
+    db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}
+
+#[tokio::test]
 async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
     let db = TestDb::empty().await;
     let logged_only = migrated_up_to(&db, "logged only").await;

@@ -114,6 +114,27 @@ fn a_setting_given_both_ways_must_agree() {
 }
 
 #[test]
+fn an_essential_kind_is_never_judged_by_the_automatic_pause() {
+    let none = BTreeSet::new();
+    let settings = merge(
+        &kind("reset"),
+        file("essential = true\n"),
+        &variables(None, None, &none, &none),
+    )
+    .expect("merges");
+    assert_eq!(settings.auto_pause, Some(false), "exempt without saying so");
+    let judged: BTreeSet<Kind> = [kind("reset")].into();
+    let refused = merge(
+        &kind("reset"),
+        file("essential = true\n"),
+        &variables(None, None, &judged, &none),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("reset is essential"), "{refused}");
+}
+
+#[test]
 fn each_kind_of_bad_file_is_refused_with_where_and_what() {
     for (text, says) in [
         ("lanes = \"bulk\"\n", "unknown field `lanes`"),
@@ -150,7 +171,7 @@ fn the_built_in_kinds_say_their_settings_and_an_unnamed_kind_has_the_defaults() 
     let book = KindBook::load(None, &variables(None, None, &none, &none)).expect("loads");
     let verification = book.settings("account_verification");
     assert!(!verification.essential);
-    // Exempt by OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS's default, not by its file.
+    // Its file leaves the automatic pause to the variables.
     assert_eq!(verification.auto_pause, None);
     assert!(verification.file.as_deref().is_some_and(|f| f.contains("built-in")));
     assert_eq!(book.settings("invoice_notice").lane, Lane::Transactional);

@@ -30,9 +30,7 @@ pub(super) async fn rows(
     let search = search.map(str::trim).filter(|s| !s.is_empty());
     let after = after.filter(|s| !s.is_empty());
     let page = suppressions::list(pool, search, after, SHOWN).await?;
-    let next = (i64::try_from(page.len()).unwrap_or(i64::MAX) >= SHOWN)
-        .then(|| page.last().map(|s| s.address.clone()))
-        .flatten();
+    let next = suppressions::next_address(&page, SHOWN);
     let rows = page
         .into_iter()
         .map(|s| {

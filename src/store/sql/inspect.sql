@@ -31,7 +31,8 @@ WHERE NOT indisvalid
       to_regclass('{{schema}}outbox_send_rate'), to_regclass('{{schema}}outbox_schema_migrations'),
       to_regclass('{{schema}}outbox_webhook_receipts'), to_regclass('{{schema}}outbox_admin_audit'),
       to_regclass('{{schema}}outbox_kind_pauses'), to_regclass('{{schema}}outbox_message_events'),
-      to_regclass('{{schema}}outbox_installation'), to_regclass('{{schema}}outbox_replica_circuits'))
+      to_regclass('{{schema}}outbox_installation'), to_regclass('{{schema}}outbox_replica_circuits'),
+      to_regclass('{{schema}}outbox_lane_suppressions'))
 ORDER BY 1
 
 -- name: table_health

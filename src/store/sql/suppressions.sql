@@ -17,11 +17,13 @@ SELECT address, reason, scope FROM ({{suppression_entries}}) AS entries
 WHERE address = ANY($1) AND {{active_suppression()}}
 
 -- name: suppressed_recipients_of
--- The recipients of some messages that are suppressed now, the first $2 by message: what a
--- retry of them would not reach, and whether it would reach anyone.
+-- The recipients of some messages that are suppressed now, with each entry's scope, the
+-- first $2 by message: what a retry of them may not reach. `all_suppressed` counts the
+-- entries for every kind only: whether a lane's entry stops a message depends on its
+-- kind's lane, which the command line does not know.
 -- $1 ids (bigint[]), $2 limit (bigint)
--- Index: outbox_messages_pkey; outbox_suppressions_pkey.
-SELECT m.id AS message_id, s.address, s.reason,
+-- Index: outbox_messages_pkey; outbox_suppressions_pkey; outbox_lane_suppressions_pkey.
+SELECT m.id AS message_id, s.address, s.reason, s.scope,
        NOT EXISTS (SELECT FROM unnest({{schema}}outbox_recipient_keys(m.payload)) AS r(address)
                    WHERE NOT EXISTS (SELECT FROM {{schema}}outbox_suppressions AS o
                                      WHERE o.address = r.address
@@ -29,9 +31,9 @@ SELECT m.id AS message_id, s.address, s.reason,
            AS all_suppressed
 FROM {{schema}}outbox_messages AS m
 CROSS JOIN LATERAL unnest({{schema}}outbox_recipient_keys(m.payload)) AS k(address)
-JOIN {{schema}}outbox_suppressions AS s
+JOIN ({{suppression_entries}}) AS s
   ON s.address = k.address AND {{active_suppression(s.)}}
-WHERE m.id = ANY($1) ORDER BY m.id, s.address LIMIT $2
+WHERE m.id = ANY($1) ORDER BY m.id, s.address, s.scope LIMIT $2
 
 -- name: list_suppressions
 -- A page of the list in address order: $3 addresses, each with all its entries (`all`
