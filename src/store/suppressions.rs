@@ -20,9 +20,9 @@ pub struct Suppression {
     pub address: String,
     /// The kinds it stops: `all`, `bulk` or `transactional`.
     #[sqlx(try_from = "String")]
-    pub scope: ScopeColumn,
+    pub scope: Word<Scope>,
     #[sqlx(try_from = "String")]
-    pub reason: ReasonColumn,
+    pub reason: Word<SuppressionReason>,
     pub source: String,
     pub detail: Option<String>,
     pub message_id: Option<i64>,
@@ -33,32 +33,20 @@ pub struct Suppression {
     pub active: bool,
 }
 
-/// The `reason` column read back; a value outside the table's CHECK cannot occur.
+/// A word column read back as the value it names (`reason`, `scope`); a word outside the
+/// tables' CHECKs cannot occur.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct ReasonColumn(pub SuppressionReason);
+pub struct Word<T>(pub T);
 
-impl TryFrom<String> for ReasonColumn {
+impl<T: std::str::FromStr<Err = String>> TryFrom<String> for Word<T> {
     type Error = String;
 
     fn try_from(text: String) -> Result<Self, Self::Error> {
-        text.parse().map(ReasonColumn)
+        text.parse().map(Word)
     }
 }
 
-/// The `scope` of an entry read back (`all` for `outbox_suppressions`, the lane for
-/// `outbox_lane_suppressions`); a value outside the tables' CHECKs cannot occur.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct ScopeColumn(pub Scope);
-
-impl TryFrom<String> for ScopeColumn {
-    type Error = String;
-
-    fn try_from(text: String) -> Result<Self, Self::Error> {
-        text.parse().map(ScopeColumn)
-    }
-}
 
 /// Which of these (normalized) addresses are suppressed now, with each entry's reason and
 /// scope.

@@ -13,9 +13,11 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::message::{Delivery, FailureType, Lane, Lanes, Outcome, ReleaseReason};
 use crate::store::Prunable;
-use crate::suppression::{BounceType, FeedbackSource, Scope, SuppressionReason};
+use crate::suppression::{BounceType, FeedbackSource};
 
 mod otlp;
+mod register;
+use register::{register_feedback_counters, register_suppressed};
 mod sample;
 
 pub use super::labels::{
@@ -205,30 +207,6 @@ fn describe() {
             (MetricType::Gauge, None) => describe_gauge!(name, help),
             (MetricType::Histogram, Some(unit)) => describe_histogram!(name, unit, help),
             (MetricType::Histogram, None) => describe_histogram!(name, help),
-        }
-    }
-}
-
-/// The bounce, complaint and webhook counters at 0 for every source that can report them,
-/// and the recipient lookups' for every result.
-fn register_feedback_counters() {
-    for result in LookupResult::ALL {
-        counter!(RECIPIENT_LOOKUPS, "result" => result.as_str()).increment(0);
-    }
-    for source in FeedbackSource::ALL {
-        if source == FeedbackSource::Operator {
-            continue;
-        }
-        for bounce_type in BounceType::ALL {
-            counter!(BOUNCES, "source" => source.as_str(), "type" => bounce_type.as_str())
-                .increment(0);
-        }
-        if source != FeedbackSource::Smtp {
-            counter!(COMPLAINTS, "source" => source.as_str()).increment(0);
-            for result in WebhookResult::ALL {
-                counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())
-                    .increment(0);
-            }
         }
     }
 }
@@ -444,19 +422,4 @@ fn unix_ms(time: SystemTime) -> u64 {
 pub(super) fn unix_seconds(time: SystemTime) -> f64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The suppressed counter's series of `kind`: the entries that can stop it, every kind's
-/// and its lane's (a hard bounce is every kind's only).
-fn register_suppressed(kind: &str, lane: Lane) {
-    for reason in SuppressionReason::ALL {
-        for scope in [Scope::All, Scope::Lane(lane)] {
-            if reason == SuppressionReason::HardBounce && scope != Scope::All {
-                continue;
-            }
-            let (reason, scope) = (reason.as_str(), scope.as_str());
-            counter!(SUPPRESSED, "kind" => kind.to_owned(), "reason" => reason, "scope" => scope)
-                .increment(0);
-        }
-    }
 }

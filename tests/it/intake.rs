@@ -13,7 +13,7 @@ use outboxd::http::server::BODY_TIMEOUT;
 use outboxd::suppression::SuppressionReason;
 
 use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, free_port, http_get, verification};
-use crate::webhooks::{post, standard_signature, suppressed};
+use crate::webhooks::{post, post_standard, suppressed};
 
 const SECRET: [u8; 32] = [42; 32];
 const ADMIN_TOKEN: &str = "intake-test-admin-token-0123456789";
@@ -47,15 +47,7 @@ async fn with_webhooks(db: &TestDb, smtp: &SmtpServer, admin_listen: bool) -> (O
 
 /// A signed Standard Webhooks POST of `body`.
 async fn signed(addr: &str, id: &str, body: &serde_json::Value) -> crate::helpers::HttpResponse {
-    let now = chrono::Utc::now().timestamp().to_string();
-    let body = body.to_string();
-    let signature = standard_signature(&SECRET, id, &now, &body);
-    let headers = [
-        ("webhook-id", id),
-        ("webhook-timestamp", now.as_str()),
-        ("webhook-signature", signature.as_str()),
-    ];
-    post(addr, "/webhooks/standard", &headers, &body).await
+    post_standard(addr, &SECRET, id, &body.to_string()).await
 }
 
 /// Sends a request head (and `body_start`), then reads the answer that comes without the

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value, outboxd, refusal_saying,
-    succeeds,
+    Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value, outboxd, preview,
+    refusal_saying, succeeds,
 };
 
 /// A templates directory with the kind `news` (subject and body) and its `kind.toml`.
@@ -87,13 +87,8 @@ fn preview_shows_a_kinds_settings_and_renders_it_from_its_own_sender() {
     let templates = news_kind(
         "lane = \"bulk\"\nfrom = \"Acme News <news@example.com>\"\nexpire_after = \"3d\"\n",
     );
-    let shown = succeeds(
-        outboxd()
-            .args(["preview", "--kind", "news", "--payload"])
-            .arg(json!({"to": "ada@example.com", "name": "Ada"}).to_string())
-            .args(["--templates", &path(&templates)]),
-        "outboxd preview",
-    );
+    let payload = json!({"to": "ada@example.com", "name": "Ada"}).to_string();
+    let shown = preview("news", &payload, &["--templates", &path(&templates)]);
     assert!(
         shown.contains("From: \"Acme News\" <news@example.com>"),
         "{shown}"
@@ -108,31 +103,22 @@ fn preview_shows_a_kinds_settings_and_renders_it_from_its_own_sender() {
         assert!(shown.contains(line), "{line}: {shown}");
     }
     // A built-in kind says its own.
-    let shown = succeeds(
-        outboxd().args([
-            "preview",
-            "--kind",
-            "account_verification",
-            "--payload",
-            r#"{"to": "a@example.com", "name": "A", "verify_url": "https://x.example/v"}"#,
-        ]),
-        "outboxd preview",
+    let shown = preview(
+        "account_verification",
+        r#"{"to": "a@example.com", "name": "A", "verify_url": "https://x.example/v"}"#,
+        &[],
     );
     assert!(shown.contains("essential: no"), "{shown}");
     // OUTBOXD_AUTO_PAUSE_EXEMPT_KINDS's default exempts it.
     assert!(shown.contains("never paused automatically"), "{shown}");
     // A built-in kind goes to the bulk lane by the variable, as before its file existed.
-    let shown = succeeds(
-        outboxd()
-            .args(["preview", "--kind", "invoice_notice", "--payload"])
-            .arg(
-                json!({"to": "a@example.com", "customer_name": "A", "invoice_number": "1",
-                        "amount": "1", "currency": "EUR", "due_date": "2027-01-01",
-                        "invoice_url": "https://x.example/i"})
-                .to_string(),
-            )
-            .env("OUTBOXD_BULK_KINDS", "invoice_notice"),
-        "outboxd preview",
+    let invoice = json!({"to": "a@example.com", "customer_name": "A", "invoice_number": "1",
+                         "amount": "1", "currency": "EUR", "due_date": "2027-01-01",
+                         "invoice_url": "https://x.example/i"});
+    let shown = preview(
+        "invoice_notice",
+        &invoice.to_string(),
+        &["--bulk-kinds", "invoice_notice"],
     );
     assert!(shown.contains("lane: bulk"), "{shown}");
 }

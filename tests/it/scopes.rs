@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, outboxd_as, succeeds, verification};
-use crate::webhooks::{post, standard_signature};
+use crate::webhooks::post_standard;
 
 const SECRET: [u8; 32] = [7; 32];
 
@@ -22,15 +22,7 @@ fn whsec() -> String {
 
 /// Posts a report signed with the test's secret; its status.
 async fn report(addr: &str, id: &str, body: serde_json::Value) -> u16 {
-    let now = chrono::Utc::now().timestamp().to_string();
-    let body = body.to_string();
-    let signature = standard_signature(&SECRET, id, &now, &body);
-    let headers = [
-        ("webhook-id", id),
-        ("webhook-timestamp", now.as_str()),
-        ("webhook-signature", signature.as_str()),
-    ];
-    post(addr, "/webhooks/standard", &headers, &body)
+    post_standard(addr, &SECRET, id, &body.to_string())
         .await
         .status
 }

@@ -505,6 +505,19 @@ async fn postmark_webhooks_need_their_credentials_and_suppress_hard_bounces_and_
 }
 
 /// HMAC-SHA256 with openssl, as a Standard Webhooks sender computes it.
+/// Posts `body` to the Standard Webhooks endpoint, signed now with `secret` as the
+/// `standardwebhooks` package signs it.
+pub(crate) async fn post_standard(addr: &str, secret: &[u8], id: &str, body: &str) -> HttpResponse {
+    let now = chrono::Utc::now().timestamp().to_string();
+    let signature = standard_signature(secret, id, &now, body);
+    let headers = [
+        ("webhook-id", id),
+        ("webhook-timestamp", now.as_str()),
+        ("webhook-signature", signature.as_str()),
+    ];
+    post(addr, "/webhooks/standard", &headers, body).await
+}
+
 pub(crate) fn standard_signature(secret: &[u8], id: &str, timestamp: &str, body: &str) -> String {
     let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     let signed = format!("{id}.{timestamp}.{body}");

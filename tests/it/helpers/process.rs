@@ -13,6 +13,16 @@ pub fn outboxd_as(user: &str, db_url: &str, args: &[&str]) -> Command {
     command
 }
 
+/// `outboxd preview` of `kind` with `payload` and `extra` flags, which must succeed: what it
+/// showed.
+pub fn preview(kind: &str, payload: &str, extra: &[&str]) -> String {
+    let mut command = super::outboxd();
+    command
+        .args(["preview", "--kind", kind, "--payload", payload])
+        .args(extra);
+    succeeds(&mut command, "outboxd preview")
+}
+
 /// Runs `command` to its end (`what` names it if it cannot start): whether it succeeded,
 /// its standard output and its standard error.
 pub fn said(command: &mut Command, what: &str) -> (bool, String, String) {
