@@ -8,7 +8,8 @@ use serde_json::json;
 
 use crate::helpers::said;
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, app, assert_refused, one_step, outboxd, python, refusal_saying,
+    Outboxd, SmtpServer, TestDb, app, assert_refused, bytes_from, one_step, outboxd, python,
+    refusal_saying,
 };
 
 /// An RSA private key of `bits` made with openssl, in PKCS#1 PEM.
@@ -38,15 +39,15 @@ impl DkimKeyPair {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("dkim.pem");
         rsa_key(&key, bits);
-        let public = Command::new("openssl")
-            .args(["rsa", "-pubout", "-outform", "DER", "-in"])
-            .arg(&key)
-            .output()
-            .unwrap();
-        assert!(public.status.success(), "{public:?}");
+        let public = bytes_from(
+            Command::new("openssl")
+                .args(["rsa", "-pubout", "-outform", "DER", "-in"])
+                .arg(&key),
+            "openssl rsa",
+        );
         Self {
             dir,
-            public_der_base64: base64::engine::general_purpose::STANDARD.encode(public.stdout),
+            public_der_base64: base64::engine::general_purpose::STANDARD.encode(public),
         }
     }
 
@@ -59,19 +60,19 @@ impl DkimKeyPair {
 /// an RFC 8463 TXT record carries (the last 32 bytes of the SubjectPublicKeyInfo).
 fn ed25519_key(dir: &std::path::Path) -> (String, String) {
     let key = dir.join("dkim-ed25519.pem");
-    let made = Command::new("openssl")
-        .args(["genpkey", "-algorithm", "ed25519", "-out"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
-    let public = Command::new("openssl")
-        .args(["pkey", "-pubout", "-outform", "DER", "-in"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(public.status.success(), "{public:?}");
-    let raw = &public.stdout[public.stdout.len() - 32..];
+    bytes_from(
+        Command::new("openssl")
+            .args(["genpkey", "-algorithm", "ed25519", "-out"])
+            .arg(&key),
+        "openssl genpkey",
+    );
+    let public = bytes_from(
+        Command::new("openssl")
+            .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+            .arg(&key),
+        "openssl pkey",
+    );
+    let raw = &public[public.len() - 32..];
     (
         key.display().to_string(),
         base64::engine::general_purpose::STANDARD.encode(raw),

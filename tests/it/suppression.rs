@@ -181,15 +181,10 @@ async fn a_reply_that_the_mailbox_does_not_exist_suppresses_its_recipient_for_th
             Some("hard_bounce"),
             "{address}"
         );
-        let listed = suppressions::get(
-            &db.store,
-            &outboxd::suppression::Address::parse(address).unwrap(),
-        )
-        .await
-        .unwrap()
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("{address} suppressed"));
+        let listed = db
+            .suppression_of(address)
+            .await
+            .unwrap_or_else(|| panic!("{address} suppressed"));
         assert_eq!(listed.reason.0, SuppressionReason::HardBounce);
         assert_eq!(
             (listed.source.as_str(), listed.message_id),

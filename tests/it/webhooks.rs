@@ -10,7 +10,6 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use outboxd::store::suppressions;
 use outboxd::suppression::SuppressionReason;
 
 use crate::helpers::{
@@ -149,15 +148,9 @@ pub(crate) async fn post(
 }
 
 pub(crate) async fn suppressed(db: &TestDb, address: &str) -> Option<(SuppressionReason, String)> {
-    suppressions::get(
-        &db.store,
-        &outboxd::suppression::Address::parse(address).unwrap(),
-    )
-    .await
-    .unwrap()
-    .into_iter()
-    .next()
-    .map(|s| (s.reason.0, s.source))
+    db.suppression_of(address)
+        .await
+        .map(|s| (s.reason.0, s.source))
 }
 
 pub(crate) async fn feedback_of(db: &TestDb, id: i64) -> Option<String> {

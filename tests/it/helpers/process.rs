@@ -39,7 +39,19 @@ pub fn said(command: &mut Command, what: &str) -> (bool, String, String) {
 /// Runs `command`, which must succeed (else the test fails with everything it printed), and
 /// returns what it wrote to its standard output.
 pub fn succeeds(command: &mut Command, what: &str) -> String {
-    let (success, stdout, stderr) = said(command, what);
-    assert!(success, "{what} failed: {stdout}{stderr}");
-    stdout
+    String::from_utf8_lossy(&bytes_from(command, what)).into_owned()
+}
+
+/// As [`succeeds`], the standard output as bytes (a key in DER, say).
+pub fn bytes_from(command: &mut Command, what: &str) -> Vec<u8> {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
 }

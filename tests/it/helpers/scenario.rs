@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use outboxd::app::App;
 use outboxd::dispatch::{Dispatcher, Shutdown, Step};
+use outboxd::store::suppressions::{self, Suppression};
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -56,6 +57,16 @@ impl Dispatching {
 }
 
 impl TestDb {
+    /// The first of `address`'s entries on the suppression list (`all` first), if any.
+    pub async fn suppression_of(&self, address: &str) -> Option<Suppression> {
+        let address = outboxd::suppression::Address::parse(address).expect("an address");
+        suppressions::get(&self.store, &address)
+            .await
+            .expect("the list is read")
+            .into_iter()
+            .next()
+    }
+
     /// An `account_verification` to `to`, enqueued; its id.
     pub async fn verification_to(&self, to: &str) -> i64 {
         self.enqueue("account_verification", super::verification(to))
