@@ -375,7 +375,7 @@ local s = p.selector;
             'Messages not sent because every recipient is on the suppression list, by reason; and webhook requests refused (a wrong signature or credentials, a bad body).',
             'ops',
             [
-              p.target('sum by (reason) (rate(outbox_messages_suppressed_total{%s}[$__rate_interval]))' % s, 'suppressed {{reason}}'),
+              p.target('sum by (reason, scope) (rate(outbox_messages_suppressed_total{%s}[$__rate_interval]))' % s, 'suppressed {{reason}} ({{scope}})'),
               p.target('sum by (source, result) (rate(outbox_webhook_requests_total{%s,result!="accepted"}[$__rate_interval]))' % s, 'webhook {{source}} {{result}}'),
             ],
             w=8,
