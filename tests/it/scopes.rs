@@ -110,6 +110,17 @@ async fn a_complaint_about_bulk_mail_stops_that_lane_only_and_a_hard_bounce_stop
         assert_eq!(end.as_deref(), Some("suppressed"), "{error:?}");
         assert!(error.unwrap_or_default().contains("(hard_bounce)"));
     }
+    // A later complaint about his invoice adds nothing: he is suppressed for every kind.
+    let complaint = json!({"type": "email.complained",
+        "data": {"email": "bo@example.com", "outbox_id": invoice_id}});
+    assert_eq!(report(&addr, "msg_after_bounce", complaint).await, 200);
+    let lane_entries: i64 = db
+        .scalar(
+            "SELECT count(*) FROM outbox_lane_suppressions WHERE address = $1",
+            "bo@example.com",
+        )
+        .await;
+    assert_eq!(lane_entries, 0);
     let metrics = crate::helpers::http_get(&addr, "/metrics").await.1;
     for series in [
         r#"outbox_messages_suppressed_total{kind="invoice_notice",reason="complaint",scope="bulk"} 1"#,

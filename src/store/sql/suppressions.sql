@@ -96,14 +96,18 @@ WHERE excluded.created_by IS NOT NULL
 
 -- name: upsert_lane_suppression
 -- As `upsert_suppression`, for one lane's entry: an unsubscribe or a complaint about a
--- message of the lane, or an operator's entry for it.
+-- message of the lane, or an operator's entry for it. A report for an address already
+-- suppressed for good for every kind writes nothing: it changes nothing that matters.
 -- $1 address (text), $2 reason (text), $3 source (text), $4 detail (text),
 -- $5 message_id (bigint), $6 created_by (text, null for a provider's report),
 -- $7 suppressed_until (timestamptz, null for good), $8 lane (text)
 -- Index: outbox_lane_suppressions_pkey.
 INSERT INTO {{schema}}outbox_lane_suppressions
     (address, reason, source, detail, message_id, created_by, suppressed_until, lane)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8
+WHERE $6::text IS NOT NULL
+   OR NOT EXISTS (SELECT FROM {{schema}}outbox_suppressions AS a
+                  WHERE a.address = $1 AND a.suppressed_until IS NULL)
 ON CONFLICT (address, lane) DO UPDATE SET
     reason = excluded.reason, source = excluded.source, detail = excluded.detail,
     message_id = excluded.message_id, created_at = now(),
