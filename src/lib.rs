@@ -35,6 +35,7 @@ modules!(
     doctor,
     feedback,
     http,
+    lane,
     lock,
     mailer,
     message,

@@ -3,12 +3,12 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-mod lane;
+
 mod message_id;
 mod outcome;
 mod pause;
 
-pub use lane::{Lane, Lanes, parse_kinds};
+pub use crate::lane::{Lane, Lanes, parse_kinds};
 pub use message_id::{InstallationTag, MessageIds, Named};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.

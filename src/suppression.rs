@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-use crate::message::Lane;
+use crate::lane::Lane;
 
 mod address;
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use super::Kind;
+use outboxd_producer::Kind;
 
 /// A lane; its `as_str` is the `lane` label of the per-lane metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
