@@ -172,10 +172,15 @@ impl App {
             self.message_ids.clone(),
             self.config.dispatch.lanes.clone(),
         );
-        let admin = match (admin, webhooks) {
-            (Some(admin), Some(webhooks)) => Some(admin.merge(webhooks)),
-            (admin, webhooks) => admin.or(webhooks),
-        };
+        // So do the one-click unsubscribe links: mailbox providers follow them.
+        let unsubscribe = self.config.one_click.as_ref().map(|links| {
+            http::unsubscribe::router(
+                self.pools.surface.clone(),
+                Arc::clone(links),
+                Arc::clone(&self.metrics),
+            )
+        });
+        let admin = merged(merged(admin, webhooks), unsubscribe);
         let mut main = http::router(self.prometheus.clone(), Arc::clone(&self.health));
         match (admin, self.admin_listener.take()) {
             (Some(admin), Some(listener)) => tasks.push(http::server::spawn(
@@ -304,6 +309,13 @@ impl App {
             }
             _ => info!("admin page and API are off: OUTBOXD_ADMIN_TOKEN is not set"),
         }
+        if self.config.one_click.is_some() {
+            info!(
+                address = %self.admin_addr.unwrap_or(self.http_addr),
+                bulk_kinds = ?self.config.dispatch.lanes.bulk_kinds(),
+                "serving one-click unsubscribe (/unsubscribe/...): bulk emails carry its link"
+            );
+        }
         if let Some(address) = self.admin_addr.filter(|_| self.config.feedback.any()) {
             info!(%address, "serving the bounce and complaint webhooks (/webhooks/...)");
             if self.config.admin_listen.is_none() {
@@ -368,9 +380,24 @@ pub fn renderer(config: &RunConfig, message_ids: MessageIds) -> anyhow::Result<R
     )?
     .with_limits(config.limits)
     .with_senders(config.kinds.senders());
+    let renderer = match &config.one_click {
+        Some(links) => renderer.with_one_click(
+            Arc::clone(links),
+            config.dispatch.lanes.bulk_kinds().into_iter().collect(),
+        ),
+        None => renderer,
+    };
     renderer
         .with_dkim(&config.dkim)
         .map_err(|e| anyhow::anyhow!("invalid DKIM settings: {e}"))
+}
+
+/// Both routers' routes, or the one there is.
+fn merged(a: Option<axum::Router>, b: Option<axum::Router>) -> Option<axum::Router> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.merge(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The metrics and probes address, and the admin one when it is separate.

@@ -20,11 +20,14 @@ use crate::mailer::SmtpSettings;
 use crate::message::{AutoPause, RetryPolicy};
 use crate::render::{DkimKey, RenderLimits};
 use crate::text::{debug_showing_only, redact_url};
+use crate::unsubscribe::OneClick;
 
 mod database;
 mod deliverability;
+mod dkim;
 mod kinds;
 mod senders;
+mod unsubscribe;
 mod values;
 
 pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
@@ -32,6 +35,7 @@ pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
 pub(crate) use database::MIN_CONNECTIONS;
 pub use deliverability::DeliverabilityArgs;
 pub use kinds::{KindArgs, KindBook};
+pub use unsubscribe::UnsubscribeArgs;
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
 pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
 
@@ -186,6 +190,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub deliverability: DeliverabilityArgs,
+
+    #[command(flatten)]
+    pub unsubscribe: UnsubscribeArgs,
 }
 
 debug_showing_only!(RunArgs as args {
@@ -225,6 +232,8 @@ pub struct RunConfig {
     pub auto_pause: Option<AutoPause>,
     /// Each kind's settings: its kind.toml and the per-kind variables.
     pub kinds: KindBook,
+    /// One-click unsubscribe links in bulk emails, and `/unsubscribe`; `None`: off.
+    pub one_click: Option<Arc<OneClick>>,
 }
 
 impl RunConfig {
@@ -293,6 +302,7 @@ impl RunArgs {
             feedback: Arc::new(self.deliverability.feedback()?),
             auto_pause: self.deliverability.auto_pause(kinds.auto_paused()),
             kinds,
+            one_click: self.unsubscribe.one_click()?.map(Arc::new),
         })
     }
 

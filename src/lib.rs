@@ -46,6 +46,7 @@ modules!(
     telemetry,
     text,
     trace_context,
+    unsubscribe,
 );
 
 pub use cli::main;

@@ -170,15 +170,18 @@ pub enum FeedbackSource {
     Webhook,
     /// An operator, through the API, the page or the CLI.
     Operator,
+    /// The recipient, through a one-click unsubscribe link (RFC 8058).
+    OneClick,
 }
 
 impl FeedbackSource {
-    pub const ALL: [FeedbackSource; 5] = [
+    pub const ALL: [FeedbackSource; 6] = [
         FeedbackSource::Smtp,
         FeedbackSource::Ses,
         FeedbackSource::Postmark,
         FeedbackSource::Webhook,
         FeedbackSource::Operator,
+        FeedbackSource::OneClick,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -188,6 +191,7 @@ impl FeedbackSource {
             FeedbackSource::Postmark => "postmark",
             FeedbackSource::Webhook => "webhook",
             FeedbackSource::Operator => "operator",
+            FeedbackSource::OneClick => "one-click",
         }
     }
 }

@@ -11,7 +11,6 @@ use crate::feedback::postmark::PostmarkSettings;
 use crate::feedback::sns::{DEFAULT_CERTIFICATE_HOSTS, SnsSettings, parse_host_patterns};
 use crate::feedback::standard::StandardSettings;
 use crate::feedback::{FeedbackSettings, HttpsClient};
-use crate::render::DkimKey;
 use crate::text::debug_showing_only;
 
 use super::parse_bytes;
@@ -50,6 +49,12 @@ pub struct DeliverabilityArgs {
     /// The Ed25519 key, PKCS#8 PEM (`openssl genpkey -algorithm ed25519`).
     #[arg(long, env = "OUTBOXD_DKIM_ED25519_PRIVATE_KEY_FILE")]
     pub dkim_ed25519_private_key_file: Option<PathBuf>,
+
+    /// DKIM keys for more From domains (a kind's `from`): DOMAIN:SELECTOR:KEY_FILE,
+    /// comma-separated. An RSA key is PKCS#1 PEM; an Ed25519 one (PKCS#8) goes beside an
+    /// RSA key of its domain. Each email is signed with its From domain's keys.
+    #[arg(long, env = "OUTBOXD_DKIM_KEYS", value_delimiter = ',')]
+    pub dkim_keys: Vec<String>,
 
     /// Turns on /webhooks/sns for Amazon SES notifications from these SNS topics
     /// (comma-separated ARNs); notifications from any other topic are refused.
@@ -116,28 +121,6 @@ impl DeliverabilityArgs {
 /// The attachment bound when none is set (and OUTBOXD_MAX_MESSAGE_BYTES allows it).
 const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 2 * 1024 * 1024;
 
-/// The DKIM key in the file at `path` (the option `option`), checked by `check`; a warning
-/// when every user of the machine may read it.
-fn dkim_key(
-    path: &std::path::Path,
-    option: &str,
-    check: impl FnOnce(String) -> Result<DkimKey, String>,
-) -> anyhow::Result<DkimKey> {
-    let (pem, mode) =
-        read_key_file(path).with_context(|| format!("cannot read {option} {}", path.display()))?;
-    let key = check(pem)
-        .map_err(|e| anyhow::anyhow!("invalid DKIM settings ({option} {}): {e}", path.display()))?;
-    // Not refused: Kubernetes mounts a Secret 0644 unless told otherwise.
-    if mode & 0o004 != 0 {
-        tracing::warn!(
-            path = %path.display(),
-            mode = format!("{:o}", mode & 0o777),
-            "the DKIM private key file is readable by every user of this machine: make it 0600 or 0400 (in Kubernetes, defaultMode: 0400)"
-        );
-    }
-    Ok(key)
-}
-
 /// `arn:PARTITION:sns:REGION:ACCOUNT:NAME`, ACCOUNT twelve digits.
 fn is_topic_arn(arn: &str) -> bool {
     let parts: Vec<&str> = arn.split(':').collect();
@@ -166,47 +149,6 @@ impl DeliverabilityArgs {
                  three quarters of that"
             ),
         }
-    }
-
-    /// The DKIM keys: none, the RSA key when all three options are set, and the Ed25519 key
-    /// beside it when both of its options are; an error when only some are, or a key
-    /// cannot be used.
-    pub fn dkim(&self) -> anyhow::Result<Vec<DkimKey>> {
-        let ed25519 = (
-            &self.dkim_ed25519_selector,
-            &self.dkim_ed25519_private_key_file,
-        );
-        let rsa = match (
-            &self.dkim_domain,
-            &self.dkim_selector,
-            &self.dkim_private_key_file,
-        ) {
-            (None, None, None) if matches!(ed25519, (None, None)) => return Ok(Vec::new()),
-            (Some(domain), Some(selector), Some(path)) => (domain, selector, path),
-            _ => bail!(
-                "DKIM needs all of OUTBOXD_DKIM_DOMAIN, OUTBOXD_DKIM_SELECTOR and OUTBOXD_DKIM_PRIVATE_KEY_FILE (an Ed25519 signature goes beside an RSA one)"
-            ),
-        };
-        let (domain, selector, path) = rsa;
-        let mut keys = vec![dkim_key(
-            path,
-            "--dkim-private-key-file / OUTBOXD_DKIM_PRIVATE_KEY_FILE",
-            |pem| DkimKey::new(domain, selector, pem),
-        )?];
-        match ed25519 {
-            (None, None) => {}
-            (Some(selector), Some(path)) => {
-                keys.push(dkim_key(
-                    path,
-                    "--dkim-ed25519-private-key-file / OUTBOXD_DKIM_ED25519_PRIVATE_KEY_FILE",
-                    |pem| DkimKey::ed25519(domain, selector, pem),
-                )?);
-            }
-            _ => bail!(
-                "an Ed25519 DKIM signature needs both OUTBOXD_DKIM_ED25519_SELECTOR and OUTBOXD_DKIM_ED25519_PRIVATE_KEY_FILE"
-            ),
-        }
-        Ok(keys)
     }
 
     /// The webhooks turned on, each checked.
@@ -281,7 +223,7 @@ const MAX_KEY_FILE_BYTES: u64 = 64 * 1024;
 
 /// Reads a private key file, and its mode: a regular file of at most
 /// [`MAX_KEY_FILE_BYTES`] (a path to `/dev/zero` once read until memory ran out).
-fn read_key_file(path: &std::path::Path) -> anyhow::Result<(String, u32)> {
+pub(super) fn read_key_file(path: &std::path::Path) -> anyhow::Result<(String, u32)> {
     use std::io::Read as _;
     use std::os::unix::fs::PermissionsExt as _;
     // Looked at before it is opened: opening a FIFO would wait for a writer.

@@ -8,6 +8,7 @@ pub mod page;
 pub mod pauses;
 pub mod server;
 pub mod suppressions;
+pub mod unsubscribe;
 pub mod webhooks;
 
 use std::sync::Arc;

@@ -95,6 +95,11 @@ pub(super) fn check_count(payload: &Value, max: usize) -> Result<(), RenderError
     Ok(())
 }
 
+/// The first `to` address, when there is one.
+pub(super) fn first_to(payload: &Value) -> Result<Option<Mailbox>, RenderError> {
+    Ok(recipients(payload, "to")?.into_iter().next())
+}
+
 /// Reads an address field that may be absent, one string, or a list of strings.
 fn recipients(payload: &Value, field: &'static str) -> Result<Vec<Mailbox>, RenderError> {
     let invalid = |reason: String| RenderError::Address { field, reason };

@@ -11,11 +11,12 @@
 //! Ed25519 (Gmail's, in 2026) ignore it and check the RSA one.
 
 mod canonical;
+mod key;
+
+pub use key::{Algorithm, DkimKey};
+use key::{SigningKey, aligned};
 
 use base64::Engine as _;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{PrivatePkcs1KeyDer, PrivatePkcs8KeyDer};
-use secrecy::{ExposeSecret, SecretString};
 
 use crate::text::debug_showing_only;
 
@@ -33,198 +34,9 @@ const SIGNED_HEADERS: &[&str] = &[
     "Content-Type",
     "Content-Transfer-Encoding",
     "X-Outbox-Id",
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
 ];
-
-/// The smallest RSA key verifiers accept (RFC 8301).
-const MIN_KEY_BITS: usize = 1024;
-
-/// Takes one DER element of this tag off the front of `input`; its contents.
-fn der_element<'a>(input: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
-    let (&found, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    if found != tag {
-        return None;
-    }
-    let length = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let octets = usize::from(first & 0x7f);
-        if octets == 0 || octets > 4 || rest.len() < octets {
-            return None;
-        }
-        let (bytes, after) = rest.split_at(octets);
-        rest = after;
-        bytes.iter().fold(0, |n, b| (n << 8) | usize::from(*b))
-    };
-    if rest.len() < length {
-        return None;
-    }
-    let (contents, after) = rest.split_at(length);
-    *input = after;
-    Some(contents)
-}
-
-/// What a key signs with: the signature's `a=` tag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    RsaSha256,
-    Ed25519Sha256,
-}
-
-impl Algorithm {
-    /// The `a=` tag's value.
-    pub fn tag(self) -> &'static str {
-        match self {
-            Self::RsaSha256 => "rsa-sha256",
-            Self::Ed25519Sha256 => "ed25519-sha256",
-        }
-    }
-}
-
-/// A signing domain, selector and key, checked at start-up.
-#[derive(Clone)]
-pub struct DkimKey {
-    domain: String,
-    selector: String,
-    pem: SecretString,
-    algorithm: Algorithm,
-}
-
-debug_showing_only!(DkimKey as key { domain, selector, algorithm });
-
-/// Whether a From at `domain` aligns with a signature for `signed` under DMARC's relaxed
-/// alignment: the same domain, or a subdomain of it on a label boundary.
-fn aligned(domain: &str, signed: &str) -> bool {
-    let (domain, signed) = (domain.to_ascii_lowercase(), signed.to_ascii_lowercase());
-    domain == signed || domain.ends_with(&format!(".{signed}"))
-}
-
-impl DkimKey {
-    /// The domain it signs for (`d=`).
-    pub fn domain(&self) -> &str {
-        &self.domain
-    }
-
-    /// Whether a From at `domain` aligns with its signature under DMARC's relaxed
-    /// alignment: the same domain, or a subdomain of it (on a label boundary).
-    pub fn aligns_with(&self, domain: &str) -> bool {
-        aligned(domain, &self.domain)
-    }
-
-    /// The DNS name its public key is published at: `selector._domainkey.domain`.
-    pub fn record(&self) -> String {
-        format!("{}._domainkey.{}", self.selector, self.domain)
-    }
-
-    /// Reads and checks the key: an RSA private key in PKCS#1 PEM.
-    pub fn new(domain: &str, selector: &str, pem: String) -> Result<Self, String> {
-        let key = Self::named(domain, selector, pem, Algorithm::RsaSha256)?;
-        key.der()?;
-        let bits = key.modulus_bits()?;
-        if bits < MIN_KEY_BITS {
-            return Err(format!(
-                "the RSA key has {bits} bits: verifiers refuse keys under {MIN_KEY_BITS} (RFC 8301); use 2048"
-            ));
-        }
-        key.signing_key()?;
-        Ok(key)
-    }
-
-    /// Reads and checks an Ed25519 key (RFC 8463), in PKCS#8 PEM as `openssl genpkey
-    /// -algorithm ed25519` writes it.
-    pub fn ed25519(domain: &str, selector: &str, pem: String) -> Result<Self, String> {
-        let key = Self::named(domain, selector, pem, Algorithm::Ed25519Sha256)?;
-        key.signing_key()?;
-        Ok(key)
-    }
-
-    pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
-    }
-
-    /// The TXT record's value for an Ed25519 key (`k=ed25519; p=` the raw public key, RFC
-    /// 8463); an RSA key's is `openssl rsa -pubout`'s, which the book shows how to publish.
-    pub fn ed25519_record_value(&self) -> Option<String> {
-        match self.signing_key().ok()? {
-            SigningKey::Ed25519(key) => {
-                use ring::signature::KeyPair as _;
-                let public = base64::engine::general_purpose::STANDARD.encode(key.public_key());
-                Some(format!("v=DKIM1; k=ed25519; p={public}"))
-            }
-            _ => None,
-        }
-    }
-
-    fn named(
-        domain: &str,
-        selector: &str,
-        pem: String,
-        algorithm: Algorithm,
-    ) -> Result<Self, String> {
-        let label = |text: &str, what: &str| {
-            let valid = !text.is_empty()
-                && text.split('.').all(|part| {
-                    !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                });
-            if valid {
-                Ok(text.to_ascii_lowercase())
-            } else {
-                Err(format!("{what} {text:?} is not a DNS name"))
-            }
-        };
-        Ok(Self {
-            domain: label(domain, "the domain")?,
-            selector: label(selector, "the selector")?,
-            pem: SecretString::from(pem),
-            algorithm,
-        })
-    }
-
-    /// The size of the key's modulus, read from its PKCS#1 structure
-    /// (`SEQUENCE { version INTEGER, modulus INTEGER, ... }`).
-    fn modulus_bits(&self) -> Result<usize, String> {
-        let unreadable = || NOT_PKCS1.to_owned();
-        let der = self.der()?;
-        let mut input = der.secret_pkcs1_der();
-        let sequence = der_element(&mut input, 0x30).ok_or_else(unreadable)?;
-        let mut fields = sequence;
-        der_element(&mut fields, 0x02).ok_or_else(unreadable)?;
-        let modulus = der_element(&mut fields, 0x02).ok_or_else(unreadable)?;
-        let significant = modulus.iter().skip_while(|b| **b == 0).count();
-        Ok(significant * 8)
-    }
-
-    fn der(&self) -> Result<PrivatePkcs1KeyDer<'static>, String> {
-        PrivatePkcs1KeyDer::from_pem_slice(self.pem.expose_secret().as_bytes())
-            .map_err(|_| NOT_PKCS1.to_owned())
-    }
-
-    fn signing_key(&self) -> Result<SigningKey, String> {
-        if self.algorithm == Algorithm::Ed25519Sha256 {
-            let der = PrivatePkcs8KeyDer::from_pem_slice(self.pem.expose_secret().as_bytes())
-                .map_err(|_| NOT_ED25519.to_owned())?;
-            // openssl writes PKCS#8 v1, without the public key, which the strict parser
-            // refuses; the key is checked by deriving its public key either way.
-            return ring::signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(
-                der.secret_pkcs8_der(),
-            )
-            .map(|key| SigningKey::Ed25519(Box::new(key)))
-            .map_err(|e| format!("{NOT_ED25519} ({e})"));
-        }
-        let der = self.der()?;
-        let unusable = |e: String| format!("the RSA key cannot sign: {e}");
-        if self.modulus_bits()? >= RING_MIN_BITS {
-            ring::signature::RsaKeyPair::from_der(der.secret_pkcs1_der())
-                .map(|key| SigningKey::Ring(Box::new(key)))
-                .map_err(|e| unusable(e.to_string()))
-        } else {
-            use rsa::pkcs1::DecodeRsaPrivateKey as _;
-            rsa::RsaPrivateKey::from_pkcs1_der(der.secret_pkcs1_der())
-                .map(|key| SigningKey::Small(Box::new(key)))
-                .map_err(|e| unusable(e.to_string()))
-        }
-    }
-}
 
 impl DkimSigner {
     /// The signer of one signature per key, over these headers besides [`SIGNED_HEADERS`].
@@ -243,9 +55,9 @@ impl DkimSigner {
             .iter()
             .map(|key| {
                 Ok(Signature {
-                    domain: key.domain.clone(),
-                    selector: key.selector.clone(),
-                    algorithm: key.algorithm,
+                    domain: key.domain().to_owned(),
+                    selector: key.selector().to_owned(),
+                    algorithm: key.algorithm(),
                     key: key.signing_key()?,
                 })
             })
@@ -257,13 +69,6 @@ impl DkimSigner {
         })
     }
 }
-
-/// What a key file for Ed25519 that is not one is told.
-const NOT_ED25519: &str = "expected an Ed25519 private key in PKCS#8 PEM (-----BEGIN PRIVATE KEY-----), as `openssl genpkey -algorithm ed25519` writes it";
-
-/// What a key file that is not an RSA private key in PKCS#1 PEM is told.
-const NOT_PKCS1: &str = "expected an RSA private key in PKCS#1 PEM (-----BEGIN RSA PRIVATE KEY-----); \
-     convert a PKCS#8 key with `openssl rsa -in key.pem -traditional`";
 
 /// The `h=` list, folded after a colon wherever a line would pass 72 characters: a kind
 /// may declare many headers, and a header line may not pass 998 octets.
@@ -315,16 +120,6 @@ impl rsa::rand_core::RngCore for SystemRng<'_> {
 
 impl rsa::rand_core::CryptoRng for SystemRng<'_> {}
 
-/// ring's RSA signs with keys of 2048 bits and more.
-const RING_MIN_BITS: usize = 2048;
-
-/// The private key, in the library that signs with it.
-enum SigningKey {
-    Ring(Box<ring::signature::RsaKeyPair>),
-    Small(Box<rsa::RsaPrivateKey>),
-    Ed25519(Box<ring::signature::Ed25519KeyPair>),
-}
-
 /// One `DKIM-Signature` a signer adds.
 struct Signature {
     domain: String,
@@ -344,8 +139,10 @@ debug_showing_only!(DkimSigner as signer { headers });
 
 impl DkimSigner {
     /// `message` (a formatted email, CRLF line ends) with its `DKIM-Signature` fields first,
-    /// each computed over the message without the others.
-    pub fn sign(&self, message: &[u8], now_unix: u64) -> Result<Vec<u8>, String> {
+    /// each computed over the message without the others: one per key of the domain its
+    /// From (at `from_domain`) aligns with, the nearest when several do (`news.acme.example`
+    /// before `acme.example`), the main domain's when none does.
+    pub fn sign(&self, message: &[u8], now_unix: u64, from_domain: &str) -> Result<Vec<u8>, String> {
         let (head, body) = match message.windows(4).position(|w| w == b"\r\n\r\n") {
             Some(at) => (&message[..at], &message[at + 4..]),
             None => (message, &b""[..]),
@@ -357,7 +154,7 @@ impl DkimSigner {
         let b64 = base64::engine::general_purpose::STANDARD;
         let covered = canonical::signed_headers(&list, &fields);
         let mut out = Vec::with_capacity(message.len() + 500 * self.signatures.len());
-        for signature in &self.signatures {
+        for signature in self.signatures_for(from_domain) {
             // Folded at its tags, so no line of it passes 998 octets; `b=` last and empty
             // here, as a verifier sees it once it has taken the signature out.
             let unsigned = format!(
@@ -383,6 +180,20 @@ impl DkimSigner {
         }
         out.extend_from_slice(message);
         Ok(out)
+    }
+
+    /// The signatures of the domain a From at `from_domain` aligns with most nearly.
+    fn signatures_for(&self, from_domain: &str) -> impl Iterator<Item = &Signature> {
+        let signed = self
+            .signatures
+            .iter()
+            .filter(|s| aligned(from_domain, &s.domain))
+            .max_by_key(|s| s.domain.len())
+            .or(self.signatures.first())
+            .map(|s| s.domain.clone());
+        self.signatures
+            .iter()
+            .filter(move |s| Some(&s.domain) == signed.as_ref())
     }
 
     /// The signature of `data` (the covered headers, canonical) with `key`.
@@ -416,19 +227,5 @@ impl DkimSigner {
                 .map_err(|e| format!("the RSA signature failed: {e}"))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::aligned;
-
-    #[test]
-    fn a_from_aligns_with_its_signed_domain_or_a_parent_on_a_label_boundary() {
-        assert!(aligned("acme.example", "acme.example"));
-        assert!(aligned("News.Acme.Example", "acme.example"));
-        assert!(!aligned("notacme.example", "acme.example"));
-        assert!(!aligned("acme.example", "news.acme.example"));
-        assert!(!aligned("elsewhere.example", "acme.example"));
     }
 }

@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use lettre::Message;
 use lettre::address::Envelope;
-use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
+use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart, SinglePart};
 use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
@@ -18,41 +19,28 @@ use serde_json::Value;
 
 use crate::message::{ClaimedMessage, MessageIds};
 use crate::text::debug_showing_only;
+use crate::unsubscribe::OneClick;
 
 mod addresses;
 mod dkim;
 mod errors;
 mod extras;
+mod headers;
+mod preview;
 mod templates;
 
 pub use addresses::{envelope_keys, suppression_key};
 
 /// A claimed payload as a JSON object, or why it cannot be used.
 pub type ReadPayload = Result<Value, String>;
-pub use dkim::DkimKey;
+pub use dkim::{Algorithm as DkimAlgorithm, DkimKey};
 use errors::describe;
 pub use errors::{RenderError, TemplateLoadError};
 use extras::DeclaredHeader;
+pub use headers::XOutboxId;
+pub use preview::Preview;
 pub(crate) use templates::{BUILTIN_KIND_FILES, KIND_FILE};
 use templates::{BUILTIN_TEMPLATES, add_template, read_template_dir};
-
-/// The `X-Outbox-Id` header: the row an email came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XOutboxId(pub i64);
-
-impl Header for XOutboxId {
-    fn name() -> HeaderName {
-        HeaderName::new_from_ascii_str("X-Outbox-Id")
-    }
-
-    fn parse(s: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Self(s.trim().parse()?))
-    }
-
-    fn display(&self) -> HeaderValue {
-        HeaderValue::new(Self::name(), self.0.to_string())
-    }
-}
 
 /// Renders outbox rows into emails.
 pub struct Renderer {
@@ -67,6 +55,8 @@ pub struct Renderer {
     senders: BTreeMap<String, KindSender>,
     /// Signs every email when a DKIM key is configured.
     dkim: Option<dkim::DkimSigner>,
+    /// One-click unsubscribe links in the bulk kinds' emails, when on.
+    one_click: Option<headers::OneClickLinks>,
 }
 
 /// A kind's own sender: its `From`, instead of `OUTBOXD_FROM`, and the `Reply-To` of a
@@ -123,14 +113,6 @@ pub struct Parts {
     pub html: Option<String>,
 }
 
-/// An email as `outboxd preview` shows it: its parts, its envelope and its bytes.
-#[derive(Debug, Clone)]
-pub struct Preview {
-    pub parts: Parts,
-    pub envelope: Envelope,
-    pub raw: Vec<u8>,
-}
-
 /// An email ready for SMTP: who it goes to, and its bytes.
 #[derive(Debug, Clone)]
 pub struct RenderedEmail {
@@ -151,16 +133,7 @@ impl Renderer {
         from: Mailbox,
         message_ids: MessageIds,
     ) -> Result<Self, TemplateLoadError> {
-        let mut env = Environment::new();
-        env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
-        // Debug mode is what makes an error name the variable a payload lacks (`reset_url`
-        // is undefined); minijinja enables it by default only in builds with debug
-        // assertions, so the release binary said `undefined value` and no more. It costs a
-        // note where a template meets an undefined value, and a copy of the template's
-        // source when a render fails; errors are shown by `errors::describe`, which leaves
-        // that copy (and the payload's values in it) out.
-        env.set_debug(true);
-        env.set_fuel(Some(TEMPLATE_FUEL));
+        let mut env = environment();
         let mut names = BTreeSet::new();
         let mut headers_files = BTreeMap::new();
         let builtin = BUILTIN_TEMPLATES
@@ -216,6 +189,7 @@ impl Renderer {
             declared,
             senders: BTreeMap::new(),
             dkim: None,
+            one_click: None,
         })
     }
 
@@ -249,6 +223,13 @@ impl Renderer {
         self
     }
 
+    /// Gives the emails of these bulk kinds a one-click unsubscribe link (RFC 8058).
+    #[must_use]
+    pub fn with_one_click(mut self, links: Arc<OneClick>, bulk: BTreeSet<String>) -> Self {
+        self.one_click = Some(headers::OneClickLinks { links, bulk });
+        self
+    }
+
     /// Reads a claimed row's payload, renders it, and formats the email, each within the
     /// limits: what the dispatcher does in two steps, for the renderer's own tests.
     #[cfg(test)]
@@ -274,7 +255,7 @@ impl Renderer {
             .as_ref()
             .map_err(|e| RenderError::Payload(e.clone()))?;
         let email = self.render(message.id, &message.kind, payload)?;
-        let bytes = self.formatted(&email)?;
+        let bytes = self.formatted(&email, &message.kind)?;
         if bytes.len() > self.limits.max_message_bytes {
             return Err(RenderError::TooLarge {
                 bytes: bytes.len(),
@@ -287,8 +268,8 @@ impl Renderer {
         })
     }
 
-    /// The email's bytes as sent: signed when a DKIM key is set.
-    fn formatted(&self, email: &Message) -> Result<Vec<u8>, RenderError> {
+    /// The email's bytes as sent: signed when a DKIM key is set, for its From's domain.
+    pub(super) fn formatted(&self, email: &Message, kind: &str) -> Result<Vec<u8>, RenderError> {
         let bytes = email.formatted();
         match &self.dkim {
             None => Ok(bytes),
@@ -296,9 +277,18 @@ impl Renderer {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                dkim.sign(&bytes, now).map_err(RenderError::Build)
+                dkim.sign(&bytes, now, self.sender_of(kind).email.domain())
+                    .map_err(RenderError::Build)
             }
         }
+    }
+
+    /// The From of a kind's emails: its own, or `OUTBOXD_FROM`.
+    fn sender_of(&self, kind: &str) -> &Mailbox {
+        self.senders
+            .get(kind)
+            .and_then(|s| s.from.as_ref())
+            .unwrap_or(&self.from)
     }
 
     /// The kinds this renderer knows, sorted.
@@ -325,7 +315,7 @@ impl Renderer {
             html,
         } = self.parts(kind, &context)?;
         let sender = self.senders.get(kind);
-        let from = sender.and_then(|s| s.from.as_ref()).unwrap_or(&self.from);
+        let from = self.sender_of(kind);
         let mut builder = Message::builder()
             .from(from.clone())
             .subject(&subject)
@@ -339,12 +329,7 @@ impl Renderer {
             ));
         let reply_to = sender.and_then(|s| s.reply_to.as_ref());
         builder = addresses::add(builder, payload, from, reply_to)?;
-        for header in self.declared.get(kind).into_iter().flatten() {
-            let value = self.render_template(&header.template, &context)?;
-            if let Some(value) = extras::header_value(header, &value)? {
-                builder = builder.raw_header(value);
-            }
-        }
+        builder = self.added_headers(builder, id, kind, payload, &context)?;
         let attachments = extras::attachments(payload, self.limits.max_attachment_bytes)?;
         let text_part = || {
             SinglePart::builder()
@@ -370,7 +355,7 @@ impl Renderer {
     }
 
     /// The subject (checked as a header) and the text and HTML bodies of a kind.
-    fn parts(&self, kind: &str, context: &minijinja::Value) -> Result<Parts, RenderError> {
+    pub(super) fn parts(&self, kind: &str, context: &minijinja::Value) -> Result<Parts, RenderError> {
         let subject = self.render_template(&format!("{kind}/subject.txt"), context)?;
         let subject = subject.trim();
         if has_control(subject) {
@@ -398,31 +383,7 @@ impl Renderer {
         })
     }
 
-    /// One email as it would be sent (as message `id`), without a database or a server:
-    /// for template authors. Signed when a DKIM key is set.
-    pub fn preview(&self, id: i64, kind: &str, payload: &Value) -> Result<Preview, RenderError> {
-        if !payload.is_object() {
-            return Err(RenderError::Payload(
-                "payload is not a JSON object".to_owned(),
-            ));
-        }
-        let email = self.render(id, kind, payload)?;
-        let raw = self.formatted(&email)?;
-        if raw.len() > self.limits.max_message_bytes {
-            return Err(RenderError::TooLarge {
-                bytes: raw.len(),
-                max: self.limits.max_message_bytes,
-            });
-        }
-        let parts = self.parts(kind, &minijinja::Value::from(Serde(payload)))?;
-        Ok(Preview {
-            parts,
-            envelope: email.envelope().clone(),
-            raw,
-        })
-    }
-
-    fn render_template(
+    pub(super) fn render_template(
         &self,
         name: &str,
         context: &minijinja::Value,
@@ -435,6 +396,21 @@ impl Renderer {
             .render(context)
             .map_err(|e| RenderError::Template(format!("{name}: {}", describe(&e))))
     }
+}
+
+/// The templates' environment: strict about undefined values, within the fuel.
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
+    // Debug mode is what makes an error name the variable a payload lacks (`reset_url`
+    // is undefined); minijinja enables it by default only in builds with debug
+    // assertions, so the release binary said `undefined value` and no more. It costs a
+    // note where a template meets an undefined value, and a copy of the template's
+    // source when a render fails; errors are shown by `errors::describe`, which leaves
+    // that copy (and the payload's values in it) out.
+    env.set_debug(true);
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env
 }
 
 /// [`describe`], and the line it is on: one line, for a start-up error.

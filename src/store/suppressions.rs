@@ -295,6 +295,15 @@ pub async fn record_feedback(
     Ok(recorded)
 }
 
+/// Records a recipient's one-click unsubscribe; false when the address was already
+/// suppressed for as much (a second click, or a provider's retry).
+pub async fn record_unsubscribe(store: &Store, entry: &NewSuppression) -> Result<bool, sqlx::Error> {
+    let mut tx = store.begin_bounded(Bound::Lock(FEEDBACK_LOCK_WAIT)).await?;
+    let added = upsert(store, &mut *tx, entry, None).await?;
+    tx.commit().await?;
+    Ok(added)
+}
+
 /// How long a provider's report waits for a row or an entry another transaction locks.
 const FEEDBACK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 

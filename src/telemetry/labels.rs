@@ -67,6 +67,38 @@ impl LookupResult {
     }
 }
 
+/// What became of a one-click unsubscribe request: the `result` label of
+/// `outbox_unsubscribes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnsubscribeResult {
+    /// The address is suppressed for the link's scope now.
+    Recorded,
+    /// It was already: nothing changed.
+    AlreadyRecorded,
+    /// Not a link outboxd made, not RFC 8058's body, or too large.
+    Refused,
+    /// Could not be recorded now (the database, or too many at once); the sender retries.
+    Failed,
+}
+
+impl UnsubscribeResult {
+    pub const ALL: [UnsubscribeResult; 4] = [
+        UnsubscribeResult::Recorded,
+        UnsubscribeResult::AlreadyRecorded,
+        UnsubscribeResult::Refused,
+        UnsubscribeResult::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnsubscribeResult::Recorded => "recorded",
+            UnsubscribeResult::AlreadyRecorded => "already_recorded",
+            UnsubscribeResult::Refused => "refused",
+            UnsubscribeResult::Failed => "failed",
+        }
+    }
+}
+
 /// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
 pub const OTHER_KIND: &str = "other";
 

@@ -21,7 +21,7 @@ use register::{register_feedback_counters, register_suppressed};
 mod sample;
 
 pub use super::labels::{
-    BackgroundTask, DatabaseOperation, LookupResult, OTHER_KIND, WebhookResult,
+    BackgroundTask, DatabaseOperation, LookupResult, OTHER_KIND, UnsubscribeResult, WebhookResult,
 };
 
 /// A metric's Prometheus type.
@@ -135,6 +135,8 @@ metrics! {
         "Spam complaints received from a provider, by source; each suppresses its address.";
     WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
         "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
+    UNSUBSCRIBES = "outbox_unsubscribes_total", Counter, None,
+        "One-click unsubscribe requests (RFC 8058, POST /unsubscribe/TOKEN), by result: recorded, already_recorded, refused (not a link outboxd made, or not the RFC's body), failed (not recorded now; the sender retries).";
     RECIPIENT_LOOKUPS = "outbox_recipient_lookups_total", Counter, None,
         "Recipient lookups (the API's, the admin page's), by result: answered, busy (every connection for lookups in use: refused at once), timed_out (stopped by the server), failed.";
     LANE_OLDEST_READY_AGE = "outbox_lane_oldest_ready_age_seconds", Gauge, SECONDS,
@@ -351,6 +353,11 @@ impl Metrics {
     pub fn webhook_request(&self, source: FeedbackSource, result: WebhookResult) {
         counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())
             .increment(1);
+    }
+
+    /// Counts one one-click unsubscribe request.
+    pub fn unsubscribe(&self, result: UnsubscribeResult) {
+        counter!(UNSUBSCRIBES, "result" => result.as_str()).increment(1);
     }
 
     pub fn recipient_lookup(&self, result: LookupResult) {

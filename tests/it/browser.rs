@@ -187,3 +187,47 @@ async fn in_a_real_browser_the_page_lists_a_dead_letter_and_retry_moves_it_back_
             .unwrap();
     assert_eq!(actor, "ops");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_an_unsubscribe_link_asks_first_and_its_button_unsubscribes() {
+    use crate::unsubscribe::{bulk_sender, invoice, lane_entries, link_path};
+    let db = TestDb::new().await;
+    let smtp = crate::helpers::SmtpServer::start();
+    let key = crate::content::DkimKeyPair::new();
+    let outboxd = bulk_sender(&db, &smtp, &key).await;
+    db.enqueue("invoice_notice", invoice("ada@example.com"))
+        .await;
+    let received = smtp.wait_for(1, Duration::from_secs(30)).await;
+    let path = link_path(
+        received[0]
+            .header("List-Unsubscribe")
+            .expect("List-Unsubscribe"),
+    );
+
+    let browser = Browser::start().await;
+    browser
+        .open(&format!("http://{}{path}", outboxd.http))
+        .await;
+    let page = browser.source().await;
+    assert!(page.contains("Unsubscribe?"), "{page}");
+    assert_eq!(
+        lane_entries(&db, "ada@example.com").await,
+        0,
+        "opening the page changes nothing"
+    );
+
+    browser.click("button[type=submit]").await;
+    poll_until(
+        Duration::from_secs(10),
+        "the page after the button",
+        || async {
+            browser
+                .source()
+                .await
+                .contains("Unsubscribed")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(lane_entries(&db, "ada@example.com").await, 1);
+}

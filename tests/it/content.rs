@@ -25,13 +25,13 @@ fn rsa_key(path: &std::path::Path, bits: &str) {
 
 /// An RSA key made with openssl, in the PKCS#1 PEM DKIM wants, and its public half as the
 /// base64 DER a DKIM TXT record carries.
-struct DkimKeyPair {
+pub(crate) struct DkimKeyPair {
     dir: tempfile::TempDir,
-    public_der_base64: String,
+    pub public_der_base64: String,
 }
 
 impl DkimKeyPair {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Self::of_bits("2048")
     }
 
@@ -51,7 +51,7 @@ impl DkimKeyPair {
         }
     }
 
-    fn key_path(&self) -> String {
+    pub fn key_path(&self) -> String {
         self.dir.path().join("dkim.pem").display().to_string()
     }
 }

@@ -38,4 +38,5 @@ mod replicas;
 mod scopes;
 mod suppression;
 mod timeline;
+mod unsubscribe;
 mod webhooks;

@@ -2,6 +2,7 @@
 an independent verifier, given the signer's public key instead of DNS.
 
 Usage: dkim_verify.py SPOOL SELECTOR DOMAIN PUBLIC_KEY_DER_BASE64 [ED25519_SELECTOR ED25519_PUBLIC_KEY_BASE64]
+More RSA keys' records (other From domains): DKIM_MORE_KEYS=SELECTOR:DOMAIN:PUBLIC_KEY_DER_BASE64,...
 Prints one JSON line per message: its X-Outbox-Id, whether every one of its signatures
 verifies (and the algorithms of those that do), and whether a copy with one character of
 its body changed, or with one more Subject, From or To prepended, still verifies under any
@@ -30,6 +31,11 @@ def main():
         ed_selector, ed_public = sys.argv[5:7]
         records[("%s._domainkey.%s" % (ed_selector, domain)).lower()] = (
             "v=DKIM1; k=ed25519; p=%s" % ed_public).encode()
+
+    for entry in filter(None, os.environ.get("DKIM_MORE_KEYS", "").split(",")):
+        more_selector, more_domain, more_public = entry.split(":")
+        records[("%s._domainkey.%s" % (more_selector, more_domain)).lower()] = (
+            "v=DKIM1; k=rsa; p=%s" % more_public).encode()
 
     def dnsfunc(name, timeout=5):
         name = name.decode() if isinstance(name, bytes) else name

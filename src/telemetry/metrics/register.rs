@@ -3,19 +3,22 @@
 
 use metrics::counter;
 
-use super::{BOUNCES, COMPLAINTS, RECIPIENT_LOOKUPS, SUPPRESSED, WEBHOOK_REQUESTS};
+use super::{BOUNCES, COMPLAINTS, RECIPIENT_LOOKUPS, SUPPRESSED, UNSUBSCRIBES, WEBHOOK_REQUESTS};
 use crate::message::Lane;
 use crate::suppression::{BounceType, FeedbackSource, Scope, SuppressionReason};
-use crate::telemetry::labels::{LookupResult, WebhookResult};
+use crate::telemetry::labels::{LookupResult, UnsubscribeResult, WebhookResult};
 
 /// The bounce, complaint and webhook counters at 0 for every source that can report them,
-/// and the recipient lookups' for every result.
+/// and the recipient lookups' and unsubscribes' for every result.
 pub(super) fn register_feedback_counters() {
     for result in LookupResult::ALL {
         counter!(RECIPIENT_LOOKUPS, "result" => result.as_str()).increment(0);
     }
+    for result in UnsubscribeResult::ALL {
+        counter!(UNSUBSCRIBES, "result" => result.as_str()).increment(0);
+    }
     for source in FeedbackSource::ALL {
-        if source == FeedbackSource::Operator {
+        if matches!(source, FeedbackSource::Operator | FeedbackSource::OneClick) {
             continue;
         }
         for bounce_type in BounceType::ALL {
