@@ -73,6 +73,7 @@ pub async fn examine(config: &RunConfig, long_transaction: Duration) -> Vec<Find
     )];
     found.extend(dkim(config));
     found.extend(senders(config));
+    found.push(unsubscribe(config));
     found.push(smtp(config).await);
     match open_store(config).await {
         Ok(store) => {
@@ -115,8 +116,14 @@ fn senders(config: &RunConfig) -> impl Iterator<Item = Finding> + '_ {
         let domain = from.email.domain().to_lowercase();
         let (verdict, alignment) = if signed.is_empty() {
             (Verdict::Ok, "not signed (no DKIM key)".to_owned())
-        } else if config.dkim.iter().any(|key| key.aligns_with(&domain)) {
-            (Verdict::Ok, format!("DKIM d={domain}, aligned"))
+        } else if let Some(key) = config
+            .dkim
+            .iter()
+            .filter(|key| key.aligns_with(&domain))
+            .max_by_key(|key| key.domain().len())
+        {
+            let signer = format!("DKIM d={} s={}", key.domain(), key.selector());
+            (Verdict::Ok, format!("{signer}, aligned"))
         } else {
             let keys = signed.join(", ");
             (Verdict::Warn, format!("DKIM signs for {keys}, not {domain}: not aligned"))
@@ -124,6 +131,31 @@ fn senders(config: &RunConfig) -> impl Iterator<Item = Finding> + '_ {
         let settings = settings.describe().join("; ");
         finding(verdict, "kind", format!("{kind}: from {from}, {alignment}; {settings}"))
     })
+}
+
+/// Whether bulk mail carries a one-click unsubscribe link, which Gmail and Yahoo require.
+fn unsubscribe(config: &RunConfig) -> Finding {
+    let bulk = config.dispatch.lanes.bulk_kinds();
+    match (&config.one_click, bulk.is_empty()) {
+        (Some(links), _) => finding(
+            Verdict::Ok,
+            "unsubscribe",
+            format!(
+                "bulk kinds ({}) carry one-click links to {}/unsubscribe/...",
+                bulk.join(", "),
+                links.base()
+            ),
+        ),
+        (None, true) => finding(Verdict::Ok, "unsubscribe", "no bulk kind, no link needed"),
+        (None, false) => finding(
+            Verdict::Warn,
+            "unsubscribe",
+            format!(
+                "bulk kinds ({}) carry no one-click unsubscribe link, which Gmail and Yahoo require of bulk senders: set OUTBOXD_PUBLIC_URL and OUTBOXD_UNSUBSCRIBE_SECRET",
+                bulk.join(", ")
+            ),
+        ),
+    }
 }
 
 async fn smtp(config: &RunConfig) -> Finding {

@@ -75,6 +75,11 @@ impl OneClick {
         })
     }
 
+    /// The public URL the links start with.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// The URL of a link that stops `scope`'s mail to `address` (from message `message`).
     pub fn url_for(&self, address: &Address, scope: Scope, message: i64) -> Result<String, String> {
         let mut nonce = [0u8; NONCE_LEN];

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Args};
 use lettre::message::Mailbox;
 
-use crate::config::{DEV_FROM, KindArgs, KindBook};
+use crate::config::{DEV_FROM, KindArgs, KindBook, UnsubscribeArgs};
 use crate::message::{InstallationTag, MessageIds};
 use crate::render::{Preview, Renderer};
 use crate::text::{printable, printable_lines};
@@ -43,6 +43,9 @@ pub struct PreviewArgs {
     /// The per-kind variables, as for `outboxd run`: with the kind's kind.toml, its settings.
     #[command(flatten)]
     pub kinds: KindArgs,
+    /// As for `outboxd run`: a bulk kind's preview shows its one-click unsubscribe link.
+    #[command(flatten)]
+    pub unsubscribe: UnsubscribeArgs,
 }
 
 /// The message id a preview is rendered as.
@@ -59,8 +62,12 @@ pub fn run(args: PreviewArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| from.email.domain().to_owned());
     let message_ids = MessageIds::new(InstallationTag::preview(), domain);
     let book = KindBook::load(args.templates.as_deref(), &args.kinds)?;
-    let renderer = Renderer::new(args.templates.as_deref(), from, message_ids)?
+    let mut renderer = Renderer::new(args.templates.as_deref(), from, message_ids)?
         .with_senders(book.senders());
+    if let Some(links) = args.unsubscribe.one_click()? {
+        let bulk = book.lanes().bulk_kinds().into_iter().collect();
+        renderer = renderer.with_one_click(std::sync::Arc::new(links), bulk);
+    }
     let text = if args.payload == "-" {
         let mut text = String::new();
         std::io::stdin()

@@ -124,10 +124,10 @@ fn preview_shows_a_kinds_settings_and_renders_it_from_its_own_sender() {
 }
 
 #[tokio::test]
-async fn doctor_reports_each_kinds_sender() {
+async fn doctor_reports_each_kinds_sender_and_a_bulk_kind_without_an_unsubscribe_link() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let templates = news_kind("from = \"Acme News <news@example.com>\"\n");
+    let templates = news_kind("lane = \"bulk\"\nfrom = \"Acme News <news@example.com>\"\n");
     let (_, out, err) = crate::helpers::said(
         outboxd()
             .args([
@@ -148,6 +148,13 @@ async fn doctor_reports_each_kinds_sender() {
     assert!(line.contains("not signed (no DKIM key)"), "{line}");
     assert!(
         out.contains("account_verification: from Acme <no-reply@example.com>"),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(
+            |line| line.starts_with("warn unsubscribe: bulk kinds (news)")
+                && line.contains("OUTBOXD_PUBLIC_URL")
+        ),
         "{out}"
     );
 }

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use crate::content::DkimKeyPair;
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, eventually, http_full, http_get, metric_value, outboxd, python,
-    refusal_saying,
+    Outboxd, SmtpServer, TestDb, eventually, http_full, http_get, metric_value, outboxd, preview,
+    python, refusal_saying,
 };
 
 const SECRET: &str = "unsubscribe-secret-0123456789abcdef0123";
@@ -415,5 +415,33 @@ fn each_kind_of_bad_unsubscribe_or_dkim_setting_is_refused_at_start() {
     run_refused(
         &["--dkim-keys", "news.example.test:n1:/nonexistent.pem"],
         "cannot read OUTBOXD_DKIM_KEYS",
+    );
+}
+
+#[test]
+fn preview_shows_a_bulk_kinds_one_click_headers() {
+    let payload = invoice("ada@example.com").to_string();
+    let flags = [
+        "--raw",
+        "--bulk-kinds",
+        "invoice_notice",
+        "--public-url",
+        PUBLIC_URL,
+        "--unsubscribe-secret",
+        SECRET,
+    ];
+    let raw = preview("invoice_notice", &payload, &flags);
+    assert!(
+        raw.contains(&format!("List-Unsubscribe: <{PUBLIC_URL}/unsubscribe/")),
+        "{raw}"
+    );
+    assert!(
+        raw.contains("List-Unsubscribe-Post: List-Unsubscribe=One-Click"),
+        "{raw}"
+    );
+    let transactional = preview("invoice_notice", &payload, &flags[..1]);
+    assert!(
+        !transactional.contains("List-Unsubscribe"),
+        "{transactional}"
     );
 }
