@@ -12,7 +12,7 @@ pub use crate::lane::{Lane, Lanes, parse_kinds};
 pub use message_id::{InstallationTag, MessageIds, Named};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
-pub use outboxd_producer::{InvalidMessage, Kind, NewMessage};
+pub use outboxd_producer::{InvalidMessage, Kind, NewMessage, Tag};
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
 pub use pause::{

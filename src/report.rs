@@ -244,11 +244,16 @@ pub fn timeline(message: &MessageDetail) -> String {
     format!(
         "{}\n{}\n",
         printable(&format!(
-            "message {} ({}) to {}: {}",
+            "message {} ({}) to {}: {}{}",
             message.id,
             message.kind,
             message.recipients.join(", "),
-            message.state
+            message.state,
+            if message.tags.is_empty() {
+                String::new()
+            } else {
+                format!(" [tags: {}]", message.tags.join(", "))
+            }
         )),
         table(&["AT", "EVENT", "BY", "TOOK", "REPLY OR DETAIL"], &rows)
     )

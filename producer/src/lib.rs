@@ -30,8 +30,8 @@ pub mod template;
 mod trace;
 
 pub use message::{
-    InvalidMessage, Kind, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY,
-    MAX_TRACEPARENT_CHARS, NewMessage, TIME_RANGE_SECS,
+    InvalidMessage, Kind, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY, MAX_TAG_CHARS,
+    MAX_TAGS, MAX_TRACEPARENT_CHARS, NewMessage, TIME_RANGE_SECS, Tag,
 };
 pub use schema::{InvalidSchema, Schema};
 pub use trace::current_traceparent;
@@ -131,6 +131,7 @@ impl Outbox {
             .bind(message.priority())
             .bind(message.expires_at())
             .bind(message.idempotency_key())
+            .bind((!message.tags().is_empty()).then(|| message.tags()))
             .fetch_optional(executor)
             .await?;
         id.ok_or(EnqueueError::KeyInFlight)

@@ -14,8 +14,10 @@ pub const MAX_KIND_CHARS: usize = 100;
 /// # use outboxd_producer::{NewMessage, InvalidMessage};
 /// let reset = NewMessage::new("password_reset", serde_json::json!({"to": "ada@example.com"}))?
 ///     .with_priority(10)?
-///     .with_idempotency_key("reset-42")?;
+///     .with_idempotency_key("reset-42")?
+///     .with_tags(["tenant:42", "flow:reset"])?;
 /// assert_eq!(reset.priority(), 10);
+/// assert_eq!(reset.tags(), ["tenant:42", "flow:reset"]);
 /// # Ok::<(), InvalidMessage>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -27,12 +29,17 @@ pub struct NewMessage {
     expires_at: Option<DateTime<Utc>>,
     idempotency_key: Option<String>,
     traceparent: Option<String>,
+    tags: Vec<String>,
 }
 
 /// The highest priority the table accepts.
 pub const MAX_PRIORITY: i16 = 10_000;
 /// The longest idempotency key the table accepts, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 200;
+/// The most tags a message may carry.
+pub const MAX_TAGS: usize = 10;
+/// The longest tag, in characters.
+pub const MAX_TAG_CHARS: usize = 64;
 /// The longest `traceparent` the table accepts, in characters (a W3C one has 55).
 pub const MAX_TRACEPARENT_CHARS: usize = 128;
 /// The times the table accepts, in seconds since the epoch: years 1 to 9999, as its CHECK
@@ -62,6 +69,7 @@ impl NewMessage {
             expires_at: None,
             idempotency_key: None,
             traceparent: None,
+            tags: Vec::new(),
         })
     }
 
@@ -112,6 +120,29 @@ impl NewMessage {
         Ok(self)
     }
 
+    /// Labels to find the message by (`campaign:spring`, `tenant:42`): at most
+    /// [`MAX_TAGS`], each 1 to [`MAX_TAG_CHARS`] ASCII letters, digits, `_`, `-`, `.` or `:`.
+    /// They replace any given before; a tag given twice is kept once. Operators filter
+    /// messages and dead letters by them; they are never a metric label.
+    pub fn with_tags<I, T>(mut self, tags: I) -> Result<Self, InvalidMessage>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        let mut kept: Vec<String> = Vec::new();
+        for tag in tags {
+            let tag = Tag::parse(tag.into())?;
+            if !kept.contains(&tag.0) {
+                kept.push(tag.0);
+            }
+        }
+        if kept.len() > MAX_TAGS {
+            return Err(InvalidMessage::TooManyTags(kept.len()));
+        }
+        self.tags = kept;
+        Ok(self)
+    }
+
     /// Which email to render.
     pub fn kind(&self) -> &Kind {
         &self.kind
@@ -140,6 +171,10 @@ impl NewMessage {
 
     pub fn traceparent(&self) -> Option<&str> {
         self.traceparent.as_deref()
+    }
+
+    pub fn tags(&self) -> &[String] {
+        &self.tags
     }
 }
 
@@ -187,6 +222,12 @@ pub enum InvalidMessage {
     },
     #[error("{0} holds a NUL character (\\u0000), which PostgreSQL cannot store")]
     Nul(String),
+    #[error(
+        "a tag must be 1 to {MAX_TAG_CHARS} characters of A-Z, a-z, 0-9, '_', '-', '.' or ':', got {0:?}"
+    )]
+    Tag(String),
+    #[error("a message carries at most {MAX_TAGS} tags, got {0}")]
+    TooManyTags(usize),
 }
 
 /// Where in `value` (at `path`) a string or a key first holds a NUL, as `payload.items[2]`.
@@ -206,6 +247,37 @@ fn nul_in(value: &Value, path: &str) -> Option<String> {
             }
         }),
         Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
+/// A tag, checked: 1 to [`MAX_TAG_CHARS`] ASCII letters, digits, `_`, `-`, `.` or `:`, as
+/// the table's CHECK takes it (`migrations/*_message_tags.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tag(String);
+
+impl Tag {
+    /// `text` as a tag, or why it cannot be one.
+    pub fn parse(text: impl Into<String>) -> Result<Self, InvalidMessage> {
+        let text = text.into();
+        let valid = (1..=MAX_TAG_CHARS).contains(&text.len())
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+        if valid {
+            Ok(Self(text))
+        } else {
+            Err(InvalidMessage::Tag(text))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Tag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 

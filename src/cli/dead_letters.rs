@@ -1,6 +1,7 @@
 //! `outboxd dead-letters`: list, show, retry and discard, each change audited as the
 //! command line's actor.
 
+use crate::message::Tag;
 use clap::{Args, Subcommand};
 
 use super::{Output, cli_actor, with_database};
@@ -22,6 +23,9 @@ pub enum DeadLettersCommand {
         /// Only this kind.
         #[arg(long)]
         kind: Option<String>,
+        /// Only those a producer tagged so.
+        #[arg(long, value_parser = parse_tag)]
+        tag: Option<Tag>,
         /// How many (1 to 500).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=crate::store::MAX_PAGE))]
         limit: i64,
@@ -97,11 +101,12 @@ async fn dead_letters(
     match command {
         DeadLettersCommand::List {
             kind,
+            tag,
             limit,
             after,
             json,
         } => {
-            let page = admin::list_dead_letters(pool, kind.as_deref(), after, limit).await?;
+            let page = admin::list_dead_letters(pool, kind.as_deref(), tag.as_ref(), after, limit).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&page)?)?;
             } else {
@@ -152,4 +157,9 @@ async fn apply(
         Err(e) => eprintln!("warning: could not check the retried messages' recipients: {e}"),
     }
     Ok(())
+}
+
+/// A tag as a producer gives it, or why it is not one.
+pub(super) fn parse_tag(text: &str) -> Result<Tag, String> {
+    Tag::parse(text).map_err(|e| e.to_string())
 }

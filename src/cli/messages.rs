@@ -1,19 +1,24 @@
-//! `outboxd messages --recipient ADDRESS` and `outboxd messages --id N`: what was sent to an
-//! address, and each message's timeline, as the API's `GET /api/v1/messages` gives them.
+//! `outboxd messages --recipient ADDRESS`, `--tag TAG` and `--id N`: what was sent to an
+//! address or under a tag, and each message's timeline, as the API's `GET /api/v1/messages`
+//! gives them.
 
 use clap::Args;
 
-use crate::store::messages;
+use crate::message::Tag;
+use crate::store::messages::{self, Search};
 use crate::suppression::lookup_forms;
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).args(["recipient", "id"])))]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["recipient", "tag", "id"])))]
 pub struct MessagesArgs {
     #[command(flatten)]
     pub database: crate::config::DatabaseArgs,
     /// The address whose messages to list, newest first (any case matches).
     #[arg(long)]
     pub recipient: Option<String>,
+    /// The messages a producer tagged so, newest first.
+    #[arg(long, value_parser = super::dead_letters::parse_tag)]
+    pub tag: Option<Tag>,
     /// One message, by its id.
     #[arg(long)]
     pub id: Option<i64>,
@@ -30,18 +35,21 @@ pub struct MessagesArgs {
 
 /// What to look up, checked before anything connects: a bad address is refused in one line.
 pub enum Lookup {
-    Recipient(Vec<String>),
+    Search(Search),
     Id(i64),
 }
 
 pub fn checked(args: &MessagesArgs) -> anyhow::Result<Lookup> {
+    if let Some(tag) = &args.tag {
+        return Ok(Lookup::Search(Search::Tag(tag.clone())));
+    }
     match (&args.recipient, args.id) {
-        (Some(address), _) => Ok(Lookup::Recipient(
+        (Some(address), _) => Ok(Lookup::Search(Search::Recipient(
             lookup_forms(address).map_err(anyhow::Error::msg)?,
-        )),
+        ))),
         (None, Some(id)) if id > 0 => Ok(Lookup::Id(id)),
         (None, Some(id)) => anyhow::bail!("{id} is not a message id"),
-        (None, None) => anyhow::bail!("give --recipient or --id"),
+        (None, None) => anyhow::bail!("give --recipient, --tag or --id"),
     }
 }
 
@@ -52,8 +60,8 @@ pub async fn run(
     actor: &str,
 ) -> anyhow::Result<()> {
     let (found, pending_searched_all) = match lookup {
-        Lookup::Recipient(forms) => {
-            let page = messages::by_recipient(pool, &forms, args.after, args.limit, actor).await?;
+        Lookup::Search(search) => {
+            let page = messages::find(pool, &search, args.after, args.limit, actor).await?;
             (page.messages, page.pending_searched_all)
         }
         Lookup::Id(id) => match messages::message(pool, id).await? {
@@ -64,7 +72,7 @@ pub async fn run(
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&found)?)?;
     } else if found.is_empty() {
-        outln!("no message to that address")?;
+        outln!("no message found")?;
     } else {
         let pauses = crate::store::pauses::list(pool).await?;
         let circuits = crate::store::circuits::open(pool).await?;

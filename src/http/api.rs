@@ -16,7 +16,8 @@ use super::auth::Actor;
 use crate::store::admin::{
     self, Action, ActionError, DeadLetter, MessageDetail, MessageState, Selection,
 };
-use crate::store::messages::{LookupError, RecipientPage};
+use crate::message::Tag;
+use crate::store::messages::{LookupError, RecipientPage, Search};
 use crate::store::{MAX_PAGE, messages, stats};
 use crate::telemetry::metrics::LookupResult;
 
@@ -59,22 +60,34 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("{raw:?} is not a message id")))
 }
 
-/// `kind`, `limit` and `after`, checked, for the list endpoint and the page.
+/// `kind`, `tag`, `limit` and `after`, checked, for the list endpoint and the page.
 pub struct ListQuery {
     pub kind: Option<String>,
+    pub tag: Option<Tag>,
     pub limit: i64,
     pub after: Option<i64>,
 }
 
+/// A query's `tag`, when it has one, checked as producers' tags are.
+fn tag_of(query: &HashMap<String, String>) -> Result<Option<Tag>, String> {
+    query
+        .get("tag")
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map(|t| Tag::parse(t).map_err(|e| e.to_string()))
+        .transpose()
+}
+
 impl ParseQuery for ListQuery {
     /// `notice` is the page's: what its last form did.
-    const PARAMETERS: &'static [&'static str] = &["kind", "limit", "after", "notice"];
+    const PARAMETERS: &'static [&'static str] = &["kind", "tag", "limit", "after", "notice"];
 
     fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
         let kind = query.get("kind").filter(|k| !k.is_empty()).cloned();
         if let Some(kind) = &kind {
             check_text("kind", kind)?;
         }
+        let tag = tag_of(query)?;
         let limit = match query.get("limit") {
             None => DEFAULT_PAGE,
             Some(raw) => raw
@@ -94,7 +107,12 @@ impl ParseQuery for ListQuery {
                     .ok_or_else(|| format!("after must be a message id, got {raw:?}"))?,
             ),
         };
-        Ok(Self { kind, limit, after })
+        Ok(Self {
+            kind,
+            tag,
+            limit,
+            after,
+        })
     }
 }
 
@@ -110,8 +128,14 @@ async fn list(
     CheckedQuery(query): CheckedQuery<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let page =
-        admin::list_dead_letters(&state.pool, query.kind.as_deref(), query.after, query.limit)
-            .await?;
+        admin::list_dead_letters(
+            &state.pool,
+            query.kind.as_deref(),
+            query.tag.as_ref(),
+            query.after,
+            query.limit,
+        )
+        .await?;
     let next_after = query.next_after(&page);
     Ok(Json(
         json!({"dead_letters": page, "next_after": next_after}),
@@ -148,37 +172,49 @@ async fn message(state: &AdminState, raw_id: &str) -> Result<MessageDetail, ApiE
         .ok_or_else(|| ActionError::NotFound(id).into())
 }
 
-/// `recipient`, `limit` and `after`, checked, for the recipient lookup and the page.
+/// `recipient` or `tag`, `limit` and `after`, checked, for the message lookup and the page.
 pub struct RecipientQuery {
-    /// The address as given, for the page's search box.
+    /// The address or the tag as given, for the page's search box.
     pub address: String,
-    /// Its forms to look up (`suppression::lookup_forms`).
-    pub forms: Vec<String>,
+    /// What to look for: an address's forms (`suppression::lookup_forms`), or a tag.
+    pub search: Search,
     pub limit: i64,
     pub after: Option<i64>,
 }
 
 impl ParseQuery for RecipientQuery {
-    const PARAMETERS: &'static [&'static str] = &["recipient", "limit", "after"];
+    const PARAMETERS: &'static [&'static str] = &["recipient", "tag", "limit", "after"];
 
     fn parse(query: &HashMap<String, String>) -> Result<Self, String> {
         let address = query
             .get("recipient")
             .map(|a| a.trim())
-            .filter(|a| !a.is_empty())
-            .ok_or("recipient is required: the address whose messages to list")?;
-        check_text("recipient", address)?;
-        let forms = crate::suppression::lookup_forms(address)?;
+            .filter(|a| !a.is_empty());
+        let (address, search) = match (address, tag_of(query)?) {
+            (Some(_), Some(_)) => return Err("give recipient or tag, not both".to_owned()),
+            (Some(address), None) => {
+                check_text("recipient", address)?;
+                let forms = crate::suppression::lookup_forms(address)?;
+                (address.to_owned(), Search::Recipient(forms))
+            }
+            (None, Some(tag)) => (tag.to_string(), Search::Tag(tag)),
+            (None, None) => {
+                return Err(
+                    "recipient or tag is required: the address or the tag whose messages to list"
+                        .to_owned(),
+                );
+            }
+        };
         let page = ListQuery::parse(
             &query
                 .iter()
-                .filter(|(k, _)| k.as_str() != "recipient")
+                .filter(|(k, _)| !matches!(k.as_str(), "recipient" | "tag"))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         )?;
         Ok(Self {
-            address: address.to_owned(),
-            forms,
+            address,
+            search,
             limit: page.limit,
             after: page.after,
         })
@@ -192,8 +228,8 @@ impl RecipientQuery {
     }
 }
 
-/// `GET /api/v1/messages?recipient=`: the messages to an address, newest first, each with
-/// its timeline.
+/// `GET /api/v1/messages?recipient=` or `?tag=`: the messages to an address, or carrying a
+/// tag, newest first, each with its timeline.
 async fn by_recipient(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
@@ -215,9 +251,9 @@ pub(super) async fn look_up(
     query: &RecipientQuery,
 ) -> Result<RecipientPage, LookupError> {
     let started = std::time::Instant::now();
-    let found = messages::by_recipient(
+    let found = messages::find(
         &state.lookups,
-        &query.forms,
+        &query.search,
         query.after,
         query.limit,
         &actor.0,

@@ -123,6 +123,7 @@ struct Row {
     dead_lettered_at: String,
     dead_ago: String,
     dead_short: String,
+    tags: Vec<String>,
 }
 
 impl Row {
@@ -130,6 +131,7 @@ impl Row {
         let last_error = d.last_error.unwrap_or_default();
         Row {
             id: d.id,
+            tags: d.tags,
             kind: d.kind,
             error_class: d.error_class,
             recipients: d.recipients.join(", "),
@@ -232,8 +234,10 @@ async fn render(
         |text: &str| url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
     let stats = stats::stats(&state.pool).await?;
     let groups = admin::groups(&state.pool).await?;
+    let (kind_filter, tag_filter) = (list.kind.as_deref(), list.tag.as_ref());
     let page =
-        admin::list_dead_letters(&state.pool, list.kind.as_deref(), list.after, list.limit).await?;
+        admin::list_dead_letters(&state.pool, kind_filter, tag_filter, list.after, list.limit)
+            .await?;
     let audit = audit_rows(&state.pool, now).await?;
     let next_after = list.next_after(&page);
     let kinds = kinds_shown(&state.kinds, stats.kinds.keys().chain(list.kind.iter()));
@@ -246,8 +250,7 @@ async fn render(
         })
         .collect();
     let notice_error = notice.is_some_and(|n| n.starts_with("Could not"));
-    let kind = list.kind.clone().unwrap_or_default();
-    let kind_query: String = url::form_urlencoded::byte_serialize(kind.as_bytes()).collect();
+    let (kind, tag, filter_query) = filters(list);
     let html = environment().get_template("admin.html")?.render(context! {
         actor => actor.0.as_str(),
         now => now.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
@@ -258,7 +261,8 @@ async fn render(
         groups,
         kinds,
         kind,
-        kind_query,
+        tag,
+        filter_query,
         dead_letters => Serde(&rows),
         after => list.after,
         next_after,
@@ -273,6 +277,16 @@ async fn render(
         nonce => nonce,
     })?;
     Ok(html)
+}
+
+/// The dead letters' filters: the kind, the tag, and both as a query string for the pager.
+fn filters(list: &ListQuery) -> (String, String, String) {
+    let kind = list.kind.clone().unwrap_or_default();
+    let tag = list.tag.as_ref().map(ToString::to_string).unwrap_or_default();
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("kind", &kind), ("tag", &tag)].iter().filter(|(_, v)| !v.is_empty()))
+        .finish();
+    (kind, tag, query)
 }
 
 /// The page's recent admin actions.

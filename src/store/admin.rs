@@ -7,6 +7,7 @@ use sqlx::query::Query;
 use sqlx::{FromRow, Postgres, Transaction};
 
 use super::statement::Sql;
+use crate::message::Tag;
 use super::statements::Store;
 
 use super::NOTIFY_CHANNEL;
@@ -24,6 +25,7 @@ pub struct DeadLetter {
     pub error_class: String,
     pub created_at: DateTime<Utc>,
     pub dead_lettered_at: DateTime<Utc>,
+    pub tags: Vec<String>,
 }
 
 /// Dead letters of one kind that failed the same way.
@@ -121,6 +123,7 @@ pub struct AuditEntry {
 pub async fn list_dead_letters(
     store: &Store,
     kind: Option<&str>,
+    tag: Option<&Tag>,
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
@@ -130,7 +133,8 @@ pub async fn list_dead_letters(
                 .query_as(Sql::ListDeadLetters)
                 .bind(kind)
                 .bind(after)
-                .bind(limit),
+                .bind(limit)
+                .bind(tag.map(Tag::as_str)),
         )
         .await
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use sqlx::{FromRow, PgConnection};
 
 use super::admin::audit;
+use crate::message::Tag;
 use super::statement::Sql;
 use super::statements::{Bound, Store, begin_bounded_on};
 use super::timeline::{self, Event};
@@ -129,6 +130,8 @@ pub struct MessageDetail {
     pub smtp_reply: Option<String>,
     pub sent_by: Option<String>,
     pub send_ms: Option<i32>,
+    /// Its producer's tags.
+    pub tags: Vec<String>,
     /// Its timeline, oldest first: enqueued, each attempt that did not succeed at once and
     /// its reply, releases, feedback, operators' actions, and the send.
     #[sqlx(skip)]
@@ -166,7 +169,7 @@ const CONNECTION_WAIT: Duration = Duration::from_secs(1);
 /// the statement within this.
 const CLIENT_CHECK: Duration = Duration::from_millis(250);
 
-/// A page of the messages to an address.
+/// A page of the messages a lookup found.
 #[derive(Debug, Serialize)]
 pub struct RecipientPage {
     pub messages: Vec<MessageDetail>,
@@ -175,7 +178,7 @@ pub struct RecipientPage {
     pub pending_searched_all: bool,
 }
 
-/// Why a recipient lookup gave no answer.
+/// Why a lookup gave no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
     #[error("every connection for lookups is busy ({0} at once): try again in a moment")]
@@ -189,13 +192,30 @@ pub enum LookupError {
     Database(#[from] sqlx::Error),
 }
 
-/// The messages sent, or to be sent, to any of `addresses`, newest first, `limit` of them
-/// below the id `after`, each with its timeline, within the lookup's bounds (the module's
-/// comment), recorded in the admin audit as `actor`'s `lookup` of the first address.
-/// `addresses` are in the lookup's form (`outbox_recipient_keys`, migration 16).
-pub async fn by_recipient(
+/// What a lookup looks for: the messages to an address (its forms in the lookup's form,
+/// `outbox_recipient_keys`, migration 16), or those a producer tagged.
+#[derive(Debug, Clone)]
+pub enum Search {
+    Recipient(Vec<String>),
+    Tag(Tag),
+}
+
+impl Search {
+    /// What the admin audit records it as: the first address, or `tag:` and the tag.
+    fn target(&self) -> String {
+        match self {
+            Search::Recipient(addresses) => addresses.first().cloned().unwrap_or_default(),
+            Search::Tag(tag) => format!("tag:{tag}"),
+        }
+    }
+}
+
+/// The messages `search` finds, newest first, `limit` of them below the id `after`, each
+/// with its timeline, within the lookup's bounds (the module's comment), recorded in the
+/// admin audit as `actor`'s `lookup`.
+pub async fn find(
     store: &Store,
-    addresses: &[String],
+    search: &Search,
     after: Option<i64>,
     limit: i64,
     actor: &str,
@@ -213,14 +233,7 @@ pub async fn by_recipient(
     // lookup is dropped, its connection closed, and the server ends the statement.
     let page = tokio::time::timeout(
         LOOKUP_TIMEOUT,
-        lookup(
-            store,
-            &mut connection.connection,
-            addresses,
-            after,
-            limit,
-            actor,
-        ),
+        lookup(store, &mut connection.connection, search, after, limit, actor),
     )
     .await;
     connection.finished = page.is_ok();
@@ -238,7 +251,7 @@ pub async fn by_recipient(
 async fn lookup(
     store: &Store,
     connection: &mut PgConnection,
-    addresses: &[String],
+    search: &Search,
     after: Option<i64>,
     limit: i64,
     actor: &str,
@@ -248,39 +261,46 @@ async fn lookup(
         Bound::ClientGone(CLIENT_CHECK),
     ];
     let mut tx = begin_bounded_on(connection, &bounds).await?;
-    let mut messages: Vec<MessageDetail> = store
-        .query_as(Sql::MessagesByRecipient)
-        .bind(addresses)
-        .bind(after)
-        .bind(limit)
-        .bind(PENDING_SCAN_ROWS)
-        .fetch_all(&mut *tx)
-        .await?;
-    let more_pending: bool = store
-        .query_scalar(Sql::MorePendingThan)
-        .bind(PENDING_SCAN_ROWS)
-        .fetch_one(&mut *tx)
-        .await?;
+    let (mut messages, pending_searched_all): (Vec<MessageDetail>, bool) = match search {
+        Search::Recipient(addresses) => {
+            let messages = store
+                .query_as(Sql::MessagesByRecipient)
+                .bind(addresses)
+                .bind(after)
+                .bind(limit)
+                .bind(PENDING_SCAN_ROWS)
+                .fetch_all(&mut *tx)
+                .await?;
+            let more_pending: bool = store
+                .query_scalar(Sql::MorePendingThan)
+                .bind(PENDING_SCAN_ROWS)
+                .fetch_one(&mut *tx)
+                .await?;
+            (messages, !more_pending)
+        }
+        // The tags' index holds pending rows too: nothing is left unsearched.
+        Search::Tag(tag) => {
+            let messages = store
+                .query_as(Sql::MessagesByTag)
+                .bind(tag.as_str())
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+            (messages, true)
+        }
+    };
     let ids: Vec<i64> = messages.iter().map(|m| m.id).collect();
     let mut events = timeline::events_on(store, &mut tx, &ids).await?;
-    let target = addresses.first().map_or("", String::as_str);
-    audit(
-        store,
-        &mut tx,
-        actor,
-        AUDIT_LOOKUP,
-        target,
-        messages.len(),
-        None,
-    )
-    .await?;
+    let target = search.target();
+    audit(store, &mut tx, actor, AUDIT_LOOKUP, &target, messages.len(), None).await?;
     tx.commit().await?;
     for message in &mut messages {
         message.events = events.remove(&message.id).unwrap_or_default();
     }
     Ok(RecipientPage {
         messages,
-        pending_searched_all: !more_pending,
+        pending_searched_all,
     })
 }
 

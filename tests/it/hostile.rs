@@ -462,7 +462,7 @@ async fn dead_letters_with_odd_fields_a_producer_wrote_can_be_listed_looked_at_a
     .await
     .unwrap();
     assert_eq!(
-        list_dead_letters(&db.store, None, None, 100)
+        list_dead_letters(&db.store, None, None, None, 100)
             .await
             .expect("the dead letters are listed")
             .len(),

@@ -37,6 +37,7 @@ mod reliability;
 mod replicas;
 mod scopes;
 mod suppression;
+mod tags;
 mod timeline;
 mod unsubscribe;
 mod webhooks;

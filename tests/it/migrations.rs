@@ -298,3 +298,37 @@ async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_throu
     outboxd_migrate(&db);
     assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
 }
+
+#[tokio::test]
+async fn the_tags_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
+    let db = TestDb::empty().await;
+    let before_tags = migrated_up_to(&db, "message tags").await;
+    // An application's transaction that inserted a message and has not committed.
+    let mut open = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('welcome', '{}')")
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let refused = outboxd()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .expect("outboxd migrate");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("lock timeout"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(
+        versions(&db, "outbox_schema_migrations").await.len(),
+        before_tags,
+        "nothing changed"
+    );
+    open.commit().await.unwrap();
+    let file = "SELECT relfilenode::bigint FROM pg_class WHERE relname = $1";
+    let before: i64 = db.scalar(file, "outbox_messages").await;
+    outboxd_migrate(&db);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    let after: i64 = db.scalar(file, "outbox_messages").await;
+    assert_eq!(before, after, "the table was not rewritten");
+}

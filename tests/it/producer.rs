@@ -89,6 +89,19 @@ async fn each_kind_of_bad_message_is_refused_before_the_database_sees_it() {
             good().with_idempotency_key("order-1\u{0}"),
             InvalidMessage::Nul("idempotency_key".into()),
         ),
+        (
+            good().with_tags(["campaign spring"]),
+            InvalidMessage::Tag("campaign spring".into()),
+        ),
+        (good().with_tags([""]), InvalidMessage::Tag(String::new())),
+        (
+            good().with_tags(["x".repeat(65)]),
+            InvalidMessage::Tag("x".repeat(65)),
+        ),
+        (
+            good().with_tags((0..11).map(|i| format!("t{i}"))),
+            InvalidMessage::TooManyTags(11),
+        ),
     ] {
         // Refused where it is built: nothing invalid reaches a transaction.
         assert_eq!(message, Err(refused));

@@ -196,8 +196,8 @@ async fn lookups_that_cannot_be_meant_are_refused_with_what_was_wrong() {
     let db = TestDb::new().await;
     let (_app, addr) = admin_app(&db, None, &[]).await;
     for (query, says) in [
-        ("", "recipient is required"),
-        ("?recipient=", "recipient is required"),
+        ("", "recipient or tag is required"),
+        ("?recipient=", "recipient or tag is required"),
         ("?recipient=not-an-address", "not an email address"),
         ("?recipient=a@example.com&limit=0", "limit must be"),
         ("?recipient=a@example.com&limit=501", "limit must be"),

@@ -16,9 +16,9 @@ use crate::http::api::look_up;
 use crate::http::api_error::ParseQuery as _;
 use crate::http::auth::Actor;
 use crate::http::{AdminState, plain};
-use crate::store::messages::{self, LookupError, MessageDetail, PENDING_SCAN_ROWS};
+use crate::store::messages::{self, LookupError, MessageDetail, PENDING_SCAN_ROWS, Search};
 
-/// `GET /admin/messages?recipient=`: the search box, and what it found.
+/// `GET /admin/messages?recipient=` or `?tag=`: the search boxes, and what they found.
 pub(super) async fn search(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
@@ -36,7 +36,14 @@ pub(super) async fn search(
             &actor,
             &page.messages,
             &Searched {
-                recipient: &query.address,
+                recipient: match query.search {
+                    Search::Recipient(_) => &query.address,
+                    Search::Tag(_) => "",
+                },
+                tag: match query.search {
+                    Search::Tag(_) => &query.address,
+                    Search::Recipient(_) => "",
+                },
                 next_after: query.next_after(&page),
                 pending_searched_all: page.pending_searched_all,
             },
@@ -69,6 +76,7 @@ pub(super) async fn one(
 #[derive(Default)]
 struct Searched<'a> {
     recipient: &'a str,
+    tag: &'a str,
     next_after: Option<i64>,
     /// `false`: only the first pending messages due were searched (a long backlog).
     pending_searched_all: bool,
@@ -79,11 +87,13 @@ fn show(actor: &Actor, found: &[MessageDetail], searched: &Searched<'_>) -> Resp
     let messages: Vec<Value> = found.iter().map(message_view).collect();
     let Searched {
         recipient,
+        tag,
         next_after,
         pending_searched_all,
     } = *searched;
-    let recipient_query: String =
-        url::form_urlencoded::byte_serialize(recipient.as_bytes()).collect();
+    let search_query: String = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("recipient", recipient), ("tag", tag)].iter().filter(|(_, v)| !v.is_empty()))
+        .finish();
     let pending_partly = !recipient.is_empty() && !pending_searched_all;
     let rendered = environment()
         .get_template("messages.html")
@@ -92,7 +102,8 @@ fn show(actor: &Actor, found: &[MessageDetail], searched: &Searched<'_>) -> Resp
                 actor => actor.0.as_str(),
                 now => Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
                 recipient,
-                recipient_query,
+                tag,
+                search_query,
                 messages,
                 next_after,
                 pending_partly,
@@ -127,6 +138,7 @@ fn message_view(message: &MessageDetail) -> Value {
         kind => message.kind.as_str(),
         recipients => message.recipients.join(", "),
         state => message.state.as_str(),
+        tags => message.tags.clone(),
         events,
     }
 }

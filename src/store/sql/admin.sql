@@ -3,14 +3,16 @@
 -- name: list_dead_letters
 -- Dead letters, newest first, without their payloads.
 -- $1 kind (text, null for every kind), $2 after (bigint: the last id of the previous page,
--- null from the start), $3 limit (bigint)
--- Index: outbox_messages_dead_letter_idx.
+-- null from the start), $3 limit (bigint), $4 tag (text, null for any)
+-- Index: outbox_messages_dead_letter_idx (the tag is a filter on the few dead letters).
 SELECT id, kind, {{recipients_column}}, attempts, last_error,
        coalesce(error_class, 'unknown') AS error_class,
        {{schema}}outbox_on_the_calendar(created_at) AS created_at,
-       {{schema}}outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at
+       {{schema}}outbox_on_the_calendar(dead_lettered_at) AS dead_lettered_at,
+       coalesce(tags, ARRAY[]::text[]) AS tags
 FROM {{schema}}outbox_messages
 WHERE {{dead_letter}} AND ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2)
+  AND ($4::text IS NULL OR tags @> ARRAY[$4::text])
 ORDER BY id DESC LIMIT $3
 
 -- name: dead_letter_groups

@@ -100,7 +100,8 @@ SELECT id, kind, payload::text AS payload, {{recipients_column}},
        {{schema}}outbox_on_the_calendar(discarded_at) AS discarded_at, discarded_by, locked_by,
        traceparent, priority, {{schema}}outbox_on_the_calendar(expires_at) AS expires_at,
        idempotency_key, end_reason, feedback,
-       {{schema}}outbox_on_the_calendar(feedback_at) AS feedback_at, smtp_reply, sent_by, send_ms
+       {{schema}}outbox_on_the_calendar(feedback_at) AS feedback_at, smtp_reply, sent_by, send_ms,
+       coalesce(tags, ARRAY[]::text[]) AS tags
 
 -- fragment: regular_due
 -- The transactional lane's due rows from its floor, in due order, locked and skipped as

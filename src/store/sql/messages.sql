@@ -47,6 +47,17 @@ WITH ended AS MATERIALIZED (
 {{message_columns}}
 FROM {{schema}}outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
 
+-- name: messages_by_tag
+-- The messages a producer tagged `$1`, in any state, newest first: every row that carries
+-- tags is in the index, pending ones included.
+-- $1 tag (text), $2 after (bigint: the last id of the previous page, null from the start),
+-- $3 limit (bigint)
+-- Index: outbox_messages_tags_idx.
+{{message_columns}}
+FROM {{schema}}outbox_messages
+WHERE tags IS NOT NULL AND tags @> ARRAY[$1::text] AND ($2::bigint IS NULL OR id < $2)
+ORDER BY id DESC LIMIT $3
+
 -- name: more_pending_than
 -- Whether more than $1 rows are pending, read from the due index as the lookup reads them:
 -- then the lookup did not read them all.
