@@ -37,6 +37,11 @@ impl DeliverabilityArgs {
     /// twice.
     pub fn dkim(&self) -> anyhow::Result<Vec<DkimKey>> {
         let mut keys = self.main_dkim_keys()?;
+        if keys.is_empty() && self.dkim_keys.iter().any(|e| !e.trim().is_empty()) {
+            bail!(
+                "OUTBOXD_DKIM_KEYS needs OUTBOXD_DKIM_DOMAIN (and its selector and key): they are the keys of more domains beside the main one, which signs OUTBOXD_FROM's mail"
+            );
+        }
         for entry in self.dkim_keys.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
             keys.push(more_key(entry)?);
         }
@@ -115,7 +120,11 @@ fn more_key(entry: &str) -> anyhow::Result<DkimKey> {
         if pem.contains("-----BEGIN RSA PRIVATE KEY-----") {
             DkimKey::new(domain, selector, pem)
         } else {
-            DkimKey::ed25519(domain, selector, pem)
+            DkimKey::ed25519(domain, selector, pem).map_err(|e| {
+                format!(
+                    "{e}; an RSA key must be PKCS#1 PEM (-----BEGIN RSA PRIVATE KEY-----): convert a PKCS#8 one with `openssl rsa -in key.pem -traditional`"
+                )
+            })
         }
     })
 }

@@ -83,9 +83,12 @@ impl Renderer {
             .url_for(&Address::of(&recipient.email), Scope::Lane(Lane::Bulk), id)
             .map_err(RenderError::Build)?;
         let uris: Vec<String> = std::iter::once(format!("<{url}>")).chain(mailto).collect();
+        // Folded between URIs, written as it is: lettre would encode a word that holds the
+        // fold's line break, and a receiver would find no URI in it.
         Ok(builder
-            .raw_header(HeaderValue::new(
+            .raw_header(HeaderValue::dangerous_new_pre_encoded(
                 HeaderName::new_from_ascii_str(LIST_UNSUBSCRIBE),
+                uris.join(", "),
                 uris.join(",\r\n "),
             ))
             .raw_header(HeaderValue::new(
@@ -95,17 +98,23 @@ impl Renderer {
     }
 }
 
-/// The `<mailto:...>` URIs of a rendered `List-Unsubscribe` value.
+/// The `<mailto:...>` URIs of a rendered `List-Unsubscribe` value, each whole between its
+/// angle brackets (a `mailto:` may hold commas: `mailto:a@x.example,b@x.example`).
 fn mailto_uris(value: &str) -> Vec<String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|uri| {
-            uri.len() > 8 && uri.starts_with('<') && uri.ends_with('>')
-                && uri[1..8].eq_ignore_ascii_case("mailto:")
-        })
-        .map(ToOwned::to_owned)
-        .collect()
+    let mut uris = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find('<') {
+        let Some(end) = rest[start..].find('>') else {
+            break;
+        };
+        let uri = &rest[start..=start + end];
+        // ASCII only: the header is written as it is, never encoded.
+        if uri.len() > 8 && uri.is_ascii() && uri[1..8].eq_ignore_ascii_case("mailto:") {
+            uris.push(uri.to_owned());
+        }
+        rest = &rest[start + end + 1..];
+    }
+    uris
 }
 
 #[cfg(test)]
@@ -119,6 +128,10 @@ mod tests {
             vec!["<mailto:unsub@x.example?subject=u>"]
         );
         assert_eq!(mailto_uris("<MAILTO:a@b.example>"), vec!["<MAILTO:a@b.example>"]);
+        assert_eq!(
+            mailto_uris("<mailto:a@b.example,c@b.example>, <https://x>"),
+            vec!["<mailto:a@b.example,c@b.example>"]
+        );
         assert!(mailto_uris("mailto:a@b.example").is_empty());
     }
 }
