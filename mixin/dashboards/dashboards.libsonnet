@@ -361,12 +361,13 @@ local s = p.selector;
             thresholds=[['green', null], ['orange', 0.001], ['red', 0.05]],
           ),
           p.timeseries(
-            'Bounces and complaints received',
-            'Per second, by where they came from (smtp: our relay said the mailbox does not exist; ses, postmark, webhook: notifications) and type.',
+            'Bounces, complaints and unsubscribes received',
+            'Per second, by where they came from (smtp: our relay said the mailbox does not exist; ses, postmark, webhook: notifications) and type; and one-click unsubscribes (RFC 8058) by result.',
             'ops',
             [
               p.target('sum by (source, type) (rate(outbox_bounces_received_total{%s}[$__rate_interval]))' % s, 'bounce {{source}} {{type}}'),
               p.target('sum by (source) (rate(outbox_complaints_received_total{%s}[$__rate_interval]))' % s, 'complaint {{source}}'),
+              p.target('sum by (result) (rate(outbox_unsubscribes_total{%s}[$__rate_interval]))' % s, 'one-click unsubscribe {{result}}'),
             ],
             w=8,
           ),

@@ -135,9 +135,9 @@ impl NewMessage {
             if !kept.contains(&tag.0) {
                 kept.push(tag.0);
             }
-        }
-        if kept.len() > MAX_TAGS {
-            return Err(InvalidMessage::TooManyTags(kept.len()));
+            if kept.len() > MAX_TAGS {
+                return Err(InvalidMessage::TooManyTags(kept.len()));
+            }
         }
         self.tags = kept;
         Ok(self)
@@ -226,7 +226,7 @@ pub enum InvalidMessage {
         "a tag must be 1 to {MAX_TAG_CHARS} characters of A-Z, a-z, 0-9, '_', '-', '.' or ':', got {0:?}"
     )]
     Tag(String),
-    #[error("a message carries at most {MAX_TAGS} tags, got {0}")]
+    #[error("a message carries at most {MAX_TAGS} tags, got {0} or more")]
     TooManyTags(usize),
 }
 

@@ -45,6 +45,9 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_message_events", "SELECT"),
     table("outbox_message_events", "INSERT"),
     table("outbox_message_events", "DELETE"),
+    // Retention deletes messages' tags with them; the lookups by tag read them.
+    table("outbox_message_tags", "SELECT"),
+    table("outbox_message_tags", "DELETE"),
     // The recipient lookup's index expressions: every outcome that ends a row evaluates
     // them.
     Right {

@@ -50,6 +50,7 @@ const OBJECTS: &[&str] = &[
     "outbox_admin_audit",
     "outbox_kind_pauses",
     "outbox_message_events",
+    "outbox_message_tags",
     "outbox_installation",
     "outbox_replica_circuits",
     "outbox_recipient_keys",

@@ -389,6 +389,12 @@ async fn an_applications_role_with_insert_alone_enqueues_though_it_may_execute_n
     )
     .execute(&app)
     .await;
+    // Tags too: the trigger that keeps them runs as its owner, and checks with built-ins.
+    let tagged = sqlx::query(
+        "INSERT INTO outbox_messages (kind, payload, tags)          VALUES ('account_verification', '{\"to\": \"cy@example.com\"}', ARRAY['tenant:7'])",
+    )
+    .execute(&app)
+    .await;
     app.close().await;
     db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
@@ -396,4 +402,12 @@ async fn an_applications_role_with_insert_alone_enqueues_though_it_may_execute_n
         inserted.expect("the application's insert").rows_affected(),
         1
     );
+    assert_eq!(tagged.expect("the tagged insert").rows_affected(), 1);
+    let kept: i64 = db
+        .scalar(
+            "SELECT count(*) FROM outbox_message_tags WHERE tag = $1",
+            "tenant:7",
+        )
+        .await;
+    assert_eq!(kept, 1);
 }

@@ -188,3 +188,25 @@ async fn each_kind_of_bad_tag_is_refused_by_the_table_the_api_and_the_cli() {
     assert_eq!(output.status.code(), Some(2), "a malformed command line");
     assert!(String::from_utf8_lossy(&output.stderr).contains("a tag must be"));
 }
+
+#[tokio::test]
+async fn retention_deletes_a_messages_tags_with_it() {
+    use outboxd::store::prune::{Prunable, prune};
+    let db = TestDb::new().await;
+    let old = tagged(&db, "ada@example.com", &["campaign:spring"]).await;
+    let kept = tagged(&db, "bo@example.com", &["campaign:spring"]).await;
+    db.exec(format!(
+        "UPDATE outbox_messages SET dispatched_at = now() - interval '30 days' WHERE id = {old}"
+    ))
+    .await;
+    let cutoff = chrono::Utc::now() - chrono::Duration::days(7);
+    let pruned = prune(&db.store, Prunable::Dispatched, cutoff, 100)
+        .await
+        .expect("pruned");
+    assert_eq!(pruned, 1);
+    let left: Vec<i64> = sqlx::query_scalar("SELECT message_id FROM outbox_message_tags")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, vec![kept]);
+}

@@ -48,15 +48,19 @@ WITH ended AS MATERIALIZED (
 FROM {{schema}}outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
 
 -- name: messages_by_tag
--- The messages a producer tagged `$1`, in any state, newest first: every row that carries
--- tags is in the index, pending ones included.
+-- The messages a producer tagged `$1`, in any state, newest first, read from the tags' rows
+-- (migration 28) a page at a time: each page reads `$3` rows of the index, whatever the
+-- number of messages tagged so.
 -- $1 tag (text), $2 after (bigint: the last id of the previous page, null from the start),
 -- $3 limit (bigint)
--- Index: outbox_messages_tags_idx.
+-- Index: outbox_message_tags_pkey; outbox_messages_pkey.
+WITH chosen AS (
+    SELECT message_id AS id FROM {{schema}}outbox_message_tags
+    WHERE tag = $1 AND ($2::bigint IS NULL OR message_id < $2)
+    ORDER BY message_id DESC LIMIT $3
+)
 {{message_columns}}
-FROM {{schema}}outbox_messages
-WHERE tags IS NOT NULL AND tags @> ARRAY[$1::text] AND ($2::bigint IS NULL OR id < $2)
-ORDER BY id DESC LIMIT $3
+FROM {{schema}}outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
 
 -- name: more_pending_than
 -- Whether more than $1 rows are pending, read from the due index as the lookup reads them:
