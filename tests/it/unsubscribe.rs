@@ -309,7 +309,9 @@ async fn a_flood_of_forged_links_leaves_the_probes_and_a_real_click_answered() {
     .await;
     for answer in flood {
         let status = answer.await.unwrap();
-        assert!(matches!(status, 0 | 404), "a forgery got {status}");
+        // 404 from the route; or, from the listener, a closed connection or a 503 when
+        // every connection is at work: neither records anything.
+        assert!(matches!(status, 0 | 404 | 503), "a forgery got {status}");
     }
     assert_eq!(lane_entries(&db, "ada@example.com").await, 1);
     outboxd.sigterm();
