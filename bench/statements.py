@@ -21,10 +21,12 @@ CHUNK = 200
 # Parameter types, in bind order (PostgreSQL type OIDs): `store::claim`'s nine and
 # `store::record_outcomes`' twelve.
 CLAIM_TYPES = [20, 701, 25, 1184, 2950, 20, 1184, 1009, 1184]
-RECORD_TYPES = [2950, 1016, 1009, 1009, 1022, 1009, 25, 1009, 1000, 1009, 1007, 25]
+RECORD_TYPES = [2950, 1016, 1009, 1009, 1022, 1009, 25, 1009, 1000, 1009, 1007, 25, 1009]
 
 # A relay's acceptance, as outboxd keeps it on a sent row.
 REPLY = "250 2.0.0 Ok: queued as 4ZtQ1m0bz7z9vB"
+# The relay that took it.
+RELAY = "smtp.example.com:587"
 
 
 class Prepared:
@@ -75,7 +77,7 @@ def drain_by_statements(url, claim_sql, record_sql, backend_cpu_seconds):
                     n = len(chunk)
                     written += len(record(previous, chunk, ["sent"] * n, [None] * n, [0.0] * n,
                                           [None] * n, "outbox_bench", [None] * n, [False] * n,
-                                          [REPLY] * n, [3] * n, "bench-statements"))
+                                          [REPLY] * n, [3] * n, "bench-statements", [RELAY] * n))
             in_flight = (token, ids) if ids else None
             claimed += len(ids)
             if not ids:

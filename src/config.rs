@@ -19,7 +19,7 @@ use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
 use crate::message::{AutoPause, RetryPolicy};
 use crate::render::{DkimKey, RenderLimits};
-use crate::text::{debug_showing_only, redact_url};
+use crate::text::debug_showing_only;
 use crate::unsubscribe::OneClick;
 
 mod database;
@@ -27,6 +27,7 @@ mod deliverability;
 mod dkim;
 mod kinds;
 mod senders;
+mod smtp;
 mod unsubscribe;
 mod values;
 
@@ -35,6 +36,7 @@ pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
 pub(crate) use database::MIN_CONNECTIONS;
 pub use deliverability::DeliverabilityArgs;
 pub use kinds::{KindArgs, KindBook};
+pub use smtp::SmtpArgs;
 pub use unsubscribe::UnsubscribeArgs;
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
 pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
@@ -87,20 +89,8 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_LEASE", default_value = "60s", value_parser = parse_duration_up_to::<DAY>)]
     pub lease: Duration,
 
-    /// SMTP server, in lettre's URL form: smtp://user:pass@host:587?tls=required, smtps://host.
-    /// Unset: messages are only logged and marked dispatched (development only).
-    #[arg(long, env = "OUTBOXD_SMTP_URL", hide_env_values = true)]
-    pub smtp_url: Option<String>,
-
-    /// PEM file of CA certificates to trust, besides the system's, for the SMTP server's TLS
-    /// certificate: a relay whose certificate a private CA signed.
-    #[arg(long, env = "OUTBOXD_SMTP_CA_FILE")]
-    pub smtp_ca_file: Option<PathBuf>,
-
-    /// Send SMTP credentials over a connection without TLS to a server that is not on this
-    /// machine (refused otherwise): only for a relay on a network you trust.
-    #[arg(long, env = "OUTBOXD_SMTP_ALLOW_PLAINTEXT_AUTH")]
-    pub smtp_allow_plaintext_auth: bool,
+    #[command(flatten)]
+    pub smtp: SmtpArgs,
 
     /// Sender address, e.g. "Acme <no-reply@acme.example>". Required with --smtp-url.
     #[arg(long, env = "OUTBOXD_FROM")]
@@ -200,7 +190,7 @@ debug_showing_only!(RunArgs as args {
     poll_interval,
     linger,
     batch_size,
-    smtp_url = args.smtp_url.as_deref().map(redact_url),
+    smtp = args.smtp,
     from,
     admin_token = args.admin_token.as_ref().map(|_| "***"),
 });
@@ -256,7 +246,7 @@ impl RunArgs {
     pub fn validate(&self) -> anyhow::Result<RunConfig> {
         let database = self.database.validate()?;
         self.check_durations()?;
-        let smtp = self.smtp_settings()?;
+        let smtp = self.smtp.settings(self.smtp_timeout, self.smtp_concurrency)?;
         let from = self.sender(smtp.is_some())?;
         let message_id_domain = match &self.message_id_domain {
             Some(domain) => values::domain_name(domain).map_err(|e| {
@@ -331,44 +321,6 @@ impl RunArgs {
             );
         }
         Ok(())
-    }
-
-    /// `None` without `--smtp-url`: messages are only logged.
-    fn smtp_settings(&self) -> anyhow::Result<Option<SmtpSettings>> {
-        let url = match self.smtp_url.as_deref().map(str::trim) {
-            None | Some("") => {
-                if self.smtp_ca_file.is_some() {
-                    bail!(
-                        "--smtp-ca-file / OUTBOXD_SMTP_CA_FILE is set but OUTBOXD_SMTP_URL is not"
-                    );
-                }
-                return Ok(None);
-            }
-            Some(url) => url,
-        };
-        let ca_certificates = match &self.smtp_ca_file {
-            Some(path) => Some(std::fs::read(path).with_context(|| {
-                format!(
-                    "cannot read --smtp-ca-file / OUTBOXD_SMTP_CA_FILE {}",
-                    path.display()
-                )
-            })?),
-            None => None,
-        };
-        let settings = SmtpSettings {
-            url: SecretString::from(url.to_owned()),
-            timeout: self.smtp_timeout,
-            pool_size: self.smtp_concurrency,
-            ca_certificates,
-            allow_plaintext_auth: self.smtp_allow_plaintext_auth,
-        };
-        settings.validate().map_err(|e| {
-            anyhow::anyhow!(
-                "invalid --smtp-url / OUTBOXD_SMTP_URL {}: {e}",
-                redact_url(url)
-            )
-        })?;
-        Ok(Some(settings))
     }
 
     fn sender(&self, smtp: bool) -> anyhow::Result<Mailbox> {

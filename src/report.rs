@@ -237,7 +237,7 @@ pub fn timeline(message: &MessageDetail) -> String {
                     .duration_ms
                     .map(|ms| format!("{ms} ms"))
                     .unwrap_or_default(),
-                clip(said, 160),
+                clip(&said, 160),
             ]
         })
         .collect();

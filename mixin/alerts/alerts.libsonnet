@@ -74,7 +74,23 @@
             labels: { severity: 'critical' },
             annotations: {
               summary: 'outboxd cannot reach its SMTP server.',
-              description: 'The SMTP circuit breaker of {{ $labels.job }} has stayed open for over 5 minutes; claiming is paused and email is piling up.',
+              description: 'The SMTP circuit breaker of {{ $labels.job }} has stayed open for over 5 minutes: no relay, fallbacks included, takes mail; claiming is paused and email is piling up.',
+            },
+          },
+          {
+            comment:: |||
+              A fallback relay (OUTBOXD_SMTP_FALLBACK_URLS) has carried mail in every 5-minute
+              window for 10 minutes: the relays before it are down (outbox_relay_up says which).
+              Nothing is lost; a warning, because the fallback may be slower, dearer or less
+              trusted. OutboxSmtpUnreachable pages only when every relay is down.
+            |||,
+            alert: 'OutboxRelayFailover',
+            expr: 'sum by (%(groupLabels)s, relay) (increase(outbox_relay_sent_total{%(outboxdSelector)s,fallback="true"}[5m])) > 0' % config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'outboxd is sending through a fallback relay.',
+              description: '{{ $labels.job }} sent {{ $value | humanize }} messages through the fallback relay {{ $labels.relay }} in the last 5 minutes, and has for 10 minutes: the relay before it is down (outbox_relay_up).',
             },
           },
           {

@@ -298,10 +298,13 @@ local s = p.selector;
             w=8,
           ),
           p.timeseries(
-            'SMTP circuit open',
-            "1 while a replica's SMTP circuit breaker is open: the server is unreachable and claiming is paused.",
+            'SMTP circuit open, relays down',
+            "1 while a replica's SMTP circuit breaker is open (no relay takes mail: claiming is paused); and 1 while a relay is down for any replica (passed over for the next, probed every 5 s).",
             'bool',
-            [p.target('max by (instance) (outbox_smtp_circuit_open{%s})' % s, '{{instance}}')],
+            [
+              p.target('max by (instance) (outbox_smtp_circuit_open{%s})' % s, 'circuit {{instance}}'),
+              p.target('1 - min by (relay) (outbox_relay_up{%s})' % s, 'down {{relay}}'),
+            ],
             w=12,
             thresholds=[['green', null], ['red', 1]],
           ),

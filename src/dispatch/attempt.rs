@@ -47,6 +47,8 @@ pub(super) fn outcome_of(
         AttemptResult::Delivered(sent) => Outcome::Sent {
             via: sent.via,
             reply: sent.reply.map(|accepted| accepted.0),
+            relay: sent.relay,
+            fallback: sent.fallback,
         },
         AttemptResult::RenderFailed(e) => Outcome::DeadLetter {
             error: e.to_string(),

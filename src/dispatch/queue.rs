@@ -152,6 +152,8 @@ mod tests {
         let sent = Outcome::Sent {
             via: Delivery::Smtp,
             reply: None,
+            relay: None,
+            fallback: false,
         };
         queue.started(0);
         queue.started(1);

@@ -49,11 +49,15 @@ impl Sender {
         }
     }
 
-    /// `None` when sends may go; else how long until the circuit's next probe.
+    /// `None` when sends may go; else how long until the circuit's next probe. Says each
+    /// relay's state as it stands.
     pub async fn circuit_closed_or_wait(&self) -> Option<Duration> {
-        self.breaker
+        let wait = self
+            .breaker
             .closed_or_wait(&self.mailer, &self.metrics)
-            .await
+            .await;
+        self.metrics.relays(&self.mailer.relays());
+        wait
     }
 
     /// A batch met an outage: claiming pauses until the server answers a probe.

@@ -5,6 +5,7 @@
 mod connection;
 mod corked;
 mod pool;
+mod relays;
 mod reply;
 mod target;
 
@@ -144,11 +145,14 @@ impl From<&lettre::transport::smtp::response::Response> for Accepted {
     }
 }
 
-/// A message that left: how, and the server's reply when there was one.
+/// A message that left: how, the server's reply when there was one, and the relay that
+/// took it (`host:port`), and whether that was a fallback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     pub via: Delivery,
     pub reply: Option<Accepted>,
+    pub relay: Option<String>,
+    pub fallback: bool,
 }
 
 /// SMTP settings, validated before anything starts.
@@ -156,6 +160,9 @@ pub struct Sent {
 pub struct SmtpSettings {
     /// lettre's URL form: `smtp://user:pass@host:587?tls=required`, `smtps://host`.
     pub url: SecretString,
+    /// Relays tried in order after `url`, for messages that could not be handed to it
+    /// (`OUTBOXD_SMTP_FALLBACK_URLS`).
+    pub fallback_urls: Vec<SecretString>,
     /// Bounds the connect and each whole SMTP transaction.
     pub timeout: Duration,
     /// Connections kept open, and sends in flight at once.
@@ -171,6 +178,7 @@ impl std::fmt::Debug for SmtpSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SmtpSettings")
             .field("url", &redact_url(self.url.expose_secret()))
+            .field("fallbacks", &self.fallback_urls.len())
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("ca_certificates", &self.ca_certificates.is_some())
@@ -180,9 +188,21 @@ impl std::fmt::Debug for SmtpSettings {
 }
 
 impl SmtpSettings {
-    /// Checks the URL without connecting; the error never repeats the URL.
+    /// Checks the URLs without connecting; the error names a fallback by its place, never
+    /// repeats a URL.
     pub fn validate(&self) -> Result<(), String> {
-        target::Target::parse(self).map(drop)
+        self.targets().map(drop)
+    }
+
+    /// Each relay's target, the main one first.
+    fn targets(&self) -> Result<Vec<target::Target>, String> {
+        let mut targets = vec![target::Target::parse(self)?];
+        for (place, url) in self.fallback_urls.iter().enumerate() {
+            let target = target::Target::parse_url(url.expose_secret(), self)
+                .map_err(|e| format!("fallback {}: {e}", place + 1))?;
+            targets.push(target);
+        }
+        Ok(targets)
     }
 }
 
@@ -204,14 +224,30 @@ impl Mailer {
     /// Sends an email's bytes to the envelope's recipients.
     pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Sent, SendError> {
         match self {
-            Mailer::Smtp(smtp) => smtp.pool.send(envelope, email).await.map(|reply| Sent {
+            Mailer::Smtp(smtp) => smtp.relays.send(envelope, email).await.map(|handed| Sent {
                 via: Delivery::Smtp,
-                reply: Some(reply),
+                reply: Some(handed.accepted),
+                relay: Some(handed.relay),
+                fallback: handed.fallback,
             }),
             Mailer::Disabled => Ok(Sent {
                 via: Delivery::LoggedOnly,
                 reply: None,
+                relay: None,
+                fallback: false,
             }),
+        }
+    }
+
+    /// Each relay's name and whether it is up now, in the order they are tried.
+    pub fn relays(&self) -> Vec<(String, bool)> {
+        match self {
+            Mailer::Smtp(smtp) => smtp
+                .relays
+                .iter()
+                .map(|relay| (relay.label().to_owned(), relay.is_up()))
+                .collect(),
+            Mailer::Disabled => Vec::new(),
         }
     }
 
@@ -230,25 +266,29 @@ impl Mailer {
     /// Says QUIT on pooled connections.
     pub async fn shutdown(&self) {
         if let Mailer::Smtp(smtp) = self {
-            smtp.pool.close().await;
+            smtp.relays.close().await;
         }
     }
 }
 
-/// A pooled SMTP client.
+/// Pooled SMTP clients, one pool per relay.
 pub struct SmtpMailer {
-    pool: pool::Pool,
+    relays: relays::Relays,
 }
 
 impl SmtpMailer {
     fn new(settings: SmtpSettings) -> Result<Self, String> {
-        let target = target::Target::parse(&settings)?;
+        let relays = settings
+            .targets()?
+            .into_iter()
+            .map(|target| relays::Relay::new(target, settings.pool_size, settings.timeout))
+            .collect();
         Ok(Self {
-            pool: pool::Pool::new(target, settings.pool_size, settings.timeout),
+            relays: relays::Relays::new(relays, settings.timeout),
         })
     }
 
     async fn probe(&self) -> Result<(), SendError> {
-        self.pool.probe().await
+        self.relays.probe().await
     }
 }

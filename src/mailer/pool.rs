@@ -50,37 +50,37 @@ impl Pool {
         }
     }
 
-    /// Sends one message, reusing an idle connection when there is one. A reused connection
-    /// found dead before the message was handed over (closed by the server while idle) is
-    /// replaced once. Connecting and the transaction each get the timeout, and the whole
-    /// send, replacing included, ends within [`Pool::longest_send`]: the dispatcher counts
-    /// on that to keep every send inside its lease.
-    pub async fn send(&self, envelope: &Envelope, body: &[u8]) -> Result<Accepted, SendError> {
-        let deadline = tokio::time::Instant::now() + self.longest_send();
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| SendError::Unreachable("the SMTP pool is closed".to_owned()))?;
+    /// Sends one message by `deadline`, reusing an idle connection when there is one. A
+    /// reused connection found dead before the message was handed over (closed by the
+    /// server while idle) is replaced once. Connecting and the transaction each get the
+    /// timeout, and the whole send, replacing included, ends by `deadline`, which the caller
+    /// sets within two timeouts: the dispatcher counts on that to keep every send
+    /// inside its lease.
+    pub async fn send_by(
+        &self,
+        envelope: &Envelope,
+        body: &[u8],
+        deadline: tokio::time::Instant,
+    ) -> Result<Accepted, Failure> {
+        let _permit = self.permits.acquire().await.map_err(|_| {
+            Failure::before_data(SendError::Unreachable("the SMTP pool is closed".to_owned()))
+        })?;
         let (conn, reused) = match self.take_idle() {
             Some(conn) => (conn, true),
-            None => (self.connect_by(deadline).await?, false),
+            None => (
+                self.connect_by(deadline).await.map_err(Failure::before_data)?,
+                false,
+            ),
         };
         match self.send_on(conn, envelope, body, deadline).await {
-            Err(SessionError::Stale(_)) if reused => {
-                let conn = self.connect_by(deadline).await?;
+            Err((SessionError::Stale(_), _)) if reused => {
+                let conn = self.connect_by(deadline).await.map_err(Failure::before_data)?;
                 self.send_on(conn, envelope, body, deadline)
                     .await
-                    .map_err(SessionError::into_error)
+                    .map_err(Failure::of)
             }
-            result => result.map_err(SessionError::into_error),
+            result => result.map_err(Failure::of),
         }
-    }
-
-    /// The longest one send can take: a connection and a transaction, each bounded by the
-    /// timeout.
-    pub fn longest_send(&self) -> Duration {
-        self.timeout * 2
     }
 
     /// A new connection, within the timeout and the time left before `deadline`.
@@ -94,15 +94,25 @@ impl Pool {
         Connection::connect(&self.target, left.min(self.timeout)).await
     }
 
+    /// One transaction on `conn`; a failure says whether the message had been handed over.
     async fn send_on(
         &self,
         mut conn: Connection,
         envelope: &Envelope,
         body: &[u8],
         deadline: tokio::time::Instant,
-    ) -> Result<Accepted, SessionError> {
+    ) -> Result<Accepted, (SessionError, bool)> {
         let deadline = deadline.min(tokio::time::Instant::now() + self.timeout);
         let sent = tokio::time::timeout_at(deadline, conn.send(envelope, body)).await;
+        let handed_over = conn.message_handed_over;
+        self.outcome(conn, sent).map_err(|e| (e, handed_over))
+    }
+
+    fn outcome(
+        &self,
+        conn: Connection,
+        sent: Result<Result<Accepted, TransactionError>, tokio::time::error::Elapsed>,
+    ) -> Result<Accepted, SessionError> {
         let within = humantime::format_duration(self.timeout);
         match sent {
             Ok(Ok(accepted)) => {
@@ -169,10 +179,29 @@ enum SessionError {
     Failed(SendError),
 }
 
-impl SessionError {
-    fn into_error(self) -> SendError {
-        match self {
+/// A failed send, and whether it failed before the message's data went: then no relay has
+/// it, and it may go to another.
+#[derive(Debug)]
+pub struct Failure {
+    pub error: SendError,
+    pub before_data: bool,
+}
+
+impl Failure {
+    fn before_data(error: SendError) -> Self {
+        Self {
+            error,
+            before_data: true,
+        }
+    }
+
+    fn of((session, handed_over): (SessionError, bool)) -> Self {
+        let error = match session {
             SessionError::Stale(e) | SessionError::Failed(e) => e,
+        };
+        Self {
+            before_data: !handed_over && !matches!(error, SendError::Ambiguous(_)),
+            error,
         }
     }
 }

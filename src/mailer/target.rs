@@ -50,8 +50,13 @@ impl Target {
     /// or `smtps://...`, with PEM certificates to trust for TLS besides the usual roots.
     /// Errors never repeat the URL, which may hold a password.
     pub fn parse(settings: &SmtpSettings) -> Result<Self, String> {
+        Self::parse_url(settings.url.expose_secret(), settings)
+    }
+
+    /// As [`Target::parse`], for one relay's URL (the main one, or a fallback) with the
+    /// settings every relay shares.
+    pub fn parse_url(raw: &str, settings: &SmtpSettings) -> Result<Self, String> {
         let extra_roots = settings.ca_certificates.as_deref();
-        let raw = settings.url.expose_secret();
         let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
         let host = url
             .host_str()
@@ -95,6 +100,15 @@ impl Target {
             target.tls().map_err(|e| e.to_string())?;
         }
         Ok(target)
+    }
+
+    /// How the relay is named in metrics and timelines: `host:port`, never credentials.
+    pub fn label(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
     }
 
     pub(super) fn tls(&self) -> Result<TlsParameters, lettre::transport::smtp::Error> {
@@ -159,6 +173,7 @@ mod tests {
 
     fn parse(url: &str) -> Result<Target, String> {
         Target::parse(&SmtpSettings {
+            fallback_urls: Vec::new(),
             url: SecretString::from(url.to_owned()),
             timeout: std::time::Duration::from_secs(1),
             pool_size: 1,

@@ -67,6 +67,9 @@ pub enum Outcome {
     Sent {
         via: Delivery,
         reply: Option<String>,
+        /// The relay that took it (`host:port`), and whether it was a fallback.
+        relay: Option<String>,
+        fallback: bool,
     },
     /// Failed; try again after `delay`. Counts an attempt. `error_class` names the failure
     /// for grouping (`smtp_451`, `unreachable`, `render`...).

@@ -132,6 +132,8 @@ pub struct MessageDetail {
     pub send_ms: Option<i32>,
     /// Its producer's tags.
     pub tags: Vec<String>,
+    /// The relay that took it (`host:port`), once sent.
+    pub relay: Option<String>,
     /// Its timeline, oldest first: enqueued, each attempt that did not succeed at once and
     /// its reply, releases, feedback, operators' actions, and the send.
     #[sqlx(skip)]

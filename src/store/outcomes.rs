@@ -120,6 +120,7 @@ struct Columns {
     suppress: Vec<bool>,
     replies: Vec<Option<String>>,
     took_ms: Vec<Option<i32>>,
+    relays: Vec<Option<String>>,
     worker: String,
 }
 
@@ -157,6 +158,13 @@ impl Columns {
                 .iter()
                 .map(|row| row.took.and_then(took_ms))
                 .collect(),
+            relays: outcomes
+                .iter()
+                .map(|row| match row.outcome {
+                    Outcome::Sent { relay, .. } => relay.clone(),
+                    _ => None,
+                })
+                .collect(),
             worker: worker.to_owned(),
         }
     }
@@ -188,6 +196,7 @@ impl Columns {
             .bind(&self.replies)
             .bind(&self.took_ms)
             .bind(&self.worker)
+            .bind(&self.relays)
             .fetch_all(connection)
             .await
     }

@@ -42,12 +42,13 @@ pub struct Event {
 impl Event {
     /// What was said, in one text for a reader: the relay's reply, else the detail, else
     /// the failure's class; empty for an event with none of them.
-    pub fn said(&self) -> &str {
-        self.smtp_reply
-            .as_deref()
-            .or(self.detail.as_deref())
-            .or(self.error_class.as_deref())
-            .unwrap_or_default()
+    pub fn said(&self) -> String {
+        match (&self.smtp_reply, &self.detail) {
+            // A send: the relay's reply, and which relay.
+            (Some(reply), Some(detail)) => format!("{reply} ({detail})"),
+            (Some(text), None) | (None, Some(text)) => text.clone(),
+            (None, None) => self.error_class.clone().unwrap_or_default(),
+        }
     }
 }
 

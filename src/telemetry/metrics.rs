@@ -135,6 +135,10 @@ metrics! {
         "Spam complaints received from a provider, by source; each suppresses its address.";
     WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
         "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
+    RELAY_UP = "outbox_relay_up", Gauge, None,
+        "1 while a relay (host:port; OUTBOXD_SMTP_URL, then OUTBOXD_SMTP_FALLBACK_URLS) takes messages, 0 while it is down: passed over, and probed every 5 s.";
+    RELAY_SENT = "outbox_relay_sent_total", Counter, None,
+        "Messages a relay accepted, by relay (host:port) and whether it is a fallback (fallback=\"true\": the relays before it could not take them).";
     UNSUBSCRIBES = "outbox_unsubscribes_total", Counter, None,
         "One-click unsubscribe requests (RFC 8058, POST /unsubscribe/TOKEN), by result: recorded, already_recorded, refused (not a link outboxd made, or not the RFC's body), failed (not recorded now; the sender retries).";
     RECIPIENT_LOOKUPS = "outbox_recipient_lookups_total", Counter, None,
@@ -303,8 +307,17 @@ impl Metrics {
         let lane = self.lanes.of(kind);
         let kind = self.kind_label(kind);
         match outcome {
-            Outcome::Sent { via, .. } => {
+            Outcome::Sent {
+                via,
+                relay,
+                fallback,
+                ..
+            } => {
                 counter!(LANE_SENT, "lane" => lane.as_str()).increment(1);
+                if let Some(relay) = relay {
+                    counter!(RELAY_SENT, "relay" => relay.clone(), "fallback" => fallback.to_string())
+                        .increment(1);
+                }
                 if let Some(latency) = latency {
                     histogram!(DELIVERY_LATENCY, "kind" => kind.clone(), "lane" => lane.as_str())
                         .record(latency.as_secs_f64());
@@ -353,6 +366,16 @@ impl Metrics {
     pub fn webhook_request(&self, source: FeedbackSource, result: WebhookResult) {
         counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())
             .increment(1);
+    }
+
+    /// Each relay's state, in the order they are tried; their sent counters at 0, so that
+    /// a rate over them has a series before the first message.
+    pub fn relays(&self, relays: &[(String, bool)]) {
+        for (place, (relay, up)) in relays.iter().enumerate() {
+            gauge!(RELAY_UP, "relay" => relay.clone()).set(if *up { 1.0 } else { 0.0 });
+            let fallback = (place > 0).to_string();
+            counter!(RELAY_SENT, "relay" => relay.clone(), "fallback" => fallback).increment(0);
+        }
     }
 
     /// Counts one one-click unsubscribe request.

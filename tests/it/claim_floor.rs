@@ -200,6 +200,8 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
     let sent = Outcome::Sent {
         via: Delivery::Smtp,
         reply: None,
+        relay: None,
+        fallback: false,
     };
     let writes = 10;
     for _ in 0..writes {

@@ -316,6 +316,8 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
     let sent = Outcome::Sent {
         via: Delivery::Smtp,
         reply: None,
+        relay: None,
+        fallback: false,
     };
     assert_eq!(
         store::record_outcomes(

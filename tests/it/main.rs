@@ -15,6 +15,7 @@ mod deploy;
 mod doctor;
 mod escaping;
 mod exposure;
+mod failover;
 mod failures;
 mod found_pace;
 mod helpers;

@@ -341,7 +341,9 @@ async fn a_sample_held_up_in_the_database_neither_blocks_readiness_nor_keeps_run
 #[tokio::test]
 async fn metrics_follow_prometheus_conventions() {
     let db = TestDb::new().await;
-    let outboxd = Outboxd::start(&db.url, &[], &[]).await;
+    // With a relay: its gauge and counter are each relay's.
+    let smtp = SmtpServer::start();
+    let outboxd = Outboxd::sending_to(&db.url, &smtp.url(), &[], &[]).await;
     // The database gauges appear with the sampler's first sample, not before.
     let body = poll_until(Duration::from_secs(10), "the first sample", || async {
         let (status, body) = http_get(&outboxd.http, "/metrics").await;
@@ -424,7 +426,7 @@ async fn metrics_follow_prometheus_conventions() {
     }
     assert!(
         body.contains(&format!(
-            r#"outbox_build_info{{version="{}",smtp_enabled="false"}} 1"#,
+            r#"outbox_build_info{{version="{}",smtp_enabled="true"}} 1"#,
             env!("CARGO_PKG_VERSION")
         )),
         "{body}"

@@ -101,7 +101,7 @@ SELECT id, kind, payload::text AS payload, {{recipients_column}},
        traceparent, priority, {{schema}}outbox_on_the_calendar(expires_at) AS expires_at,
        idempotency_key, end_reason, feedback,
        {{schema}}outbox_on_the_calendar(feedback_at) AS feedback_at, smtp_reply, sent_by, send_ms,
-       coalesce(tags, ARRAY[]::text[]) AS tags
+       coalesce(tags, ARRAY[]::text[]) AS tags, relay
 
 -- fragment: regular_due
 -- The transactional lane's due rows from its floor, in due order, locked and skipped as

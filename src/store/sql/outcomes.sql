@@ -10,13 +10,16 @@
 --    outcome, in the same order.
 -- $7 channel (text): the insert trigger's channel, told when a release makes a row due now.
 -- $12 worker_id (text): the replica, kept as a send's `sent_by` and each event's actor.
+-- $13 relays (text[]): the relay that took each sent message (`host:port`), one element an
+--    outcome, null for the others.
 
 -- fragment: outcome_values
 -- The outcomes as rows `o`, limited to as many as there are: that changes nothing but the
 -- plan PostgreSQL keeps (the ADR's *Plans*).
 (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[],
-                      $8::text[], $9::bool[], $10::text[], $11::int4[])
-           AS u(id, action, error, delay_secs, error_class, bounced, suppress, reply, took_ms)
+                      $8::text[], $9::bool[], $10::text[], $11::int4[], $13::text[])
+           AS u(id, action, error, delay_secs, error_class, bounced, suppress, reply, took_ms,
+                relay)
  LIMIT cardinality($2::bigint[])) AS o
 
 -- fragment: outcome_set
@@ -43,6 +46,7 @@ feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END,
 smtp_reply = CASE WHEN o.action = 'sent' /* word: action.sent */ THEN o.reply ELSE m.smtp_reply END,
 sent_by = CASE WHEN o.action = 'sent' /* word: action.sent */ THEN $12 ELSE m.sent_by END,
 send_ms = CASE WHEN o.action = 'sent' /* word: action.sent */ THEN o.took_ms ELSE m.send_ms END,
+relay = CASE WHEN o.action = 'sent' /* word: action.sent */ THEN o.relay ELSE m.relay END,
 next_attempt_at = CASE WHEN o.action IN ('retry' /* word: action.retry */, 'release' /* word: action.release */)
                        THEN now() + make_interval(secs => o.delay_secs)
                        ELSE m.next_attempt_at END,

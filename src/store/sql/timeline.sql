@@ -20,7 +20,7 @@ WITH e AS (
     FROM {{schema}}outbox_message_events WHERE message_id = ANY($1)
     UNION ALL
     SELECT id, 'sent' /* word: action.sent */, {{schema}}outbox_on_the_calendar(dispatched_at),
-           sent_by, NULL, smtp_reply, NULL, send_ms, 9223372036854775807
+           sent_by, NULL, smtp_reply, 'relay ' || relay, send_ms, 9223372036854775807
     FROM {{schema}}outbox_messages WHERE id = ANY($1) AND dispatched_at IS NOT NULL
 )
 SELECT message_id, event, at, actor,

@@ -219,6 +219,11 @@ impl SmtpServer {
         std::fs::write(self.spool.path().join("release"), b"").expect("release file");
     }
 
+    /// Kills the server, as a crash would, and keeps what it received.
+    pub fn stop(&mut self) {
+        self.kill();
+    }
+
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

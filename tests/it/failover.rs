@@ -1,0 +1,177 @@
+//! Failover between relays (`OUTBOXD_SMTP_FALLBACK_URLS`), against the binary and two real
+//! SMTP servers: a relay stopped mid-drain loses nothing and sends nothing twice that was
+//! not ambiguous, its mail goes through the next one, and traffic returns to it when it is
+//! back; a failure after DATA is retried on the same relay, never sent elsewhere.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value};
+
+/// `relay` as outboxd names it.
+fn label(smtp: &SmtpServer) -> String {
+    format!("127.0.0.1:{}", smtp.port)
+}
+
+/// How many times each outbox id arrived at these servers.
+fn arrivals(servers: &[&SmtpServer]) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for server in servers {
+        for message in server.messages() {
+            *seen.entry(message.outbox_id).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_back() {
+    let db = TestDb::new().await;
+    let mut first = SmtpServer::start();
+    let first_port = first.port;
+    let second = SmtpServer::start();
+    let fallback = second.url();
+    let flags = [
+        "--smtp-fallback-urls",
+        &fallback,
+        "--retry-backoff",
+        "200ms",
+        "--retry-backoff-max",
+        "1s",
+        "--batch-size",
+        "100",
+        "--sample-interval",
+        "200ms",
+    ];
+    let outboxd = Outboxd::sending_to(&db.url, &first.url(), &flags, &[]).await;
+    let ids = db.insert_many("account_verification", 5000).await;
+
+    // The first relay dies part-way through the drain.
+    first.wait_for(500, Duration::from_secs(60)).await;
+    first.stop();
+    eventually(Duration::from_secs(120), "every message sent", || async {
+        db.count("pending").await == 0
+    })
+    .await;
+    let seen = arrivals(&[&first, &second]);
+    // None lost.
+    for id in &ids {
+        assert!(
+            seen.contains_key(&id.to_string()),
+            "message {id} never arrived"
+        );
+    }
+    assert_eq!(db.count("dispatched").await, 5000);
+    // None twice, unless its send was ambiguous (the relay died after its data went).
+    let twice: Vec<i64> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id.parse().expect("an id"))
+        .collect();
+    let ambiguous: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT message_id FROM outbox_message_events WHERE error_class = 'ambiguous'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        twice.iter().all(|id| ambiguous.contains(id)),
+        "sent twice: {twice:?}"
+    );
+    assert!(
+        second.messages().len() >= 4000 - twice.len(),
+        "the rest went through the fallback"
+    );
+    // Each row says which relay took it.
+    let by_relay: Vec<(String, i64)> =
+        sqlx::query_as("SELECT relay, count(*) FROM outbox_messages GROUP BY relay ORDER BY relay")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let second_label = label(&second);
+    assert!(
+        by_relay
+            .iter()
+            .any(|(relay, n)| *relay == second_label && *n > 0),
+        "{by_relay:?}"
+    );
+    // Its timeline says so.
+    let via_fallback = second.messages()[0].outbox_id.clone();
+    let timeline = crate::helpers::succeeds(
+        crate::helpers::outboxd().args([
+            "messages",
+            "--database-url",
+            &db.url,
+            "--id",
+            &via_fallback,
+        ]),
+        "outboxd messages --id",
+    );
+    assert!(
+        timeline.contains(&format!("(relay {second_label})")),
+        "{timeline}"
+    );
+    let metrics = http_get(&outboxd.http, "/metrics").await.1;
+    let up = |relay: &str| metric_value(&metrics, &format!("outbox_relay_up{{relay=\"{relay}\"}}"));
+    assert_eq!(
+        up(&format!("127.0.0.1:{first_port}")),
+        Some(0.0),
+        "the first is down"
+    );
+    assert_eq!(up(&second_label), Some(1.0));
+
+    // The first relay is back: it is probed, and takes the mail again.
+    drop(first);
+    let first = SmtpServer::start_on(first_port);
+    eventually(
+        Duration::from_secs(30),
+        "the first relay up again",
+        || async {
+            let metrics = http_get(&outboxd.http, "/metrics").await.1;
+            metric_value(
+                &metrics,
+                &format!("outbox_relay_up{{relay=\"127.0.0.1:{first_port}\"}}"),
+            ) == Some(1.0)
+        },
+    )
+    .await;
+    db.insert_many("account_verification", 10).await;
+    first.wait_for(10, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_reset_after_data_is_retried_on_the_same_relay_never_on_the_next() {
+    let db = TestDb::new().await;
+    let first = SmtpServer::start();
+    let second = SmtpServer::start();
+    let fallback = second.url();
+    let flags = [
+        "--smtp-fallback-urls",
+        &fallback,
+        "--retry-backoff",
+        "100ms",
+        "--retry-backoff-max",
+        "200ms",
+        "--max-attempts",
+        "3",
+    ];
+    let _outboxd = Outboxd::sending_to(&db.url, &first.url(), &flags, &[]).await;
+    let id = db.verification_to("resetafter1@example.com").await;
+    eventually(
+        Duration::from_secs(30),
+        "the message dead-lettered",
+        || async { db.row(id).await.dead },
+    )
+    .await;
+    let resets = std::fs::read_to_string(first.spool().join("reset.jsonl")).unwrap_or_default();
+    assert_eq!(
+        resets.lines().count(),
+        3,
+        "every attempt went to the first relay"
+    );
+    assert!(second.messages().is_empty(), "none went to the fallback");
+    let class: Option<String> = db
+        .scalar("SELECT error_class FROM outbox_messages WHERE id = $1", id)
+        .await;
+    assert_eq!(class.as_deref(), Some("ambiguous"));
+}
