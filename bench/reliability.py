@@ -347,6 +347,50 @@ def scenario_longtx(args):
     return [header] + rows
 
 
+def first_arrival_after(spool, since):
+    """Seconds from `since` to the first message the server took after it, or None."""
+    path = os.path.join(spool, "messages.jsonl")
+    times = []
+    if os.path.exists(path):
+        with open(path) as f:
+            times = [json.loads(line)["received_at"] for line in f]
+    later = [t for t in times if t >= since]
+    return min(later) - since if later else None
+
+
+def scenario_failover(args):
+    """The first relay dies for `--outage` seconds while 50 messages a second are committed; a
+    second relay is its fallback (OUTBOXD_SMTP_FALLBACK_URLS)."""
+    import threading
+    flags = ["--smtp-timeout", "2s", "--lease", "30s"]
+    with bench.database("outboxd_reliability_failover") as url, \
+            smtp_server() as (port, spool, start_first, stop_first), \
+            smtp_server() as (fallback_port, fallback_spool, _, _):
+        fallback = ["--smtp-fallback-urls", f"smtp://127.0.0.1:{fallback_port}"]
+        proc = start_outboxd(url, port, flags + fallback, "r0")
+        result = {}
+        stop_at = time.time() + 10 + args.outage + 10
+        inserting = threading.Thread(target=lambda: result.setdefault("sent", steady_inserts(url, "f", 50, stop_at)))
+        inserting.start()
+        time.sleep(10)
+        down = time.time()
+        stop_first()
+        time.sleep(args.outage)
+        back = time.time()
+        start_first()
+        inserting.join()
+        wait_until(lambda: settled(url), 600, "the failover run to drain")
+        proc.terminate()
+        proc.wait()
+        through_fallback = received(fallback_spool)
+        lost, duplicates = tally(result["sent"], received(spool) + through_fallback)
+        failover = first_arrival_after(fallback_spool, down)
+        returned = first_arrival_after(spool, back)
+    seconds = lambda s: "none" if s is None else f"{s:.1f}"
+    return [[f"{args.outage}", f"{len(result['sent'])}", f"{lost}", f"{duplicates}",
+             f"{sum(through_fallback.values())}", seconds(failover), seconds(returned)]]
+
+
 SCENARIOS = {
     "kill": ("kill -9 while draining (2 replicas, batch 50, 10 s leases)",
              ["messages", "kills", "lost", "duplicates", "duplicates per kill", "wall s"], scenario_kill),
@@ -356,6 +400,10 @@ SCENARIOS = {
     "smtp": ("SMTP server down under 50 messages a second",
              ["outage s", "messages", "lost", "duplicates", "attempts counted", "dead letters",
               "drained s after it came back"], scenario_smtp),
+    "failover": ("The first of two relays down under 50 messages a second (OUTBOXD_SMTP_FALLBACK_URLS)",
+                 ["outage s", "messages", "lost", "duplicates", "through the fallback",
+                  "s from the outage to the fallback's first message",
+                  "s from the first's return to its first message"], scenario_failover),
     "throttle": ("A relay throttling every fourth message under a 50/s limit shared by 2 replicas, "
                  "40 messages a second committed",
                  ["throttling s", "messages", "throttling replies", "lost", "duplicates", "attempts counted",
