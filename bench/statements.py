@@ -19,7 +19,7 @@ BATCH = 400
 CHUNK = 200
 
 # Parameter types, in bind order (PostgreSQL type OIDs): `store::claim`'s nine and
-# `store::record_outcomes`' twelve.
+# `store::record_outcomes`' thirteen.
 CLAIM_TYPES = [20, 701, 25, 1184, 2950, 20, 1184, 1009, 1184]
 RECORD_TYPES = [2950, 1016, 1009, 1009, 1022, 1009, 25, 1009, 1000, 1009, 1007, 25, 1009]
 

@@ -176,20 +176,32 @@ async fn smtp(config: &RunConfig) -> Finding {
             "no OUTBOXD_SMTP_URL: email would only be logged and marked dispatched",
         );
     }
-    let probed = mailer.probe().await;
+    let probed = mailer.probe_each().await;
     mailer.shutdown().await;
-    match probed {
-        Ok(()) => finding(
+    let failed: Vec<String> = probed
+        .iter()
+        .filter_map(|(relay, answer)| {
+            let e = answer.as_ref().err()?;
+            Some(format!("{relay}: {}", crate::text::mask_addresses(&e.to_string())))
+        })
+        .collect();
+    match (failed.is_empty(), probed.len()) {
+        (true, 1) => finding(
             Verdict::Ok,
             "smtp",
             "the server answers (connect, EHLO, and STARTTLS and AUTH as configured)",
         ),
-        Err(e) => finding(
+        (true, n) => finding(
+            Verdict::Ok,
+            "smtp",
+            format!("all {n} relays answer (connect, EHLO, and STARTTLS and AUTH as configured)"),
+        ),
+        (false, _) => finding(
             Verdict::Fail,
             "smtp",
             format!(
-                "{}; check OUTBOXD_SMTP_URL and that the server is up",
-                crate::text::mask_addresses(&e.to_string())
+                "{}; check OUTBOXD_SMTP_URL (and OUTBOXD_SMTP_FALLBACK_URLS) and that the server is up",
+                failed.join("; ")
             ),
         ),
     }

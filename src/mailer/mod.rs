@@ -259,6 +259,14 @@ impl Mailer {
         }
     }
 
+    /// Each relay's name and whether it answers a probe now, in order: `outboxd doctor`.
+    pub async fn probe_each(&self) -> Vec<(String, Result<(), SendError>)> {
+        match self {
+            Mailer::Smtp(smtp) => smtp.relays.probe_each().await,
+            Mailer::Disabled => Vec::new(),
+        }
+    }
+
     pub fn is_enabled(&self) -> bool {
         matches!(self, Mailer::Smtp(_))
     }

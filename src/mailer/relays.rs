@@ -32,6 +32,8 @@ pub struct Relay {
     /// Whether its prober runs: shared by the send tasks (which start one) and the prober
     /// (which ends), under one lock, so that a relay marked down always has one.
     probing: std::sync::Mutex<bool>,
+    /// Set at shutdown: its prober stops.
+    closed: AtomicBool,
 }
 
 /// A message a relay accepted: its reply, and which relay (its place in the list, and its
@@ -50,6 +52,7 @@ impl Relay {
             pool: Pool::new(target, size, timeout),
             up: AtomicBool::new(true),
             probing: std::sync::Mutex::new(false),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -65,7 +68,7 @@ impl Relay {
     fn mark_down(self: &Arc<Self>, why: &SendError) {
         if self.up.swap(false, Ordering::AcqRel) {
             warn!(relay = %self.label, error = %crate::text::mask_addresses(&why.to_string()),
-                  "relay down: its messages go to the next relay while it is probed");
+                  "relay down: probed every 5 s; meanwhile messages go to the next relay, if there is one");
         }
         let mut probing = lock(&self.probing);
         if !*probing {
@@ -86,7 +89,7 @@ impl Relay {
             tokio::time::sleep(PROBE_EVERY).await;
             {
                 let mut probing = lock(&self.probing);
-                if self.is_up() {
+                if self.is_up() || self.closed.load(Ordering::Acquire) {
                     *probing = false;
                     return;
                 }
@@ -129,6 +132,8 @@ impl Relays {
 
     /// Sends one message through the first relay that takes it, all within one send's
     /// bound (two send timeouts), so that the dispatcher's lease holds whatever happens.
+    /// When none takes it, the answer is the first relay's that reached a server (a 4xx
+    /// is the message's own failure), else that nothing could be reached.
     pub async fn send(&self, envelope: &Envelope, body: &[u8]) -> Result<Handed, SendError> {
         let deadline = tokio::time::Instant::now() + self.longest_send;
         let last = self.relays.len().saturating_sub(1);
@@ -137,6 +142,10 @@ impl Relays {
             if !relay.is_up() && place < last {
                 continue;
             }
+            // A relay tried with less than one timeout left is not judged by its failure:
+            // the shared bound cut it short, not the relay.
+            let full_time =
+                deadline.saturating_duration_since(tokio::time::Instant::now()) >= self.timeout();
             match relay.pool.send_by(envelope, body, deadline).await {
                 Ok(accepted) => {
                     if place == last && !relay.is_up() {
@@ -148,11 +157,16 @@ impl Relays {
                         fallback: place > 0,
                     });
                 }
-                Err(Failure { error, before_data: true }) if !error.is_throttling() => {
-                    if relay_is_down(&error) {
+                Err(Failure {
+                    error,
+                    before_data: true,
+                }) if may_go_elsewhere(&error) => {
+                    if full_time && relay_is_down(&error) {
                         relay.mark_down(&error);
                     }
-                    failed = Some(error);
+                    if failed.as_ref().is_none_or(|first| !first.reached_server()) {
+                        failed = Some(error);
+                    }
                 }
                 Err(Failure { error, .. }) => return Err(error),
             }
@@ -161,6 +175,11 @@ impl Relays {
             }
         }
         Err(failed.unwrap_or_else(|| SendError::Unreachable("every relay is down".to_owned())))
+    }
+
+    /// One send timeout.
+    fn timeout(&self) -> Duration {
+        self.longest_send / 2
     }
 
     /// Probes every relay (the dispatcher's circuit asks, while it is open); fine when one
@@ -176,11 +195,32 @@ impl Relays {
         Err(failed.unwrap_or_else(|| SendError::Unreachable("no relay".to_owned())))
     }
 
+    /// Probes each relay, for `outboxd doctor`: its name and whether it answered.
+    pub async fn probe_each(&self) -> Vec<(String, Result<(), SendError>)> {
+        let mut answers = Vec::with_capacity(self.relays.len());
+        for relay in &self.relays {
+            answers.push((relay.label.clone(), relay.pool.probe().await));
+        }
+        answers
+    }
+
     /// Says QUIT on every relay's idle connections.
     pub async fn close(&self) {
         for relay in &self.relays {
+            relay.closed.store(true, Ordering::Release);
             relay.pool.close().await;
         }
+    }
+}
+
+/// Whether a failure before the data may go to the next relay: no conversation, or a 4xx
+/// (a 5xx is a refusal for good, which another relay must not undo; a throttling reply cuts
+/// the pace instead).
+fn may_go_elsewhere(error: &SendError) -> bool {
+    match error {
+        SendError::Unreachable(_) => true,
+        SendError::Deferred { .. } => !error.is_throttling(),
+        _ => false,
     }
 }
 
@@ -191,5 +231,37 @@ fn relay_is_down(error: &SendError) -> bool {
         SendError::Unreachable(_) => true,
         SendError::Deferred { reply } => reply.code == Some(421),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{may_go_elsewhere, relay_is_down};
+    use crate::mailer::{Reply, SendError};
+
+    fn deferred(code: u16, text: &str) -> SendError {
+        SendError::Deferred {
+            reply: Reply::new(code, text),
+        }
+    }
+
+    #[test]
+    fn only_a_failure_no_relay_can_have_acted_on_goes_elsewhere() {
+        assert!(may_go_elsewhere(&SendError::Unreachable("refused".into())));
+        assert!(may_go_elsewhere(&deferred(451, "4.3.0 try again later")));
+        assert!(!may_go_elsewhere(&deferred(454, "4.7.0 Throttling failure: Maximum sending rate exceeded")));
+        let refused = SendError::Rejected {
+            reply: Reply::new(550, "5.1.1 no such user"),
+            recipient: None,
+        };
+        assert!(!may_go_elsewhere(&refused), "a refusal for good stays one");
+        assert!(!may_go_elsewhere(&SendError::Ambiguous("reset after DATA".into())));
+    }
+
+    #[test]
+    fn a_relay_is_down_when_unreachable_or_closing_not_for_one_recipient() {
+        assert!(relay_is_down(&SendError::Unreachable("refused".into())));
+        assert!(relay_is_down(&deferred(421, "4.3.2 shutting down")));
+        assert!(!relay_is_down(&deferred(451, "4.7.1 greylisted")));
     }
 }

@@ -35,13 +35,14 @@ pub struct Event {
     /// The failure's short name (`smtp_451`, `unreachable`, `throttled`, ...).
     pub error_class: Option<String>,
     pub duration_ms: Option<i32>,
-    /// What else was said: an error that is not a reply, a provider's diagnostic.
+    /// What else was said: an error that is not a reply, a provider's diagnostic, or, on a
+    /// `sent` event, the relay that took it (`relay host:port`).
     pub detail: Option<String>,
 }
 
 impl Event {
-    /// What was said, in one text for a reader: the relay's reply, else the detail, else
-    /// the failure's class; empty for an event with none of them.
+    /// What was said, in one text for a reader: the relay's reply and the detail (a send:
+    /// `250 ... (relay host:port)`), or either alone, else the failure's class.
     pub fn said(&self) -> String {
         match (&self.smtp_reply, &self.detail) {
             // A send: the relay's reply, and which relay.
