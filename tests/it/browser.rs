@@ -190,19 +190,10 @@ async fn in_a_real_browser_the_page_lists_a_dead_letter_and_retry_moves_it_back_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_real_browser_an_unsubscribe_link_asks_first_and_its_button_unsubscribes() {
-    use crate::unsubscribe::{bulk_sender, invoice, lane_entries, link_path};
-    let db = TestDb::new().await;
-    let smtp = crate::helpers::SmtpServer::start();
-    let key = crate::content::DkimKeyPair::new();
-    let outboxd = bulk_sender(&db, &smtp, &key).await;
-    db.enqueue("invoice_notice", invoice("ada@example.com"))
-        .await;
-    let received = smtp.wait_for(1, Duration::from_secs(30)).await;
-    let path = link_path(
-        received[0]
-            .header("List-Unsubscribe")
-            .expect("List-Unsubscribe"),
-    );
+    use crate::unsubscribe::{BulkSending, lane_entries};
+    let sending = BulkSending::start().await;
+    let (db, outboxd) = (&sending.db, &sending.outboxd);
+    let path = sending.a_link_to("ada@example.com").await;
 
     let browser = Browser::start().await;
     browser
@@ -211,7 +202,7 @@ async fn in_a_real_browser_an_unsubscribe_link_asks_first_and_its_button_unsubsc
     let page = browser.source().await;
     assert!(page.contains("Unsubscribe?"), "{page}");
     assert_eq!(
-        lane_entries(&db, "ada@example.com").await,
+        lane_entries(db, "ada@example.com").await,
         0,
         "opening the page changes nothing"
     );
@@ -229,5 +220,5 @@ async fn in_a_real_browser_an_unsubscribe_link_asks_first_and_its_button_unsubsc
         },
     )
     .await;
-    assert_eq!(lane_entries(&db, "ada@example.com").await, 1);
+    assert_eq!(lane_entries(db, "ada@example.com").await, 1);
 }

@@ -60,6 +60,35 @@ async fn migrated_up_to(db: &TestDb, description: &str) -> usize {
     index
 }
 
+/// Leaves an application's insert uncommitted, runs `outboxd migrate` on `db` (migrated up
+/// to `applied`), and checks that it gave up on its lock timeout with nothing changed; the
+/// open transaction, for the caller to end.
+async fn refused_behind_an_open_insert(
+    db: &TestDb,
+    applied: usize,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut open = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('welcome', '{}')")
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let refused = outboxd()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .expect("outboxd migrate");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("lock timeout"),
+        "{said}"
+    );
+    assert_eq!(
+        versions(db, "outbox_schema_migrations").await.len(),
+        applied,
+        "nothing changed"
+    );
+    open
+}
+
 fn ours() -> Vec<i64> {
     outboxd::store::MIGRATOR.iter().map(|m| m.version).collect()
 }
@@ -267,32 +296,12 @@ async fn the_lane_suppressions_migration_gives_each_role_its_rights_on_the_list(
 async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
     let db = TestDb::empty().await;
     let logged_only = migrated_up_to(&db, "logged only").await;
-    // An application's transaction that inserted a message and has not committed.
-    let mut open = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('welcome', '{}')")
-        .execute(&mut *open)
-        .await
-        .unwrap();
     let started = std::time::Instant::now();
-    let refused = outboxd()
-        .args(["migrate", "--database-url", &db.url])
-        .output()
-        .expect("outboxd migrate");
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("lock timeout"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
+    let open = refused_behind_an_open_insert(&db, logged_only).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "it waited {:?}",
         started.elapsed()
-    );
-    assert_eq!(
-        versions(&db, "outbox_schema_migrations").await.len(),
-        logged_only,
-        "nothing changed"
     );
     open.commit().await.unwrap();
     outboxd_migrate(&db);
@@ -303,27 +312,7 @@ async fn the_logged_only_migration_gives_up_behind_an_open_insert_and_goes_throu
 async fn the_tags_migration_gives_up_behind_an_open_insert_and_goes_through_after() {
     let db = TestDb::empty().await;
     let before_tags = migrated_up_to(&db, "message tags").await;
-    // An application's transaction that inserted a message and has not committed.
-    let mut open = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO outbox_messages (kind, payload) VALUES ('welcome', '{}')")
-        .execute(&mut *open)
-        .await
-        .unwrap();
-    let refused = outboxd()
-        .args(["migrate", "--database-url", &db.url])
-        .output()
-        .expect("outboxd migrate");
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("lock timeout"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
-    assert_eq!(
-        versions(&db, "outbox_schema_migrations").await.len(),
-        before_tags,
-        "nothing changed"
-    );
+    let open = refused_behind_an_open_insert(&db, before_tags).await;
     open.commit().await.unwrap();
     let file = "SELECT relfilenode::bigint FROM pg_class WHERE relname = $1";
     let before: i64 = db.scalar(file, "outbox_messages").await;

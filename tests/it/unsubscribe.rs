@@ -56,24 +56,59 @@ fn dkim_verified(smtp: &SmtpServer, main: &DkimKeyPair, more: &[(&str, &str, &st
         .collect()
 }
 
-/// outboxd sending invoice notices in the bulk lane, with one-click unsubscribe and DKIM.
-pub(crate) async fn bulk_sender(db: &TestDb, smtp: &SmtpServer, key: &DkimKeyPair) -> Outboxd {
-    let key = key.key_path();
-    let flags = [
-        "--bulk-kinds",
-        "invoice_notice",
-        "--public-url",
-        PUBLIC_URL,
-        "--unsubscribe-secret",
-        SECRET,
-        "--dkim-domain",
-        "example.test",
-        "--dkim-selector",
-        "s2026",
-        "--dkim-private-key-file",
-        &key,
-    ];
-    Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await
+/// A database, an SMTP server, and outboxd sending invoice notices in the bulk lane, with
+/// one-click unsubscribe and DKIM.
+pub(crate) struct BulkSending {
+    pub db: TestDb,
+    pub smtp: SmtpServer,
+    pub key: DkimKeyPair,
+    pub outboxd: Outboxd,
+}
+
+impl BulkSending {
+    pub async fn start() -> Self {
+        let (db, smtp, key) = (TestDb::new().await, SmtpServer::start(), DkimKeyPair::new());
+        let key_path = key.key_path();
+        let flags = [
+            "--bulk-kinds",
+            "invoice_notice",
+            "--public-url",
+            PUBLIC_URL,
+            "--unsubscribe-secret",
+            SECRET,
+            "--dkim-domain",
+            "example.test",
+            "--dkim-selector",
+            "s2026",
+            "--dkim-private-key-file",
+            &key_path,
+        ];
+        let outboxd = Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await;
+        Self {
+            db,
+            smtp,
+            key,
+            outboxd,
+        }
+    }
+
+    /// Sends `to` an invoice notice: its one-click link's path.
+    pub async fn a_link_to(&self, to: &str) -> String {
+        a_link_to(&self.db, &self.smtp, to).await
+    }
+}
+
+/// Sends `to` an invoice notice (a bulk kind here): its one-click link's path.
+async fn a_link_to(db: &TestDb, smtp: &SmtpServer, to: &str) -> String {
+    db.enqueue("invoice_notice", invoice(to)).await;
+    let sent =
+        crate::helpers::poll_until(Duration::from_secs(30), "the invoice notice", || async {
+            smtp.messages()
+                .into_iter()
+                .find(|m| m.rcpt_tos.iter().any(|r| r == to))
+        })
+        .await;
+    link_path(sent.header("List-Unsubscribe").expect("List-Unsubscribe"))
 }
 
 /// How many lane entries the list holds for `address`.
@@ -94,10 +129,13 @@ async fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (
 
 #[tokio::test]
 async fn a_bulk_email_carries_a_signed_one_click_link_that_stops_bulk_mail_to_its_recipient_only() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let key = DkimKeyPair::new();
-    let outboxd = bulk_sender(&db, &smtp, &key).await;
+    let sending = BulkSending::start().await;
+    let BulkSending {
+        db,
+        smtp,
+        key,
+        outboxd,
+    } = &sending;
     let addr = outboxd.http.clone();
 
     db.enqueue("invoice_notice", invoice("Ada@Example.com"))
@@ -127,7 +165,7 @@ async fn a_bulk_email_carries_a_signed_one_click_link_that_stops_bulk_mail_to_it
     );
 
     // Both headers are inside the signature, which an independent verifier accepts.
-    for line in dkim_verified(&smtp, &key, &[]) {
+    for line in dkim_verified(smtp, key, &[]) {
         assert_eq!(line["verified"], true, "{line}");
         assert_eq!(line["tampered_verified"], false, "{line}");
         let signature = line["signature"].as_str().unwrap().to_lowercase();
@@ -146,7 +184,7 @@ async fn a_bulk_email_carries_a_signed_one_click_link_that_stops_bulk_mail_to_it
         "{page}"
     );
     assert_eq!(
-        lane_entries(&db, "ada@example.com").await,
+        lane_entries(db, "ada@example.com").await,
         0,
         "a GET changes nothing"
     );
@@ -165,7 +203,7 @@ async fn a_bulk_email_carries_a_signed_one_click_link_that_stops_bulk_mail_to_it
     let not_text = post(&addr, "/unsubscribe/%FF%FE", &[FORM], ONE_CLICK).await;
     assert_eq!(not_text, refused);
     assert_eq!(http_get(&addr, &forged).await, refused);
-    assert_eq!(lane_entries(&db, "ada@example.com").await, 0);
+    assert_eq!(lane_entries(db, "ada@example.com").await, 0);
 
     // The mailbox provider's POST: 200, no redirect; again, the same.
     for _ in 0..2 {
@@ -219,33 +257,20 @@ async fn a_bulk_email_carries_a_signed_one_click_link_that_stops_bulk_mail_to_it
 
 #[tokio::test]
 async fn the_rfc_bodies_are_taken_in_both_encodings_and_any_other_body_changes_nothing() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let key = DkimKeyPair::new();
-    let outboxd = bulk_sender(&db, &smtp, &key).await;
+    let sending = BulkSending::start().await;
+    let BulkSending { db, outboxd, .. } = &sending;
     let addr = outboxd.http.clone();
-    for to in ["ada@example.com", "bo@example.com"] {
-        db.enqueue("invoice_notice", invoice(to)).await;
-    }
-    let received = smtp.wait_for(2, Duration::from_secs(30)).await;
-    let path_to = |to: &str| {
-        let message = received.iter().find(|m| m.rcpt_tos[0] == to).expect("sent");
-        link_path(
-            message
-                .header("List-Unsubscribe")
-                .expect("List-Unsubscribe"),
-        )
-    };
+    let ada = sending.a_link_to("ada@example.com").await;
+    sending.a_link_to("bo@example.com").await;
 
     // Not RFC 8058's body, or too large: refused, nothing recorded.
-    let ada = path_to("ada@example.com");
     assert_eq!(post(&addr, &ada, &[FORM], "").await.0, 400);
     assert_eq!(
         post(&addr, &ada, &[FORM], "List-Unsubscribe=Yes").await.0,
         400
     );
     assert_eq!(post(&addr, &ada, &[FORM], &"x".repeat(5000)).await.0, 413);
-    assert_eq!(lane_entries(&db, "ada@example.com").await, 0);
+    assert_eq!(lane_entries(db, "ada@example.com").await, 0);
 
     // The RFC prefers multipart/form-data.
     let boundary = "b0undary";
@@ -256,9 +281,9 @@ async fn the_rfc_bodies_are_taken_in_both_encodings_and_any_other_body_changes_n
     let content_type = format!("multipart/form-data; boundary={boundary}");
     let (status, body) = post(&addr, &ada, &[("Content-Type", &content_type)], &multipart).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(lane_entries(&db, "ada@example.com").await, 1);
+    assert_eq!(lane_entries(db, "ada@example.com").await, 1);
     assert_eq!(
-        lane_entries(&db, "bo@example.com").await,
+        lane_entries(db, "bo@example.com").await,
         0,
         "only the link's address"
     );
@@ -266,19 +291,10 @@ async fn the_rfc_bodies_are_taken_in_both_encodings_and_any_other_body_changes_n
 
 #[tokio::test]
 async fn a_flood_of_forged_links_leaves_the_probes_and_a_real_click_answered() {
-    let db = TestDb::new().await;
-    let smtp = SmtpServer::start();
-    let key = DkimKeyPair::new();
-    let outboxd = bulk_sender(&db, &smtp, &key).await;
+    let sending = BulkSending::start().await;
+    let path = sending.a_link_to("ada@example.com").await;
+    let BulkSending { db, outboxd, .. } = sending;
     let addr = outboxd.http.clone();
-    db.enqueue("invoice_notice", invoice("ada@example.com"))
-        .await;
-    let received = smtp.wait_for(1, Duration::from_secs(30)).await;
-    let path = link_path(
-        received[0]
-            .header("List-Unsubscribe")
-            .expect("List-Unsubscribe"),
-    );
 
     let flood: Vec<_> = (0..2000)
         .map(|i| {
