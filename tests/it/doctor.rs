@@ -91,3 +91,31 @@ async fn without_its_database_it_says_so_in_one_line_and_exits_one() {
     assert!(line(&out, "smtp").starts_with("ok "), "{out}");
     assert!(err.contains("checks failed: database"), "{err}");
 }
+
+#[tokio::test]
+async fn a_fallback_relay_that_does_not_answer_is_named_though_the_first_does() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let gone = free_port();
+    let fallback = format!("smtp://127.0.0.1:{gone}");
+    let (ok, out, _) = doctor(&db.url, &smtp.url(), &["--smtp-fallback-urls", &fallback]);
+    assert!(!ok, "{out}");
+    let said = line(&out, "smtp");
+    assert!(
+        said.starts_with("fail ") && said.contains(&format!("127.0.0.1:{gone}:")),
+        "{out}"
+    );
+    assert!(
+        !said.contains(&format!("127.0.0.1:{}:", smtp.port)),
+        "the first answers: {out}"
+    );
+
+    let second = SmtpServer::start();
+    let (ok, out, _) = doctor(
+        &db.url,
+        &smtp.url(),
+        &["--smtp-fallback-urls", &second.url()],
+    );
+    assert!(ok, "{out}");
+    assert!(line(&out, "smtp").contains("all 2 relays answer"), "{out}");
+}
