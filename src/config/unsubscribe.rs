@@ -34,9 +34,6 @@ debug_showing_only!(UnsubscribeArgs as args {
     unsubscribe_secret_file,
 });
 
-/// The largest secret file read.
-const MAX_SECRET_FILE_BYTES: u64 = 4096;
-
 impl UnsubscribeArgs {
     /// The links' settings, or `None` when one-click unsubscribe is off.
     pub fn one_click(&self) -> anyhow::Result<Option<OneClick>> {
@@ -68,26 +65,13 @@ impl UnsubscribeArgs {
                 "both OUTBOXD_UNSUBSCRIBE_SECRET and OUTBOXD_UNSUBSCRIBE_SECRET_FILE are set: give one"
             ),
             (Some(secret), None) => Ok(Some(SecretString::from(secret.to_owned()))),
-            (None, Some(path)) => read_secret_file(path).map(Some).with_context(|| {
+            // Read as a key file is: a regular file, bounded.
+            (None, Some(path)) => super::deliverability::read_key_file(path)
+                .map(|(text, _mode)| Some(SecretString::from(text.trim().to_owned())))
+                .with_context(|| {
                 format!("cannot read OUTBOXD_UNSUBSCRIBE_SECRET_FILE {}", path.display())
             }),
             (None, None) => Ok(None),
         }
     }
-}
-
-/// A regular file of at most [`MAX_SECRET_FILE_BYTES`], trimmed.
-fn read_secret_file(path: &std::path::Path) -> anyhow::Result<SecretString> {
-    use std::io::Read as _;
-    if !std::fs::metadata(path)?.is_file() {
-        bail!("not a regular file");
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX_SECRET_FILE_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_SECRET_FILE_BYTES {
-        bail!("longer than {MAX_SECRET_FILE_BYTES} bytes");
-    }
-    Ok(SecretString::from(text.trim().to_owned()))
 }

@@ -39,6 +39,7 @@ impl Sender {
         abort: CancellationToken,
         settings: DispatchSettings,
     ) -> Self {
+        messages.metrics.register_relays(&messages.mailer.relays());
         Self {
             mailer: Arc::clone(&messages.mailer),
             metrics: Arc::clone(&messages.metrics),

@@ -368,13 +368,20 @@ impl Metrics {
             .increment(1);
     }
 
-    /// Each relay's state, in the order they are tried; their sent counters at 0, so that
-    /// a rate over them has a series before the first message.
-    pub fn relays(&self, relays: &[(String, bool)]) {
-        for (place, (relay, up)) in relays.iter().enumerate() {
-            gauge!(RELAY_UP, "relay" => relay.clone()).set(if *up { 1.0 } else { 0.0 });
+    /// Each relay's sent counter at 0, once at start, so that a rate over it has a series
+    /// before the first message; and its state.
+    pub fn register_relays(&self, relays: &[(String, bool)]) {
+        for (place, (relay, _)) in relays.iter().enumerate() {
             let fallback = (place > 0).to_string();
             counter!(RELAY_SENT, "relay" => relay.clone(), "fallback" => fallback).increment(0);
+        }
+        self.relays(relays);
+    }
+
+    /// Each relay's state, in the order they are tried.
+    pub fn relays(&self, relays: &[(String, bool)]) {
+        for (relay, up) in relays {
+            gauge!(RELAY_UP, "relay" => relay.clone()).set(if *up { 1.0 } else { 0.0 });
         }
     }
 
