@@ -59,8 +59,9 @@ impl App {
     /// Loads the templates, connects, and checks the schema: everything that can be
     /// wrong is found here, before the first message is claimed.
     pub async fn build(config: RunConfig) -> anyhow::Result<Self> {
+        // The configuration checked every relay's URL; this names the one, should it fail.
         let mailer = Mailer::new(config.smtp.clone())
-            .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_SMTP_URL: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("invalid {} relay {}: {e}", e.lane.as_str(), e.place + 1))?;
         let (listener, admin_listener) = bind_listeners(&config).await?;
         let http_addr = listener.local_addr()?;
         let admin_addr = match &admin_listener {

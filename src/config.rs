@@ -269,6 +269,11 @@ impl RunArgs {
         self.kinds.check_auto_pause_lists()?;
         let dkim = self.deliverability.dkim()?;
         let kinds = self.kind_book(&from, &dkim)?;
+        if smtp.as_ref().is_some_and(|smtp| !smtp.bulk_urls.is_empty())
+            && kinds.lanes().bulk().next().is_none()
+        {
+            bail!("OUTBOXD_BULK_SMTP_URL is set but no kind is bulk: name them in OUTBOXD_BULK_KINDS or with lane = \"bulk\" in their kind.toml");
+        }
         Ok(RunConfig {
             database,
             dispatch: self.dispatch_settings(&kinds)?,

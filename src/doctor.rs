@@ -165,7 +165,7 @@ async fn smtp(config: &RunConfig) -> Finding {
             return finding(
                 Verdict::Fail,
                 "smtp",
-                format!("invalid OUTBOXD_SMTP_URL: {e}"),
+                format!("invalid {} relay {}: {e}", e.lane.as_str(), e.place + 1),
             );
         }
     };
@@ -180,9 +180,11 @@ async fn smtp(config: &RunConfig) -> Finding {
     mailer.shutdown().await;
     let failed: Vec<String> = probed
         .iter()
-        .filter_map(|(relay, answer)| {
+        .filter_map(|(lane, relay, answer)| {
             let e = answer.as_ref().err()?;
-            Some(format!("{relay}: {}", crate::text::mask_addresses(&e.to_string())))
+            let said = e.to_string();
+            let masked = crate::text::mask_addresses(&said);
+            Some(format!("{relay} ({} lane): {masked}", lane.as_str()))
         })
         .collect();
     match (failed.is_empty(), probed.len()) {
@@ -200,7 +202,7 @@ async fn smtp(config: &RunConfig) -> Finding {
             Verdict::Fail,
             "smtp",
             format!(
-                "{}; check OUTBOXD_SMTP_URL (and OUTBOXD_SMTP_FALLBACK_URLS) and that the server is up",
+                "{}; check OUTBOXD_SMTP_URL (and OUTBOXD_SMTP_FALLBACK_URLS, OUTBOXD_BULK_SMTP_URL) and that the server is up",
                 failed.join("; ")
             ),
         ),

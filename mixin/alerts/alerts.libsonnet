@@ -69,12 +69,12 @@
           },
           {
             alert: 'OutboxSmtpUnreachable',
-            expr: 'max by (%(groupLabels)s) (min_over_time(outbox_smtp_circuit_open{%(outboxdSelector)s}[3m])) == 1' % config,
+            expr: 'max by (%(groupLabels)s, lane) (min_over_time(outbox_smtp_circuit_open{%(outboxdSelector)s}[3m])) == 1' % config,
             'for': '3m',
             labels: { severity: 'critical' },
             annotations: {
               summary: 'outboxd cannot reach its SMTP server.',
-              description: 'The SMTP circuit breaker of {{ $labels.job }} has stayed open for over 5 minutes: no relay, fallbacks included, takes mail; claiming is paused and email is piling up.',
+              description: 'The SMTP circuit breaker of {{ $labels.job }} has stayed open for over 5 minutes: no relay of the {{ $labels.lane }} lane, fallbacks included, takes mail; that lane is not claimed and its email is piling up.',
             },
           },
           {
@@ -82,7 +82,7 @@
               A fallback relay (OUTBOXD_SMTP_FALLBACK_URLS) has carried mail in every 5-minute
               window for 10 minutes: the relays before it are down (outbox_relay_up says which).
               Nothing is lost; a warning, because the fallback may be slower, dearer or less
-              trusted. OutboxSmtpUnreachable pages only when every relay is down.
+              trusted. OutboxSmtpUnreachable pages only when every relay of a lane is down.
             |||,
             alert: 'OutboxRelayFailover',
             expr: 'sum by (%(groupLabels)s, relay) (increase(outbox_relay_sent_total{%(outboxdSelector)s,fallback="true"}[5m])) > 0' % config,

@@ -302,8 +302,8 @@ local s = p.selector;
             "1 while a replica's SMTP circuit breaker is open (no relay takes mail: claiming is paused); and 1 while a relay is down for any replica (passed over for the next, probed every 5 s).",
             'bool',
             [
-              p.target('max by (instance) (outbox_smtp_circuit_open{%s})' % s, 'circuit {{instance}}'),
-              p.target('1 - min by (relay) (outbox_relay_up{%s})' % s, 'down {{relay}}'),
+              p.target('max by (instance, lane) (outbox_smtp_circuit_open{%s})' % s, 'circuit {{instance}} {{lane}}'),
+              p.target('1 - min by (relay, lane) (outbox_relay_up{%s})' % s, 'down {{relay}} ({{lane}})'),
             ],
             w=12,
             thresholds=[['green', null], ['red', 1]],

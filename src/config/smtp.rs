@@ -1,5 +1,6 @@
 //! Options for the relays: the main one (`OUTBOXD_SMTP_URL`), the fallbacks tried after it
-//! (`OUTBOXD_SMTP_FALLBACK_URLS`), and how to reach them.
+//! (`OUTBOXD_SMTP_FALLBACK_URLS`), the bulk lane's own (`OUTBOXD_BULK_SMTP_URL`), and how to
+//! reach them.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use clap::Args;
 use secrecy::SecretString;
 
 use crate::mailer::SmtpSettings;
+use crate::message::Lane;
 use crate::text::{debug_showing_only, redact_url};
 
 #[derive(Args, Clone)]
@@ -22,6 +24,16 @@ pub struct SmtpArgs {
     /// message moves on only when it failed before its data went (so no relay has it).
     #[arg(long, env = "OUTBOXD_SMTP_FALLBACK_URLS", value_delimiter = ',', hide_env_values = true)]
     pub smtp_fallback_urls: Vec<String>,
+
+    /// The bulk lane's own relay, of the same form: bulk kinds send through it (and its
+    /// fallbacks), with connections and a circuit of their own. Unset: both lanes share
+    /// OUTBOXD_SMTP_URL.
+    #[arg(long, env = "OUTBOXD_BULK_SMTP_URL", hide_env_values = true)]
+    pub bulk_smtp_url: Option<String>,
+
+    /// Relays tried in order after OUTBOXD_BULK_SMTP_URL, comma-separated.
+    #[arg(long, env = "OUTBOXD_BULK_SMTP_FALLBACK_URLS", value_delimiter = ',', hide_env_values = true)]
+    pub bulk_smtp_fallback_urls: Vec<String>,
 
     /// PEM file of CA certificates to trust, besides the system's, for the SMTP servers' TLS
     /// certificates: a relay whose certificate a private CA signed.
@@ -37,18 +49,21 @@ pub struct SmtpArgs {
 debug_showing_only!(SmtpArgs as args {
     smtp_url = args.smtp_url.as_deref().map(redact_url),
     smtp_fallback_urls = args.smtp_fallback_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+    bulk_smtp_url = args.bulk_smtp_url.as_deref().map(redact_url),
+    bulk_smtp_fallback_urls = args.bulk_smtp_fallback_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
     smtp_ca_file,
 });
 
 impl SmtpArgs {
     /// `None` without `--smtp-url`: messages are only logged.
     pub fn settings(&self, timeout: Duration, pool_size: u32) -> anyhow::Result<Option<SmtpSettings>> {
-        let fallbacks: Vec<&str> = self
-            .smtp_fallback_urls
-            .iter()
-            .map(|u| u.trim())
-            .filter(|u| !u.is_empty())
-            .collect();
+        let fallbacks = listed(&self.smtp_fallback_urls);
+        let bulk_url = self.bulk_smtp_url.as_deref().map(str::trim).filter(|u| !u.is_empty());
+        let bulk_fallbacks = listed(&self.bulk_smtp_fallback_urls);
+        if bulk_url.is_none() && !bulk_fallbacks.is_empty() {
+            bail!("OUTBOXD_BULK_SMTP_FALLBACK_URLS is set but OUTBOXD_BULK_SMTP_URL is not: fallbacks follow a main relay");
+        }
+        let bulk: Vec<&str> = bulk_url.into_iter().chain(bulk_fallbacks).collect();
         let url = match self.smtp_url.as_deref().map(str::trim) {
             None | Some("") => {
                 if self.smtp_ca_file.is_some() {
@@ -56,6 +71,9 @@ impl SmtpArgs {
                 }
                 if !fallbacks.is_empty() {
                     bail!("OUTBOXD_SMTP_FALLBACK_URLS is set but OUTBOXD_SMTP_URL is not: fallbacks follow a main relay");
+                }
+                if !bulk.is_empty() {
+                    bail!("OUTBOXD_BULK_SMTP_URL is set but OUTBOXD_SMTP_URL is not: the transactional lane needs a relay too");
                 }
                 return Ok(None);
             }
@@ -67,21 +85,30 @@ impl SmtpArgs {
             })?),
             None => None,
         };
+        let secrets = |urls: &[&str]| urls.iter().map(|u| SecretString::from((*u).to_owned())).collect();
         let settings = SmtpSettings {
             url: SecretString::from(url.to_owned()),
-            fallback_urls: fallbacks.iter().map(|u| SecretString::from((*u).to_owned())).collect(),
+            fallback_urls: secrets(&fallbacks),
+            bulk_urls: secrets(&bulk),
             timeout,
             pool_size,
             ca_certificates,
             allow_plaintext_auth: self.smtp_allow_plaintext_auth,
         };
-        settings.validate().map_err(|e| {
-            if e.starts_with("fallback ") {
-                anyhow::anyhow!("invalid --smtp-fallback-urls / OUTBOXD_SMTP_FALLBACK_URLS: {e}")
-            } else {
-                anyhow::anyhow!("invalid --smtp-url / OUTBOXD_SMTP_URL {}: {e}", redact_url(url))
-            }
+        settings.validate().map_err(|bad| {
+            let setting = match (bad.lane, bad.place) {
+                (Lane::Transactional, 0) => format!("--smtp-url / OUTBOXD_SMTP_URL {}", redact_url(url)),
+                (Lane::Transactional, n) => format!("--smtp-fallback-urls / OUTBOXD_SMTP_FALLBACK_URLS (fallback {n})"),
+                (Lane::Bulk, 0) => "--bulk-smtp-url / OUTBOXD_BULK_SMTP_URL".to_owned(),
+                (Lane::Bulk, n) => format!("--bulk-smtp-fallback-urls / OUTBOXD_BULK_SMTP_FALLBACK_URLS (fallback {n})"),
+            };
+            anyhow::anyhow!("invalid {setting}: {}", bad.problem)
         })?;
         Ok(Some(settings))
     }
+}
+
+/// The URLs of a comma-separated list, blanks left out.
+fn listed(urls: &[String]) -> Vec<&str> {
+    urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect()
 }

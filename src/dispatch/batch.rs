@@ -82,8 +82,8 @@ pub(super) struct SentBatch {
     /// What the outcomes written during the sends came to.
     pub report: BatchReport,
     pub rest: HeldOutcomes,
-    /// No send of the batch reached the server: the circuit opens.
-    pub outage: bool,
+    /// The routes on which no send of the batch reached a relay: their circuits open.
+    pub outages: Vec<crate::message::Lane>,
 }
 
 /// What the claimer's claim came to.

@@ -1,6 +1,8 @@
-//! The SMTP circuit breaker: after a batch in which no message reached the server, claiming
-//! pauses, and the server is probed with growing pauses until it answers. Messages keep
-//! their attempts meanwhile: an outage is not their fault.
+//! The SMTP circuit breakers, one per route (the lane whose relays they are; see
+//! `Mailer::route`): after a batch in which no message of a route reached a relay, the
+//! route's lanes are not claimed, and its relays are probed with growing pauses until one
+//! answers. Messages keep their attempts meanwhile: an outage is not their fault. The other
+//! route's lane goes on.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use tracing::{error, info, warn};
 use super::wake::OUTAGE_BACKOFF;
 use crate::lock::lock;
 use crate::mailer::Mailer;
+use crate::message::Lane;
 use crate::telemetry::metrics::Metrics;
 
 #[derive(Debug, Default)]
@@ -23,9 +26,53 @@ enum State {
     },
 }
 
-/// Open while the SMTP server is unreachable; see the module's documentation.
+/// Each route's circuit.
+#[derive(Debug)]
+pub(super) struct Circuits {
+    breakers: Vec<(Lane, CircuitBreaker)>,
+}
+
+impl Circuits {
+    pub fn new(routes: &[Lane]) -> Self {
+        Self {
+            breakers: routes
+                .iter()
+                .map(|route| (*route, CircuitBreaker::default()))
+                .collect(),
+        }
+    }
+
+    /// The lanes that may be claimed: those whose route's circuit is closed (a route whose
+    /// wait is over is probed first). When none may, how long until the next probe.
+    pub async fn closed_lanes(&self, mailer: &Mailer, metrics: &Metrics) -> Result<Vec<Lane>, Duration> {
+        let mut closed = Vec::with_capacity(self.breakers.len());
+        let mut next_probe: Option<Duration> = None;
+        for (route, breaker) in &self.breakers {
+            match breaker.closed_or_wait(*route, mailer, metrics).await {
+                None => closed.push(*route),
+                Some(wait) => next_probe = Some(next_probe.map_or(wait, |w| w.min(wait))),
+            }
+        }
+        match next_probe {
+            Some(wait) if closed.is_empty() => Err(wait),
+            _ => Ok(Lane::ALL
+                .into_iter()
+                .filter(|lane| closed.contains(&mailer.route(*lane)))
+                .collect()),
+        }
+    }
+
+    /// Opens a route's circuit after a batch met an outage on it.
+    pub fn open(&self, route: Lane, metrics: &Metrics) {
+        if let Some((_, breaker)) = self.breakers.iter().find(|(r, _)| *r == route) {
+            breaker.open(route, metrics);
+        }
+    }
+}
+
+/// Open while a route's relays are unreachable; see the module's documentation.
 #[derive(Debug, Default)]
-pub(super) struct CircuitBreaker {
+struct CircuitBreaker {
     /// Shared: every send reports to it as it ends, and the loop asks it before a claim.
     state: Mutex<State>,
 }
@@ -33,7 +80,7 @@ pub(super) struct CircuitBreaker {
 impl CircuitBreaker {
     /// `None` when sends may go ahead; otherwise how long until the next probe. When the
     /// breaker's wait is over, probes the server once and closes or re-opens it.
-    pub async fn closed_or_wait(&self, mailer: &Mailer, metrics: &Metrics) -> Option<Duration> {
+    async fn closed_or_wait(&self, route: Lane, mailer: &Mailer, metrics: &Metrics) -> Option<Duration> {
         let failures = match *lock(&self.state) {
             State::Closed => return None,
             State::Open { until, failures } => {
@@ -44,11 +91,11 @@ impl CircuitBreaker {
                 failures
             }
         };
-        match mailer.probe().await {
+        match mailer.probe(route).await {
             Ok(()) => {
                 *lock(&self.state) = State::Closed;
-                metrics.circuit_open(false);
-                info!("SMTP server reachable again; circuit closed, resuming delivery");
+                metrics.circuit_open(route, false);
+                info!(route = route.as_str(), "SMTP server reachable again; circuit closed, resuming delivery");
                 None
             }
             Err(e) => {
@@ -58,23 +105,24 @@ impl CircuitBreaker {
                     until: Instant::now() + retry_in,
                     failures,
                 };
-                warn!(error = %e, retry_in = %crate::text::duration(retry_in), "SMTP server still unreachable");
+                warn!(route = route.as_str(), error = %e, retry_in = %crate::text::duration(retry_in), "SMTP server still unreachable");
                 Some(retry_in)
             }
         }
     }
 
     /// Opens the circuit after a batch met an outage.
-    pub fn open(&self, metrics: &Metrics) {
+    fn open(&self, route: Lane, metrics: &Metrics) {
         let retry_in = OUTAGE_BACKOFF.delay_after(1);
-        metrics.circuit_open(true);
+        metrics.circuit_open(route, true);
         *lock(&self.state) = State::Open {
             until: Instant::now() + retry_in,
             failures: 1,
         };
         error!(
+            route = route.as_str(),
             retry_in = %crate::text::duration(retry_in),
-            "SMTP server unreachable: circuit open, claiming paused; messages keep their attempts"
+            "SMTP server unreachable: circuit open, claiming of its lanes paused; messages keep their attempts"
         );
     }
 }

@@ -14,7 +14,7 @@ use super::floor::{ClaimFloor, Floors};
 use super::pace::{Allowance, Pace};
 use super::recipients::Suppressed;
 use super::{DispatchError, DispatchSettings};
-use crate::message::ClaimedBatch;
+use crate::message::{ClaimedBatch, Lane};
 use crate::render::{Renderer, envelope_keys};
 use crate::store::{ClaimRequest, KeptConnection};
 use crate::suppression::ListedAtClaim;
@@ -84,7 +84,11 @@ impl Claimer {
 
     /// Claims the next batch, as many rows as the pace and the claim size allow, or says
     /// that nothing is due or how long the pace says to wait.
-    pub async fn claim(&mut self, due_by: Option<DateTime<Utc>>) -> Result<Claiming, DispatchError> {
+    pub async fn claim(
+        &mut self,
+        due_by: Option<DateTime<Utc>>,
+        lanes: &[Lane],
+    ) -> Result<Claiming, DispatchError> {
         let wanted = self.claim_size;
         let (requested, slots) = match self
             .pace
@@ -98,7 +102,7 @@ impl Claimer {
         // The lease starts in the database during the claim; counting from before it
         // errs on the safe side. The send slots count from the booking, just before.
         let lease_start = Instant::now();
-        let (claimed, at_claim) = self.claim_rows(requested, due_by).await?;
+        let (claimed, at_claim) = self.claim_rows(requested, due_by, lanes).await?;
         let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
         self.adapt_claim_size(taken >= requested);
         self.pace.claimed(wanted, requested, taken);
@@ -180,6 +184,7 @@ impl Claimer {
         &mut self,
         limit: u32,
         due_by: Option<DateTime<Utc>>,
+        lanes: &[Lane],
     ) -> Result<(ClaimedBatch, ListedAtClaim), DispatchError> {
         let scan = self.floor.start();
         let bulk_kinds = self.settings.lanes.bulk_kinds();
@@ -195,6 +200,7 @@ impl Claimer {
                 floor: scan.floor.transactional,
                 bulk_kinds: &bulk_kinds,
                 bulk_floor: scan.floor.bulk,
+                lanes,
             })
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?;

@@ -21,7 +21,7 @@ use super::pace::{ReplyCount, Slots};
 use super::queue::OutcomeQueue;
 use super::recipients::{Filtered, Suppressed};
 use crate::mailer::Mailer;
-use crate::message::{ClaimedMessage, Kind, Lanes, RetryPolicy};
+use crate::message::{ClaimedMessage, Kind, Lane, Lanes, RetryPolicy};
 use crate::render::{ReadPayload, Renderer};
 use crate::telemetry::{self, PanicContext};
 use crate::trace_context::parse_traceparent;
@@ -59,18 +59,43 @@ pub(super) struct InFlight {
     pub slots: Option<Slots>,
     /// Recipients not to mail: the list as of the claim, and those that bounced since.
     pub suppressed: Suppressed,
-    /// Shared: some send reached the server, or some found it unreachable: together they
-    /// tell an outage (every send unreachable) from a message's own failure. Set by the
-    /// send tasks, read once they are done.
-    pub reached: AtomicBool,
-    /// Shared, as `reached`.
-    pub unreachable: AtomicBool,
+    /// What the sends met on each route: together they tell an outage from a message's own
+    /// failure.
+    pub routes: RouteOutcomes,
 }
 
-impl InFlight {
-    /// No send reached the server, and some found it unreachable.
-    pub fn met_an_outage(&self) -> bool {
-        self.unreachable.load(Ordering::Acquire) && !self.reached.load(Ordering::Acquire)
+/// Whether some send of a route (the lane whose relays it went to) reached a relay, and
+/// whether some found none reachable: set by the send tasks, read once they are done.
+#[derive(Debug, Default)]
+pub(super) struct RouteOutcomes {
+    reached: [AtomicBool; 2],
+    unreachable: [AtomicBool; 2],
+}
+
+impl RouteOutcomes {
+    fn place(route: Lane) -> usize {
+        match route {
+            Lane::Transactional => 0,
+            Lane::Bulk => 1,
+        }
+    }
+
+    fn note(&self, route: Lane, reached: bool) {
+        let flags = if reached { &self.reached } else { &self.unreachable };
+        flags[Self::place(route)].store(true, Ordering::Release);
+    }
+
+    /// The routes that met an outage: no send reached a relay, and some found none
+    /// reachable.
+    pub fn outages(&self) -> Vec<Lane> {
+        Lane::ALL
+            .into_iter()
+            .filter(|route| {
+                let place = Self::place(*route);
+                self.unreachable[place].load(Ordering::Acquire)
+                    && !self.reached[place].load(Ordering::Acquire)
+            })
+            .collect()
     }
 }
 
@@ -115,12 +140,10 @@ impl MessageSender {
             self.render_and_send(message, &batch.payloads[index], batch)
                 .await
         };
+        let route = self.mailer.route(self.lanes.of(&message.kind));
         match &attempt {
-            AttemptResult::Delivered(_) => batch.reached.store(true, Ordering::Release),
-            AttemptResult::SendFailed(e) if e.reached_server() => {
-                batch.reached.store(true, Ordering::Release);
-            }
-            AttemptResult::SendFailed(_) => batch.unreachable.store(true, Ordering::Release),
+            AttemptResult::Delivered(_) => batch.routes.note(route, true),
+            AttemptResult::SendFailed(e) => batch.routes.note(route, e.reached_server()),
             _ => {}
         }
         let bounced = match &attempt {
@@ -221,7 +244,7 @@ impl MessageSender {
             };
             let envelope = fewer.as_ref().unwrap_or(&email.envelope);
             let started = Instant::now();
-            let sent = self.mailer.send(envelope, &email.bytes).await;
+            let sent = self.mailer.send(lane, envelope, &email.bytes).await;
             let took = self.mailer.is_enabled().then(|| started.elapsed());
             if let Some(took) = took {
                 self.metrics.smtp_send(took);

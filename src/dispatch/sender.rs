@@ -4,7 +4,7 @@
 //! inside the lease; and the SMTP circuit breaker.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -14,11 +14,11 @@ use tracing::{Instrument as _, error, info_span};
 
 use super::DispatchSettings;
 use super::batch::LeasedBatch;
-use super::breaker::CircuitBreaker;
-use super::message_sender::{InFlight, MessageSender};
+use super::breaker::Circuits;
+use super::message_sender::{InFlight, MessageSender, RouteOutcomes};
 use super::queue::OutcomeQueue;
 use crate::mailer::Mailer;
-use crate::message::ClaimedBatch;
+use crate::message::{ClaimedBatch, Lane};
 use crate::store;
 use crate::telemetry::metrics::Metrics;
 use crate::text::mask_addresses;
@@ -28,7 +28,7 @@ pub(super) struct Sender {
     messages: Arc<MessageSender>,
     mailer: Arc<Mailer>,
     metrics: Arc<Metrics>,
-    breaker: CircuitBreaker,
+    circuits: Circuits,
     abort: CancellationToken,
     settings: DispatchSettings,
 }
@@ -39,31 +39,37 @@ impl Sender {
         abort: CancellationToken,
         settings: DispatchSettings,
     ) -> Self {
-        messages.metrics.register_relays(&messages.mailer.relays());
+        let routes = messages.mailer.routes();
+        messages
+            .metrics
+            .register_relays(&routes, &messages.mailer.relays());
         Self {
+            circuits: Circuits::new(&routes),
             mailer: Arc::clone(&messages.mailer),
             metrics: Arc::clone(&messages.metrics),
             messages: Arc::new(messages),
-            breaker: CircuitBreaker::default(),
             abort,
             settings,
         }
     }
 
-    /// `None` when sends may go; else how long until the circuit's next probe. Says each
-    /// relay's state as it stands.
-    pub async fn circuit_closed_or_wait(&self) -> Option<Duration> {
-        let wait = self
-            .breaker
-            .closed_or_wait(&self.mailer, &self.metrics)
+    /// The lanes whose circuit is closed, which may be claimed; when none, how long until a
+    /// circuit's next probe. Says each relay's state as it stands.
+    pub async fn closed_lanes(&self) -> Result<Vec<Lane>, Duration> {
+        let lanes = self
+            .circuits
+            .closed_lanes(&self.mailer, &self.metrics)
             .await;
         self.metrics.relays(&self.mailer.relays());
-        wait
+        lanes
     }
 
-    /// A batch met an outage: claiming pauses until the server answers a probe.
-    pub fn open_circuit(&self) {
-        self.breaker.open(&self.metrics);
+    /// A batch met an outage on these routes: their lanes are not claimed until one of
+    /// their relays answers a probe.
+    pub fn open_circuits(&self, routes: &[Lane]) {
+        for route in routes {
+            self.circuits.open(*route, &self.metrics);
+        }
     }
 
     /// A leased batch, ready for its sends, and its span.
@@ -89,8 +95,7 @@ impl Sender {
             claimed_at: claim.claimed.claimed_at,
             slots: claim.slots,
             suppressed,
-            reached: AtomicBool::new(false),
-            unreachable: AtomicBool::new(false),
+            routes: RouteOutcomes::default(),
         };
         (claim.claimed, Arc::new(batch), span)
     }

@@ -26,7 +26,8 @@ pub(super) struct Delivery {
     pub metrics: Arc<Metrics>,
 }
 
-/// Claims the next batch, unless shutting down or the SMTP circuit is open. Outcomes held
+/// Claims the next batch of the lanes whose SMTP circuit is closed, unless shutting down or
+/// every circuit is open. Outcomes held
 /// after a database failure are recorded first, and those held for locked rows tried again
 /// when due.
 pub(super) async fn claim_next(
@@ -38,10 +39,11 @@ pub(super) async fn claim_next(
         return Ok(NextBatch::Halt(Step::Stopped));
     }
     delivery.recorder.record_held(false).await?;
-    if let Some(retry_in) = delivery.sender.circuit_closed_or_wait().await {
-        return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in }));
-    }
-    let mut claim = match claimer.claim(due_by).await? {
+    let lanes = match delivery.sender.closed_lanes().await {
+        Ok(lanes) => lanes,
+        Err(retry_in) => return Ok(NextBatch::Halt(Step::CircuitOpen { retry_in })),
+    };
+    let mut claim = match claimer.claim(due_by, &lanes).await? {
         Claiming::Rows(claim) => *claim,
         Claiming::NothingDue => return Ok(NextBatch::Empty),
         Claiming::Paced(at) => return Ok(NextBatch::Paced(at)),
@@ -91,22 +93,20 @@ impl Delivery {
         )
         .instrument(span.clone())
         .await;
-        let outage = batch.met_an_outage();
+        let outages = batch.routes.outages();
         match recorded {
             Ok((report, mut decided)) => {
                 decided.extend(rest);
                 Ok(SentBatch {
                     report,
                     rest: HeldOutcomes::new(claimed, decided, span),
-                    outage,
+                    outages,
                 })
             }
             Err(e) => {
                 // What the recorder had is held already; the releases join it.
                 self.recorder.hold(HeldOutcomes::new(claimed, rest, span));
-                if outage {
-                    self.sender.open_circuit();
-                }
+                self.sender.open_circuits(&outages);
                 Err(e)
             }
         }
@@ -117,11 +117,9 @@ impl Delivery {
         let SentBatch {
             mut report,
             rest,
-            outage,
+            outages,
         } = sent;
-        if outage {
-            self.sender.open_circuit();
-        }
+        self.sender.open_circuits(&outages);
         let recorded = self.recorder.record(rest).await;
         self.metrics.cycle_completed();
         report.add(&recorded?);
@@ -132,9 +130,7 @@ impl Delivery {
     /// A sent batch whose last outcomes cannot be written now: held for the next claim, and
     /// the circuit opened if it met an outage.
     pub(super) fn set_aside(&self, sent: SentBatch) {
-        if sent.outage {
-            self.sender.open_circuit();
-        }
+        self.sender.open_circuits(&sent.outages);
         self.recorder.hold(sent.rest);
     }
 }

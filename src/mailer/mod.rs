@@ -7,16 +7,14 @@ mod corked;
 mod pool;
 mod relays;
 mod reply;
+mod settings;
 mod target;
 
-use std::time::Duration;
-
 use lettre::address::Envelope;
-use secrecy::{ExposeSecret, SecretString};
 
-use crate::message::{Delivery, FailureType};
-use crate::text::redact_url;
+use crate::message::{Delivery, FailureType, Lane};
 pub use reply::Reply;
+pub use settings::{BadRelay, SmtpSettings};
 
 /// Why a send failed. The dispatcher branches on this: a rejection dead-letters, a
 /// deferral is retried, and an unreachable server may be an outage that is nobody's fault.
@@ -155,57 +153,6 @@ pub struct Sent {
     pub fallback: bool,
 }
 
-/// SMTP settings, validated before anything starts.
-#[derive(Clone)]
-pub struct SmtpSettings {
-    /// lettre's URL form: `smtp://user:pass@host:587?tls=required`, `smtps://host`.
-    pub url: SecretString,
-    /// Relays tried in order after `url`, for messages that could not be handed to it
-    /// (`OUTBOXD_SMTP_FALLBACK_URLS`).
-    pub fallback_urls: Vec<SecretString>,
-    /// Bounds the connect and each whole SMTP transaction.
-    pub timeout: Duration,
-    /// Connections kept open, and sends in flight at once.
-    pub pool_size: u32,
-    /// PEM certificates to trust for the server's TLS certificate (a private CA).
-    pub ca_certificates: Option<Vec<u8>>,
-    /// Send credentials over a connection without TLS to a server that is not on this
-    /// machine (refused otherwise).
-    pub allow_plaintext_auth: bool,
-}
-
-impl std::fmt::Debug for SmtpSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SmtpSettings")
-            .field("url", &redact_url(self.url.expose_secret()))
-            .field("fallbacks", &self.fallback_urls.len())
-            .field("timeout", &self.timeout)
-            .field("pool_size", &self.pool_size)
-            .field("ca_certificates", &self.ca_certificates.is_some())
-            .field("allow_plaintext_auth", &self.allow_plaintext_auth)
-            .finish()
-    }
-}
-
-impl SmtpSettings {
-    /// Checks the URLs without connecting; the error names a fallback by its place, never
-    /// repeats a URL.
-    pub fn validate(&self) -> Result<(), String> {
-        self.targets().map(drop)
-    }
-
-    /// Each relay's target, the main one first.
-    fn targets(&self) -> Result<Vec<target::Target>, String> {
-        let mut targets = vec![target::Target::parse(self)?];
-        for (place, url) in self.fallback_urls.iter().enumerate() {
-            let target = target::Target::parse_url(url.expose_secret(), self)
-                .map_err(|e| format!("fallback {}: {e}", place + 1))?;
-            targets.push(target);
-        }
-        Ok(targets)
-    }
-}
-
 /// Where rendered messages go.
 pub enum Mailer {
     Smtp(Box<SmtpMailer>),
@@ -213,18 +160,44 @@ pub enum Mailer {
     Disabled,
 }
 
+/// One relay as it stands: the lane whose relays it is, its name, and whether it is up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayState {
+    pub lane: Lane,
+    pub relay: String,
+    pub up: bool,
+}
+
 impl Mailer {
-    pub fn new(settings: Option<SmtpSettings>) -> Result<Self, String> {
+    pub fn new(settings: Option<SmtpSettings>) -> Result<Self, BadRelay> {
         match settings {
             None => Ok(Mailer::Disabled),
-            Some(settings) => SmtpMailer::new(settings).map(|smtp| Mailer::Smtp(Box::new(smtp))),
+            Some(settings) => SmtpMailer::new(&settings).map(|smtp| Mailer::Smtp(Box::new(smtp))),
         }
     }
 
-    /// Sends an email's bytes to the envelope's recipients.
-    pub async fn send(&self, envelope: &Envelope, email: &[u8]) -> Result<Sent, SendError> {
+    /// The lane whose relays send a lane's mail: the bulk lane's own with
+    /// `OUTBOXD_BULK_SMTP_URL`, else the transactional lane's. Each route has its own
+    /// circuit.
+    pub fn route(&self, lane: Lane) -> Lane {
         match self {
-            Mailer::Smtp(smtp) => smtp.relays.send(envelope, email).await.map(|handed| Sent {
+            Mailer::Smtp(smtp) if lane == Lane::Bulk && smtp.bulk.is_some() => Lane::Bulk,
+            _ => Lane::Transactional,
+        }
+    }
+
+    /// Every route, the transactional one first.
+    pub fn routes(&self) -> Vec<Lane> {
+        match self {
+            Mailer::Smtp(smtp) if smtp.bulk.is_some() => vec![Lane::Transactional, Lane::Bulk],
+            _ => vec![Lane::Transactional],
+        }
+    }
+
+    /// Sends an email of a lane's to the envelope's recipients, through the lane's relays.
+    pub async fn send(&self, lane: Lane, envelope: &Envelope, email: &[u8]) -> Result<Sent, SendError> {
+        match self {
+            Mailer::Smtp(smtp) => smtp.relays(lane).send(envelope, email).await.map(|handed| Sent {
                 via: Delivery::Smtp,
                 reply: Some(handed.accepted),
                 relay: Some(handed.relay),
@@ -239,32 +212,44 @@ impl Mailer {
         }
     }
 
-    /// Each relay's name and whether it is up now, in the order they are tried.
-    pub fn relays(&self) -> Vec<(String, bool)> {
-        match self {
-            Mailer::Smtp(smtp) => smtp
-                .relays
-                .iter()
-                .map(|relay| (relay.label().to_owned(), relay.is_up()))
-                .collect(),
-            Mailer::Disabled => Vec::new(),
-        }
+    /// Each relay of each route and whether it is up now, in the order they are tried.
+    pub fn relays(&self) -> Vec<RelayState> {
+        let Mailer::Smtp(smtp) = self else {
+            return Vec::new();
+        };
+        self.routes()
+            .into_iter()
+            .flat_map(|lane| {
+                smtp.relays(lane).iter().map(move |relay| RelayState {
+                    lane,
+                    relay: relay.label().to_owned(),
+                    up: relay.is_up(),
+                })
+            })
+            .collect()
     }
 
-    /// Whether the server accepts a connection now; used to close the circuit breaker.
-    pub async fn probe(&self) -> Result<(), SendError> {
+    /// Whether a route's relays take a connection now; used to close its circuit breaker.
+    pub async fn probe(&self, route: Lane) -> Result<(), SendError> {
         match self {
-            Mailer::Smtp(smtp) => smtp.probe().await,
+            Mailer::Smtp(smtp) => smtp.relays(route).probe().await,
             Mailer::Disabled => Ok(()),
         }
     }
 
-    /// Each relay's name and whether it answers a probe now, in order: `outboxd doctor`.
-    pub async fn probe_each(&self) -> Vec<(String, Result<(), SendError>)> {
-        match self {
-            Mailer::Smtp(smtp) => smtp.relays.probe_each().await,
-            Mailer::Disabled => Vec::new(),
+    /// Each relay's route and name, and whether it answers a probe now, in order: `outboxd
+    /// doctor`.
+    pub async fn probe_each(&self) -> Vec<(Lane, String, Result<(), SendError>)> {
+        let Mailer::Smtp(smtp) = self else {
+            return Vec::new();
+        };
+        let mut answers = Vec::new();
+        for lane in self.routes() {
+            for (relay, answer) in smtp.relays(lane).probe_each().await {
+                answers.push((lane, relay, answer));
+            }
         }
+        answers
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -274,29 +259,49 @@ impl Mailer {
     /// Says QUIT on pooled connections.
     pub async fn shutdown(&self) {
         if let Mailer::Smtp(smtp) = self {
-            smtp.relays.close().await;
+            smtp.transactional.close().await;
+            if let Some(bulk) = &smtp.bulk {
+                bulk.close().await;
+            }
         }
     }
 }
 
-/// Pooled SMTP clients, one pool per relay.
+/// Pooled SMTP clients, one pool per relay: the transactional lane's relays, and the bulk
+/// lane's when it has its own.
 pub struct SmtpMailer {
-    relays: relays::Relays,
+    transactional: relays::Relays,
+    bulk: Option<relays::Relays>,
 }
 
 impl SmtpMailer {
-    fn new(settings: SmtpSettings) -> Result<Self, String> {
-        let relays = settings
-            .targets()?
-            .into_iter()
-            .map(|target| relays::Relay::new(target, settings.pool_size, settings.timeout))
-            .collect();
+    fn new(settings: &SmtpSettings) -> Result<Self, BadRelay> {
+        let relays_of = |lane| -> Result<Option<relays::Relays>, BadRelay> {
+            let targets = settings.targets(lane)?;
+            if targets.is_empty() {
+                return Ok(None);
+            }
+            let relays = targets
+                .into_iter()
+                .map(|target| relays::Relay::new(target, settings.pool_size, settings.timeout))
+                .collect();
+            Ok(Some(relays::Relays::new(relays, settings.timeout)))
+        };
+        let transactional = relays_of(Lane::Transactional)?.ok_or_else(|| BadRelay {
+            lane: Lane::Transactional,
+            place: 0,
+            problem: "no relay".to_owned(),
+        })?;
         Ok(Self {
-            relays: relays::Relays::new(relays, settings.timeout),
+            transactional,
+            bulk: relays_of(Lane::Bulk)?,
         })
     }
 
-    async fn probe(&self) -> Result<(), SendError> {
-        self.relays.probe().await
+    fn relays(&self, lane: Lane) -> &relays::Relays {
+        match (lane, &self.bulk) {
+            (Lane::Bulk, Some(bulk)) => bulk,
+            _ => &self.transactional,
+        }
     }
 }

@@ -1,10 +1,9 @@
-//! Where the SMTP server is and how to reach it, parsed from `OUTBOXD_SMTP_URL` in
+//! Where the SMTP server is and how to reach it, parsed from a relay's URL (`OUTBOXD_SMTP_URL` and the others) in
 //! lettre's URL form, with the TLS roots to trust.
 
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, TlsParameters};
 use lettre::transport::smtp::extension::ClientId;
-use secrecy::ExposeSecret as _;
 
 use super::SmtpSettings;
 use crate::text::debug_showing_only;
@@ -47,14 +46,9 @@ debug_showing_only!(Target as target {
 
 impl Target {
     /// Parses lettre's URL form: `smtp://[user[:password]@]host[:port][/ehlo-name][?tls=required|opportunistic]`
-    /// or `smtps://...`, with PEM certificates to trust for TLS besides the usual roots.
-    /// Errors never repeat the URL, which may hold a password.
-    pub fn parse(settings: &SmtpSettings) -> Result<Self, String> {
-        Self::parse_url(settings.url.expose_secret(), settings)
-    }
-
-    /// As [`Target::parse`], for one relay's URL (the main one, or a fallback) with the
-    /// settings every relay shares.
+    /// or `smtps://...`, for one relay's URL (the main one, or a fallback) with the settings
+    /// every relay shares (PEM certificates to trust for TLS besides the usual roots). Errors
+    /// never repeat the URL, which may hold a password.
     pub fn parse_url(raw: &str, settings: &SmtpSettings) -> Result<Self, String> {
         let extra_roots = settings.ca_certificates.as_deref();
         let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
@@ -172,14 +166,16 @@ mod tests {
     use super::*;
 
     fn parse(url: &str) -> Result<Target, String> {
-        Target::parse(&SmtpSettings {
+        let settings = SmtpSettings {
             fallback_urls: Vec::new(),
+            bulk_urls: Vec::new(),
             url: SecretString::from(url.to_owned()),
             timeout: std::time::Duration::from_secs(1),
             pool_size: 1,
             ca_certificates: None,
             allow_plaintext_auth: false,
-        })
+        };
+        Target::parse_url(url, &settings)
     }
 
     #[test]

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
-use crate::message::{ClaimedBatch, ClaimedMessage, LaneScan};
+use crate::message::{ClaimedBatch, ClaimedMessage, Lane, LaneScan};
 use crate::suppression::{ListedAtClaim, Listing};
 
 /// The claim's tiers, as its rows name them (`tier`, `sql/claim.sql`).
@@ -38,6 +38,8 @@ pub struct ClaimRequest<'a> {
     /// rows, in due order whatever their priority, from a floor of their own.
     pub bulk_kinds: &'a [String],
     pub bulk_floor: Option<DateTime<Utc>>,
+    /// The lanes to claim: those whose relays' circuit is closed.
+    pub lanes: &'a [Lane],
 }
 
 /// Claims up to `limit` due rows under a new lease, in the tiers' order (`sql/claim.sql`),
@@ -62,6 +64,7 @@ pub async fn claim<'e>(
         .bind(request.floor)
         .bind(request.bulk_kinds)
         .bind(request.bulk_floor)
+        .bind(request.lanes.iter().map(|lane| lane.as_str()).collect::<Vec<_>>())
         .fetch_all(executor)
         .await?;
 
@@ -107,15 +110,19 @@ fn lane_scans(request: &ClaimRequest<'_>, rows: &[ClaimedRow]) -> (LaneScan, Lan
     let room = usize::try_from(request.limit).unwrap_or(0);
     let room_regular = room.saturating_sub(taken(URGENT));
     let room_bulk = room_regular.saturating_sub(taken(REGULAR));
-    let scan = |tier: &str, room: usize| LaneScan {
+    // A lane not claimed was not scanned: its floor stays.
+    let scan = |tier: &str, lane: Lane, room: usize| LaneScan {
         lowest_due: rows
             .iter()
             .filter(|r| r.tier == tier)
             .map(|r| r.was_due_at)
             .min(),
-        emptied_to: bound.filter(|_| taken(tier) < room),
+        emptied_to: bound.filter(|_| taken(tier) < room && request.lanes.contains(&lane)),
     };
-    (scan(REGULAR, room_regular), scan(BULK, room_bulk))
+    (
+        scan(REGULAR, Lane::Transactional, room_regular),
+        scan(BULK, Lane::Bulk, room_bulk),
+    )
 }
 
 /// What a claim took, and, apart, what it found of the suppression list.

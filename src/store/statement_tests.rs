@@ -33,6 +33,8 @@ fn word(name: &str) -> Option<String> {
         "tier.urgent" => super::super::claim::URGENT,
         "tier.regular" => super::super::claim::REGULAR,
         "tier.bulk" => super::super::claim::BULK,
+        "lane.transactional" => crate::message::Lane::Transactional.as_str(),
+        "lane.bulk" => crate::message::Lane::Bulk.as_str(),
         "event.enqueued" => super::super::timeline::ENQUEUED,
         _ => return None,
     }

@@ -11,6 +11,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::mailer::RelayState;
 use crate::message::{Delivery, FailureType, Lane, Lanes, Outcome, ReleaseReason};
 use crate::store::Prunable;
 use crate::suppression::{BounceType, FeedbackSource};
@@ -108,7 +109,7 @@ metrics! {
     DATABASE_ERRORS = "outbox_database_errors_total", Counter, None,
         "Failed database operations.";
     CIRCUIT_OPEN = "outbox_smtp_circuit_open", Gauge, None,
-        "1 while the SMTP circuit breaker is open (server unreachable, claiming paused).";
+        "1 while a route's SMTP circuit breaker is open: every relay of the lane (lane=\"bulk\" only with OUTBOXD_BULK_SMTP_URL; else transactional carries both lanes) is unreachable, and the lane is not claimed.";
     NOTIFICATIONS_WORKING = "outbox_notifications_working", Gauge, None,
         "1 while a NOTIFY this replica sends comes back on its LISTEN connection; 0 when it does not (a transaction pooler in the way: set OUTBOXD_LISTEN_DATABASE_URL), and the dispatcher polls every 2 s instead.";
     LAST_CYCLE = "outbox_last_cycle_timestamp_seconds", Gauge, SECONDS,
@@ -136,7 +137,7 @@ metrics! {
     WEBHOOK_REQUESTS = "outbox_webhook_requests_total", Counter, None,
         "Requests to the bounce and complaint webhooks, by source and result (accepted, or why refused).";
     RELAY_UP = "outbox_relay_up", Gauge, None,
-        "1 while a relay (host:port; OUTBOXD_SMTP_URL, then OUTBOXD_SMTP_FALLBACK_URLS) takes messages, 0 while it is down: passed over, and probed every 5 s.";
+        "1 while a relay (host:port; lane: transactional for OUTBOXD_SMTP_URL and its fallbacks, bulk for OUTBOXD_BULK_SMTP_URL and its) takes messages, 0 while it is down: passed over, and probed every 5 s.";
     RELAY_SENT = "outbox_relay_sent_total", Counter, None,
         "Messages a relay accepted, by relay (host:port) and whether it is a fallback (fallback=\"true\": the relays before it could not take them).";
     UNSUBSCRIBES = "outbox_unsubscribes_total", Counter, None,
@@ -281,7 +282,6 @@ impl Metrics {
         counter!(LEASE_LOST).increment(0);
         counter!(THROTTLED).increment(0);
         gauge!(SEND_RATE_LIMIT).set(0.0);
-        gauge!(CIRCUIT_OPEN).set(0.0);
         gauge!(READY).set(0.0);
         gauge!(
             BUILD_INFO,
@@ -368,20 +368,26 @@ impl Metrics {
             .increment(1);
     }
 
-    /// Each relay's sent counter at 0, once at start, so that a rate over it has a series
-    /// before the first message; and its state.
-    pub fn register_relays(&self, relays: &[(String, bool)]) {
-        for (place, (relay, _)) in relays.iter().enumerate() {
-            let fallback = (place > 0).to_string();
-            counter!(RELAY_SENT, "relay" => relay.clone(), "fallback" => fallback).increment(0);
+    /// Each route's circuit closed, and each relay's sent counter at 0, once at start, so
+    /// that a rate over it has a series before the first message; and each relay's state.
+    pub fn register_relays(&self, routes: &[Lane], relays: &[RelayState]) {
+        for route in routes {
+            self.circuit_open(*route, false);
+        }
+        let mut lanes_seen = BTreeSet::new();
+        for relay in relays {
+            let fallback = (!lanes_seen.insert(relay.lane)).to_string();
+            counter!(RELAY_SENT, "relay" => relay.relay.clone(), "fallback" => fallback)
+                .increment(0);
         }
         self.relays(relays);
     }
 
-    /// Each relay's state, in the order they are tried.
-    pub fn relays(&self, relays: &[(String, bool)]) {
-        for (relay, up) in relays {
-            gauge!(RELAY_UP, "relay" => relay.clone()).set(if *up { 1.0 } else { 0.0 });
+    /// Each relay's state, labelled with its route (the lane whose relays it is).
+    pub fn relays(&self, relays: &[RelayState]) {
+        for relay in relays {
+            gauge!(RELAY_UP, "relay" => relay.relay.clone(), "lane" => relay.lane.as_str())
+                .set(if relay.up { 1.0 } else { 0.0 });
         }
     }
 
@@ -423,8 +429,9 @@ impl Metrics {
         gauge!(SEND_RATE_LIMIT).set(per_second);
     }
 
-    pub fn circuit_open(&self, open: bool) {
-        gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+    /// A route's circuit (the lane whose relays they are) opened or closed.
+    pub fn circuit_open(&self, route: Lane, open: bool) {
+        gauge!(CIRCUIT_OPEN, "lane" => route.as_str()).set(if open { 1.0 } else { 0.0 });
     }
 
     pub fn notifications_working(&self, working: bool) {

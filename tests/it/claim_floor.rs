@@ -152,6 +152,7 @@ async fn a_claim_reads_a_suppression_list_of_a_thousand_addresses_once_for_its_w
     .bind(None::<chrono::DateTime<chrono::Utc>>)
     .bind(Vec::<String>::new())
     .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .bind(vec!["transactional", "bulk"])
     .fetch_one(&db.pool)
     .await
     .unwrap();
@@ -196,6 +197,7 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
         floor: None,
         bulk_kinds: &[],
         bulk_floor: None,
+        lanes: &outboxd::message::Lane::ALL,
     };
     let sent = Outcome::Sent {
         via: Delivery::Smtp,

@@ -102,7 +102,8 @@ async fn a_fallback_relay_that_does_not_answer_is_named_though_the_first_does() 
     assert!(!ok, "{out}");
     let said = line(&out, "smtp");
     assert!(
-        said.starts_with("fail ") && said.contains(&format!("127.0.0.1:{gone}:")),
+        said.starts_with("fail ")
+            && said.contains(&format!("127.0.0.1:{gone} (transactional lane):")),
         "{out}"
     );
     assert!(

@@ -112,7 +112,12 @@ async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_b
         "{timeline}"
     );
     let metrics = http_get(&outboxd.http, "/metrics").await.1;
-    let up = |relay: &str| metric_value(&metrics, &format!("outbox_relay_up{{relay=\"{relay}\"}}"));
+    let up = |relay: &str| {
+        metric_value(
+            &metrics,
+            &format!("outbox_relay_up{{relay=\"{relay}\",lane=\"transactional\"}}"),
+        )
+    };
     assert_eq!(
         up(&format!("127.0.0.1:{first_port}")),
         Some(0.0),
@@ -130,7 +135,9 @@ async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_b
             let metrics = http_get(&outboxd.http, "/metrics").await.1;
             metric_value(
                 &metrics,
-                &format!("outbox_relay_up{{relay=\"127.0.0.1:{first_port}\"}}"),
+                &format!(
+                    "outbox_relay_up{{relay=\"127.0.0.1:{first_port}\",lane=\"transactional\"}}"
+                ),
             ) == Some(1.0)
         },
     )

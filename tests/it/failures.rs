@@ -286,6 +286,7 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
         floor: None,
         bulk_kinds: &[],
         bulk_floor: None,
+        lanes: &outboxd::message::Lane::ALL,
     };
     let stale = store::claim(&db.store, &db.pool, &request("stale"))
         .await

@@ -23,6 +23,7 @@ mod honest_answers;
 mod hostile;
 mod intake;
 mod kinds;
+mod lane_relays;
 mod lanes;
 mod lookups;
 mod migrations;

@@ -140,6 +140,7 @@ async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
             floor: None,
             bulk_kinds: &[],
             bulk_floor: None,
+            lanes: &outboxd::message::Lane::ALL,
         },
     )
     .await

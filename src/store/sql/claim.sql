@@ -23,6 +23,9 @@
 -- $7 floor (timestamptz, null from the start): the transactional lane's floor.
 -- $8 bulk_kinds (text[]): the kinds of the bulk lane.
 -- $9 bulk_floor (timestamptz, null from the start): the bulk lane's floor.
+-- $10 lanes (text[]): the lanes to claim (`transactional`, `bulk`): those whose relays'
+--    circuit is closed. `urgent` and `regular` run only with `transactional`, `bulk` only
+--    with `bulk`.
 -- Index: outbox_messages_due_idx (next_attempt_at, id WHERE pending) for `regular` and
 -- `bulk`, outbox_messages_priority_due_idx for `urgent`, outbox_suppressions' and outbox_lane_suppressions' primary keys.
 WITH paused AS (
@@ -34,6 +37,7 @@ WITH paused AS (
            'urgent' /* word: tier.urgent */ AS tier
     FROM {{schema}}outbox_messages
     WHERE {{pending}} AND priority > 0
+      AND 'transactional' /* word: lane.transactional */ = ANY($10)
       AND next_attempt_at <= coalesce($4, now())
       AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[])
       AND next_attempt_at - make_interval(mins => priority)
@@ -50,7 +54,7 @@ WITH paused AS (
            'bulk' /* word: tier.bulk */ AS tier
     FROM {{schema}}outbox_messages
     WHERE {{pending}}
-      AND cardinality($8) > 0
+      AND cardinality($8) > 0 AND 'bulk' /* word: lane.bulk */ = ANY($10)
       AND next_attempt_at <= coalesce($4, now())
       AND next_attempt_at >= coalesce($9, '-infinity')
       AND kind = ANY($8) AND kind <> ALL((SELECT kinds FROM paused)::text[])

@@ -107,10 +107,11 @@ SELECT id, kind, payload::text AS payload, {{recipients_column}},
 -- The transactional lane's due rows from its floor, in due order, locked and skipped as
 -- every tier of the claim locks and skips, `{{argument}}` of them: the claim's `regular`
 -- tier, and its head, which the `urgent` tier measures a priority row's turn against. One
--- text for both, so that the head is always a row the tier could take. The claim's $4, $7
--- and $8.
+-- text for both, so that the head is always a row the tier could take. The claim's $4, $7,
+-- $8 and $10.
 FROM {{schema}}outbox_messages
 WHERE {{pending}}
+  AND 'transactional' /* word: lane.transactional */ = ANY($10)
   AND next_attempt_at <= coalesce($4, now())
   AND next_attempt_at >= coalesce($7, '-infinity') AND priority = 0
   AND kind <> ALL($8) AND kind <> ALL((SELECT kinds FROM paused)::text[])
