@@ -1,12 +1,12 @@
 //! Failover between relays (`OUTBOXD_SMTP_FALLBACK_URLS`), against the binary and two real
-//! SMTP servers: a relay stopped mid-drain loses nothing and sends nothing twice that was
-//! not ambiguous, its mail goes through the next one, and traffic returns to it when it is
+//! SMTP servers (a Postfix, and aiosmtpd): a relay stopped mid-drain loses nothing and sends
+//! nothing twice that was not ambiguous, its mail goes through the next one, and traffic returns to it when it is
 //! back; a failure after DATA is retried on the same relay, never sent elsewhere.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value};
+use crate::helpers::{Outboxd, Postfix, SmtpServer, TestDb, eventually, http_get, metric_value};
 
 /// `relay` as outboxd names it.
 fn label(smtp: &SmtpServer) -> String {
@@ -25,10 +25,12 @@ fn arrivals(servers: &[&SmtpServer]) -> HashMap<String, usize> {
 }
 
 #[tokio::test]
-async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_back() {
+async fn a_postfix_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_back() {
     let db = TestDb::new().await;
-    let mut first = SmtpServer::start();
-    let first_port = first.port;
+    // The first relay is a real Postfix, which passes what it takes on to `beyond`.
+    let beyond = SmtpServer::start();
+    let first = Postfix::start(&["--relay", &format!("127.0.0.1:{}", beyond.port)]);
+    let first_label = format!("127.0.0.1:{}", first.port);
     let second = SmtpServer::start();
     let fallback = second.url();
     let flags = [
@@ -47,23 +49,32 @@ async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_b
     let ids = db.insert_many("account_verification", 5000).await;
 
     // The first relay dies part-way through the drain.
-    first.wait_for(500, Duration::from_secs(60)).await;
+    beyond.wait_for(500, Duration::from_secs(60)).await;
     first.stop();
     eventually(Duration::from_secs(120), "every message sent", || async {
         db.count("pending").await == 0
     })
     .await;
-    let seen = arrivals(&[&first, &second]);
-    // None lost.
-    for id in &ids {
-        assert!(
-            seen.contains_key(&id.to_string()),
-            "message {id} never arrived"
-        );
-    }
     assert_eq!(db.count("dispatched").await, 5000);
-    // None twice, unless its send was ambiguous (the relay died after its data went).
-    let twice: Vec<i64> = seen
+    let metrics = http_get(&outboxd.http, "/metrics").await.1;
+    let up = |metrics: &str, relay: &str| {
+        metric_value(
+            metrics,
+            &format!("outbox_relay_up{{relay=\"{relay}\",lane=\"transactional\"}}"),
+        )
+    };
+    assert_eq!(up(&metrics, &first_label), Some(0.0), "the first is down");
+    assert_eq!(up(&metrics, &label(&second)), Some(1.0));
+
+    // None handed to two relays, or twice to one, unless its send was ambiguous (the relay
+    // died after its data went). Postfix's log names every message it took.
+    let mut handed = first.message_ids_taken();
+    handed.extend(second.messages().into_iter().map(|m| m.outbox_id));
+    let mut times: HashMap<String, usize> = HashMap::new();
+    for id in handed {
+        *times.entry(id).or_insert(0) += 1;
+    }
+    let twice: Vec<i64> = times
         .iter()
         .filter(|(_, n)| **n > 1)
         .map(|(id, _)| id.parse().expect("an id"))
@@ -78,24 +89,72 @@ async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_b
         twice.iter().all(|id| ambiguous.contains(id)),
         "sent twice: {twice:?}"
     );
+
+    // The first relay is back: what it queued goes on, it is probed, and takes mail again.
+    first.start_again();
+    eventually(
+        Duration::from_secs(60),
+        "Postfix's queue delivered",
+        || async { first.queued() == 0 },
+    )
+    .await;
+    let seen = arrivals(&[&beyond, &second]);
+    for id in &ids {
+        assert!(
+            seen.contains_key(&id.to_string()),
+            "message {id} never arrived"
+        );
+    }
     assert!(
         !second.messages().is_empty(),
         "the rest went through the fallback"
     );
-    // Each row says which relay took it.
+    let later = db.insert_many("account_verification", 10).await;
+    eventually(
+        Duration::from_secs(30),
+        "the first relay takes mail again",
+        || async {
+            let relays: Vec<Option<String>> =
+                sqlx::query_scalar("SELECT relay FROM outbox_messages WHERE id = ANY($1)")
+                    .bind(&later)
+                    .fetch_all(&db.pool)
+                    .await
+                    .unwrap();
+            relays
+                .iter()
+                .all(|r| r.as_deref() == Some(first_label.as_str()))
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn each_message_s_timeline_says_which_relay_took_it() {
+    let db = TestDb::new().await;
+    let mut first = SmtpServer::start();
+    let second = SmtpServer::start();
+    let fallback = second.url();
+    let outboxd = Outboxd::sending_to(
+        &db.url,
+        &first.url(),
+        &["--smtp-fallback-urls", &fallback],
+        &[],
+    )
+    .await;
+    db.insert_many("account_verification", 5).await;
+    first.wait_for(5, Duration::from_secs(30)).await;
+    first.stop();
+    db.insert_many("account_verification", 5).await;
+    second.wait_for(5, Duration::from_secs(30)).await;
+    let second_label = label(&second);
     let by_relay: Vec<(String, i64)> =
         sqlx::query_as("SELECT relay, count(*) FROM outbox_messages GROUP BY relay ORDER BY relay")
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    let second_label = label(&second);
-    assert!(
-        by_relay
-            .iter()
-            .any(|(relay, n)| *relay == second_label && *n > 0),
-        "{by_relay:?}"
-    );
-    // Its timeline says so.
+    let mut expected = vec![(label(&first), 5), (second_label.clone(), 5)];
+    expected.sort();
+    assert_eq!(by_relay, expected);
     let via_fallback = second.messages()[0].outbox_id.clone();
     let timeline = crate::helpers::succeeds(
         crate::helpers::outboxd().args([
@@ -112,38 +171,8 @@ async fn a_relay_stopped_mid_drain_loses_nothing_its_mail_fails_over_and_comes_b
         "{timeline}"
     );
     let metrics = http_get(&outboxd.http, "/metrics").await.1;
-    let up = |relay: &str| {
-        metric_value(
-            &metrics,
-            &format!("outbox_relay_up{{relay=\"{relay}\",lane=\"transactional\"}}"),
-        )
-    };
-    assert_eq!(
-        up(&format!("127.0.0.1:{first_port}")),
-        Some(0.0),
-        "the first is down"
-    );
-    assert_eq!(up(&second_label), Some(1.0));
-
-    // The first relay is back: it is probed, and takes the mail again.
-    drop(first);
-    let first = SmtpServer::start_on(first_port);
-    eventually(
-        Duration::from_secs(30),
-        "the first relay up again",
-        || async {
-            let metrics = http_get(&outboxd.http, "/metrics").await.1;
-            metric_value(
-                &metrics,
-                &format!(
-                    "outbox_relay_up{{relay=\"127.0.0.1:{first_port}\",lane=\"transactional\"}}"
-                ),
-            ) == Some(1.0)
-        },
-    )
-    .await;
-    db.insert_many("account_verification", 10).await;
-    first.wait_for(10, Duration::from_secs(30)).await;
+    let sent = format!("outbox_relay_sent_total{{relay=\"{second_label}\",fallback=\"true\"}}");
+    assert_eq!(metric_value(&metrics, &sent), Some(5.0));
 }
 
 #[tokio::test]
