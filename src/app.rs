@@ -16,7 +16,7 @@ use crate::background::{auto_pause, recorder_upkeep, sampler, supervise};
 use crate::config::RunConfig;
 use crate::dispatch::{Dispatcher, Shutdown};
 use crate::mailer::Mailer;
-use crate::message::MessageIds;
+use crate::message::{MessageIds, ReturnPaths};
 use crate::render::Renderer;
 use crate::telemetry::metrics::{self, BackgroundTask, Metrics};
 use crate::text::mask_addresses;
@@ -31,7 +31,7 @@ pub use demo::{demo, demo_database};
 #[cfg(feature = "testing")]
 pub use demo::sample_messages;
 pub use demo_cluster::DemoCluster;
-use listeners::bind_listeners;
+use listeners::{bind_bounce_listener, bind_listeners};
 use pools::Pools;
 pub use pools::connect_checked;
 
@@ -53,6 +53,8 @@ pub struct App {
     kinds: Vec<String>,
     /// How this installation's Message-IDs read: the webhooks tell its rows by them.
     message_ids: MessageIds,
+    /// The bounce listener's socket, bound, and the return paths it reads.
+    bounce_listener: Option<(tokio::net::TcpListener, Arc<ReturnPaths>)>,
 }
 
 impl App {
@@ -70,7 +72,8 @@ impl App {
         };
         let pools = Pools::open(&config.database).await?;
         let message_ids = message_ids(&pools.dispatch, &config).await?;
-        let renderer = renderer(&config, message_ids.clone())?;
+        let (return_paths, bounce_listener) = bind_bounce_listener(&config, &message_ids).await?;
+        let renderer = renderer(&config, message_ids.clone(), return_paths)?;
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
         let prometheus = metrics::install_recorder()?;
         let shutdown = Shutdown::default();
@@ -112,6 +115,7 @@ impl App {
             admin_addr,
             kinds,
             message_ids,
+            bounce_listener,
         })
     }
 
@@ -142,6 +146,7 @@ impl App {
         stop: CancellationToken,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = self.spawn_http(&stop);
+        tasks.extend(self.spawn_bounce_listener(&stop));
         tasks.extend(self.spawn_supervised(&stop));
         tasks
     }
@@ -315,7 +320,11 @@ async fn message_ids(pool: &Store, config: &RunConfig) -> anyhow::Result<Message
 }
 
 /// The templates, parsed, with the limits and the DKIM key.
-pub fn renderer(config: &RunConfig, message_ids: MessageIds) -> anyhow::Result<Renderer> {
+pub fn renderer(
+    config: &RunConfig,
+    message_ids: MessageIds,
+    return_paths: Option<Arc<ReturnPaths>>,
+) -> anyhow::Result<Renderer> {
     let renderer = Renderer::new(
         config.templates.as_deref(),
         config.from.clone(),
@@ -328,6 +337,10 @@ pub fn renderer(config: &RunConfig, message_ids: MessageIds) -> anyhow::Result<R
             Arc::clone(links),
             config.dispatch.lanes.bulk_kinds().into_iter().collect(),
         ),
+        None => renderer,
+    };
+    let renderer = match return_paths {
+        Some(paths) => renderer.with_return_paths(paths),
         None => renderer,
     };
     renderer

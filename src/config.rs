@@ -14,6 +14,7 @@ use lettre::message::Mailbox;
 use secrecy::SecretString;
 
 use crate::background::retention::Retention;
+use crate::bounces::BounceSettings;
 use crate::dispatch::{DispatchSettings, RateLimit};
 use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
@@ -29,6 +30,7 @@ mod kinds;
 mod senders;
 mod smtp;
 mod unsubscribe;
+mod bounces;
 mod values;
 
 pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
@@ -37,6 +39,7 @@ pub(crate) use database::MIN_CONNECTIONS;
 pub use deliverability::DeliverabilityArgs;
 pub use kinds::{KindArgs, KindBook};
 pub use smtp::SmtpArgs;
+pub use bounces::BounceArgs;
 pub use unsubscribe::UnsubscribeArgs;
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
 pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
@@ -183,6 +186,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub unsubscribe: UnsubscribeArgs,
+
+    #[command(flatten)]
+    pub bounces: BounceArgs,
 }
 
 debug_showing_only!(RunArgs as args {
@@ -224,6 +230,8 @@ pub struct RunConfig {
     pub kinds: KindBook,
     /// One-click unsubscribe links in bulk emails, and `/unsubscribe`; `None`: off.
     pub one_click: Option<Arc<OneClick>>,
+    /// Signed return paths, and the listener for the DSNs sent to them; `None`: off.
+    pub bounces: Option<BounceSettings>,
 }
 
 impl RunConfig {
@@ -298,6 +306,7 @@ impl RunArgs {
             auto_pause: self.deliverability.auto_pause(kinds.auto_paused()),
             kinds,
             one_click: self.unsubscribe.one_click()?.map(Arc::new),
+            bounces: self.bounces.settings()?,
         })
     }
 
@@ -398,4 +407,22 @@ fn default_worker_id() -> String {
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "outboxd".to_owned());
     format!("{host}-{}", std::process::id())
+}
+
+/// A secret given as a value or in a file (read as a key file is: a regular file, bounded),
+/// not both; `None` when neither. `name` is its variable, for the errors.
+fn secret_given(
+    value: Option<&str>,
+    file: Option<&std::path::Path>,
+    name: &str,
+) -> anyhow::Result<Option<SecretString>> {
+    let given = value.map(str::trim).filter(|s| !s.is_empty());
+    match (given, file) {
+        (Some(_), Some(_)) => bail!("both {name} and {name}_FILE are set: give one"),
+        (Some(secret), None) => Ok(Some(SecretString::from(secret.to_owned()))),
+        (None, Some(path)) => deliverability::read_key_file(path)
+            .map(|(text, _mode)| Some(SecretString::from(text.trim().to_owned())))
+            .with_context(|| format!("cannot read {name}_FILE {}", path.display())),
+        (None, None) => Ok(None),
+    }
 }

@@ -29,6 +29,7 @@ macro_rules! modules {
 modules!(
     app,
     background,
+    bounces,
     cli,
     config,
     dispatch,

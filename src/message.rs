@@ -7,9 +7,11 @@ use serde_json::Value;
 mod message_id;
 mod outcome;
 mod pause;
+mod return_path;
 
 pub use crate::lane::{Lane, Lanes, parse_kinds};
 pub use message_id::{InstallationTag, MessageIds, Named};
+pub use return_path::{MIN_SECRET_CHARS as MIN_BOUNCE_SECRET_CHARS, ReturnPaths};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
 pub use outboxd_producer::{InvalidMessage, Kind, NewMessage, Tag};

@@ -172,16 +172,20 @@ pub enum FeedbackSource {
     Operator,
     /// The recipient, through a one-click unsubscribe link (RFC 8058).
     OneClick,
+    /// A delivery status notification (RFC 3464) that came back to the email's return path,
+    /// on outboxd's own SMTP listener (`OUTBOXD_BOUNCE_LISTEN`).
+    Dsn,
 }
 
 impl FeedbackSource {
-    pub const ALL: [FeedbackSource; 6] = [
+    pub const ALL: [FeedbackSource; 7] = [
         FeedbackSource::Smtp,
         FeedbackSource::Ses,
         FeedbackSource::Postmark,
         FeedbackSource::Webhook,
         FeedbackSource::Operator,
         FeedbackSource::OneClick,
+        FeedbackSource::Dsn,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -192,7 +196,15 @@ impl FeedbackSource {
             FeedbackSource::Webhook => "webhook",
             FeedbackSource::Operator => "operator",
             FeedbackSource::OneClick => "one-click",
+            FeedbackSource::Dsn => "dsn",
         }
+    }
+
+    /// Whether what it reports stands for any address it names, or only for a recipient of
+    /// the message it names. A DSN is signed by nobody but its return path, which every
+    /// recipient of the email can read: it may report only that message's own recipients.
+    pub fn speaks_only_for_recipients(self) -> bool {
+        matches!(self, FeedbackSource::Dsn)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP listeners: metrics and probes, the admin surface with them or on a listener of
-//! its own, and beside it what the internet reaches (the webhooks, one-click unsubscribe).
+//! its own, and beside it what the internet reaches (the webhooks, one-click unsubscribe);
+//! and the bounce listener's SMTP.
 
 use std::sync::Arc;
 
@@ -7,8 +8,11 @@ use anyhow::Context as _;
 
 use tokio_util::sync::CancellationToken;
 
+use tokio::net::TcpListener;
+
 use super::App;
 use crate::config::RunConfig;
+use crate::message::{MessageIds, ReturnPaths};
 use crate::http;
 
 /// Open connections on the metrics and probes listener, and on a separate admin listener.
@@ -19,6 +23,23 @@ const MAX_HTTP_CONNECTIONS: usize = 256;
 const MAX_ADMIN_CONNECTIONS: usize = 256;
 
 impl App {
+    /// The bounce listener, when `OUTBOXD_BOUNCE_LISTEN` is set. Call once: the socket
+    /// moves into its task.
+    pub(super) fn spawn_bounce_listener(
+        &mut self,
+        stop: &CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let (listener, paths) = self.bounce_listener.take()?;
+        let intake = crate::bounces::Intake::new(
+            self.pools.surface.clone(),
+            paths,
+            self.message_ids.clone(),
+            self.config.dispatch.lanes.clone(),
+            Arc::clone(&self.metrics),
+        );
+        Some(crate::bounces::spawn(listener, intake, stop.clone()))
+    }
+
     /// The HTTP servers: metrics and probes, and the admin surface with them or apart.
     pub(super) fn spawn_http(&mut self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
@@ -97,4 +118,25 @@ pub(super) async fn bind_listeners(
         None => None,
     };
     Ok((listener, admin_listener))
+}
+
+/// The return paths, when bounces come back to outboxd, and the bounce listener's socket,
+/// bound, when this replica takes them (`OUTBOXD_BOUNCE_LISTEN`).
+pub(super) async fn bind_bounce_listener(
+    config: &RunConfig,
+    message_ids: &MessageIds,
+) -> anyhow::Result<(Option<Arc<ReturnPaths>>, Option<(TcpListener, Arc<ReturnPaths>)>)> {
+    let Some(bounces) = &config.bounces else {
+        return Ok((None, None));
+    };
+    let paths = ReturnPaths::new(&bounces.domain, &bounces.secrets, message_ids.tag().clone())
+        .map_err(|e| anyhow::anyhow!("invalid OUTBOXD_BOUNCE_SECRET: {e}"))?;
+    let paths = Arc::new(paths);
+    let Some(addr) = bounces.listen else {
+        return Ok((Some(paths), None));
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on OUTBOXD_BOUNCE_LISTEN {addr}"))?;
+    Ok((Some(Arc::clone(&paths)), Some((listener, paths))))
 }

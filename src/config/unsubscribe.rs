@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::Args;
 use secrecy::SecretString;
 
@@ -55,23 +55,10 @@ impl UnsubscribeArgs {
     }
 
     fn secret(&self) -> anyhow::Result<Option<SecretString>> {
-        let given = self
-            .unsubscribe_secret
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty());
-        match (given, &self.unsubscribe_secret_file) {
-            (Some(_), Some(_)) => bail!(
-                "both OUTBOXD_UNSUBSCRIBE_SECRET and OUTBOXD_UNSUBSCRIBE_SECRET_FILE are set: give one"
-            ),
-            (Some(secret), None) => Ok(Some(SecretString::from(secret.to_owned()))),
-            // Read as a key file is: a regular file, bounded.
-            (None, Some(path)) => super::deliverability::read_key_file(path)
-                .map(|(text, _mode)| Some(SecretString::from(text.trim().to_owned())))
-                .with_context(|| {
-                format!("cannot read OUTBOXD_UNSUBSCRIBE_SECRET_FILE {}", path.display())
-            }),
-            (None, None) => Ok(None),
-        }
+        super::secret_given(
+            self.unsubscribe_secret.as_deref(),
+            self.unsubscribe_secret_file.as_deref(),
+            "OUTBOXD_UNSUBSCRIBE_SECRET",
+        )
     }
 }

@@ -59,6 +59,11 @@ impl MessageIds {
         Self { tag, domain }
     }
 
+    /// This installation's tag.
+    pub fn tag(&self) -> &InstallationTag {
+        &self.tag
+    }
+
     /// The row's Message-ID: the same on every attempt, so a receiver can drop the
     /// duplicate that a redelivery after a crash produces.
     pub fn of(&self, id: i64) -> String {

@@ -15,13 +15,15 @@ use super::RenderError;
 const FOLD_AT: usize = 76;
 
 /// Adds `To`, `Cc` and `Reply-To` (each set once: lettre's `to()` re-parses the header it
-/// adds to, which is quadratic in the recipients) and the envelope. `Bcc` goes only into
-/// the envelope, as lettre would do anyway.
+/// adds to, which is quadratic in the recipients) and the envelope, whose sender is the
+/// message's own return path when there is one, else `From`'s address. `Bcc` goes only
+/// into the envelope, as lettre would do anyway.
 pub(super) fn add(
     builder: MessageBuilder,
     payload: &Value,
     from: &Mailbox,
     default_reply_to: Option<&Mailbox>,
+    return_path: Option<Address>,
 ) -> Result<MessageBuilder, RenderError> {
     let (to, cc, bcc) = (
         recipients(payload, "to")?,
@@ -45,7 +47,8 @@ pub(super) fn add(
         // Domains are case-insensitive; local parts may not be, so they are kept as written.
         .filter(|address| seen.insert((address.user().to_owned(), address.domain().to_lowercase())))
         .collect();
-    let envelope = Envelope::new(Some(from.email.clone()), forward_path)
+    let sender = return_path.unwrap_or_else(|| from.email.clone());
+    let envelope = Envelope::new(Some(sender), forward_path)
         .map_err(|e| RenderError::Build(e.to_string()))?;
     let mut builder = builder.header(FoldedTo(to)).envelope(envelope);
     if !cc.is_empty() {

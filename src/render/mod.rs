@@ -17,7 +17,7 @@ use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 
-use crate::message::{ClaimedMessage, MessageIds};
+use crate::message::{ClaimedMessage, MessageIds, ReturnPaths};
 use crate::text::debug_showing_only;
 use crate::unsubscribe::OneClick;
 
@@ -57,6 +57,8 @@ pub struct Renderer {
     dkim: Option<dkim::DkimSigner>,
     /// One-click unsubscribe links in the bulk kinds' emails, when on.
     one_click: Option<headers::OneClickLinks>,
+    /// Each email's own signed envelope sender, when bounces come back to outboxd.
+    return_paths: Option<Arc<ReturnPaths>>,
 }
 
 /// A kind's own sender: its `From`, instead of `OUTBOXD_FROM`, and the `Reply-To` of a
@@ -190,6 +192,7 @@ impl Renderer {
             senders: BTreeMap::new(),
             dkim: None,
             one_click: None,
+            return_paths: None,
         })
     }
 
@@ -225,6 +228,12 @@ impl Renderer {
 
     /// Gives the emails of these bulk kinds a one-click unsubscribe link (RFC 8058).
     #[must_use]
+    /// Gives each email its own signed envelope sender (`OUTBOXD_BOUNCE_DOMAIN`).
+    pub fn with_return_paths(mut self, paths: Arc<ReturnPaths>) -> Self {
+        self.return_paths = Some(paths);
+        self
+    }
+
     pub fn with_one_click(mut self, links: Arc<OneClick>, bulk: BTreeSet<String>) -> Self {
         self.one_click = Some(headers::OneClickLinks { links, bulk });
         self
@@ -328,7 +337,16 @@ impl Renderer {
                 id.to_string(),
             ));
         let reply_to = sender.and_then(|s| s.reply_to.as_ref());
-        builder = addresses::add(builder, payload, from, reply_to)?;
+        let return_path = match &self.return_paths {
+            Some(paths) => Some(
+                paths
+                    .of(id)
+                    .parse()
+                    .map_err(|e| RenderError::Build(format!("the return path: {e}")))?,
+            ),
+            None => None,
+        };
+        builder = addresses::add(builder, payload, from, reply_to, return_path)?;
         builder = self.added_headers(builder, id, kind, payload, &context)?;
         let attachments = extras::attachments(payload, self.limits.max_attachment_bytes)?;
         let text_part = || {

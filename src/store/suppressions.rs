@@ -268,6 +268,10 @@ pub async fn record_feedback(
             Some(id) => row_reported(store, &mut tx, id, &feedback.address).await?,
             None => None,
         };
+        if row.is_none() && source.speaks_only_for_recipients() {
+            recorded.not_marked += 1;
+            continue;
+        }
         if let Some(entry) = &feedback.suppression {
             // About a message sent to the address: that message's lane; else every kind.
             let entry = match &row {

@@ -99,6 +99,47 @@ impl UnsubscribeResult {
     }
 }
 
+/// What became of a message the bounce listener took (`OUTBOXD_BOUNCE_LISTEN`): the
+/// `result` label of `outbox_bounce_listener_messages_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DsnResult {
+    /// A DSN about our message: its recipients' bounces recorded.
+    Recorded,
+    /// The same DSN again: nothing changed.
+    Replay,
+    /// Not a DSN (an auto-reply, a human's answer) or one that reports no failure: nothing
+    /// recorded.
+    NotABounce,
+    /// Sent to a return path outboxd did not make: nothing recorded.
+    Forged,
+    /// Over the size limit: refused (552).
+    TooLarge,
+    /// Could not be recorded now (the database): refused with a 451, the sender retries.
+    Failed,
+}
+
+impl DsnResult {
+    pub const ALL: [DsnResult; 6] = [
+        DsnResult::Recorded,
+        DsnResult::Replay,
+        DsnResult::NotABounce,
+        DsnResult::Forged,
+        DsnResult::TooLarge,
+        DsnResult::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DsnResult::Recorded => "recorded",
+            DsnResult::Replay => "replay",
+            DsnResult::NotABounce => "not_a_bounce",
+            DsnResult::Forged => "forged",
+            DsnResult::TooLarge => "too_large",
+            DsnResult::Failed => "failed",
+        }
+    }
+}
+
 /// The `kind` label of a kind outboxd has no templates for: keeps the label set bounded.
 pub const OTHER_KIND: &str = "other";
 

@@ -22,7 +22,7 @@ use register::{register_feedback_counters, register_suppressed};
 mod sample;
 
 pub use super::labels::{
-    BackgroundTask, DatabaseOperation, LookupResult, OTHER_KIND, UnsubscribeResult, WebhookResult,
+    BackgroundTask, DatabaseOperation, DsnResult, LookupResult, OTHER_KIND, UnsubscribeResult, WebhookResult,
 };
 
 /// A metric's Prometheus type.
@@ -142,6 +142,8 @@ metrics! {
         "Messages a relay accepted, by relay (host:port) and whether it is a fallback (fallback=\"true\": the relays before it could not take them).";
     UNSUBSCRIBES = "outbox_unsubscribes_total", Counter, None,
         "One-click unsubscribe requests (RFC 8058, POST /unsubscribe/TOKEN), by result: recorded, already_recorded, refused (not a link outboxd made, or not the RFC's body), failed (not recorded now; the sender retries).";
+    BOUNCE_LISTENER = "outbox_bounce_listener_messages_total", Counter, None,
+        "Messages the bounce listener (OUTBOXD_BOUNCE_LISTEN) took, by result: recorded (a DSN about our message), replay, not_a_bounce (an auto-reply, or no failure reported), forged (a return path outboxd did not make), too_large, failed (not recorded now; refused with a 451, the sender retries).";
     RECIPIENT_LOOKUPS = "outbox_recipient_lookups_total", Counter, None,
         "Recipient lookups (the API's, the admin page's), by result: answered, busy (every connection for lookups in use: refused at once), timed_out (stopped by the server), failed.";
     LANE_OLDEST_READY_AGE = "outbox_lane_oldest_ready_age_seconds", Gauge, SECONDS,
@@ -389,6 +391,11 @@ impl Metrics {
             gauge!(RELAY_UP, "relay" => relay.relay.clone(), "lane" => relay.lane.as_str())
                 .set(if relay.up { 1.0 } else { 0.0 });
         }
+    }
+
+    /// Counts one message the bounce listener took.
+    pub fn bounce_listener(&self, result: DsnResult) {
+        counter!(BOUNCE_LISTENER, "result" => result.as_str()).increment(1);
     }
 
     /// Counts one one-click unsubscribe request.

@@ -4,6 +4,7 @@
 mod admin;
 mod bench;
 mod book;
+mod bounces;
 mod browser;
 mod claim_floor;
 mod cli;

@@ -3,10 +3,13 @@
 
 use metrics::counter;
 
-use super::{BOUNCES, COMPLAINTS, RECIPIENT_LOOKUPS, SUPPRESSED, UNSUBSCRIBES, WEBHOOK_REQUESTS};
+use super::{
+    BOUNCE_LISTENER, BOUNCES, COMPLAINTS, RECIPIENT_LOOKUPS, SUPPRESSED, UNSUBSCRIBES,
+    WEBHOOK_REQUESTS,
+};
 use crate::message::Lane;
 use crate::suppression::{BounceType, FeedbackSource, Scope, SuppressionReason};
-use crate::telemetry::labels::{LookupResult, UnsubscribeResult, WebhookResult};
+use crate::telemetry::labels::{DsnResult, LookupResult, UnsubscribeResult, WebhookResult};
 
 /// The bounce, complaint and webhook counters at 0 for every source that can report them,
 /// and the recipient lookups' and unsubscribes' for every result.
@@ -17,6 +20,9 @@ pub(super) fn register_feedback_counters() {
     for result in UnsubscribeResult::ALL {
         counter!(UNSUBSCRIBES, "result" => result.as_str()).increment(0);
     }
+    for result in DsnResult::ALL {
+        counter!(BOUNCE_LISTENER, "result" => result.as_str()).increment(0);
+    }
     for source in FeedbackSource::ALL {
         if matches!(source, FeedbackSource::Operator | FeedbackSource::OneClick) {
             continue;
@@ -25,7 +31,7 @@ pub(super) fn register_feedback_counters() {
             counter!(BOUNCES, "source" => source.as_str(), "type" => bounce_type.as_str())
                 .increment(0);
         }
-        if source != FeedbackSource::Smtp {
+        if !matches!(source, FeedbackSource::Smtp | FeedbackSource::Dsn) {
             counter!(COMPLAINTS, "source" => source.as_str()).increment(0);
             for result in WebhookResult::ALL {
                 counter!(WEBHOOK_REQUESTS, "source" => source.as_str(), "result" => result.as_str())

@@ -11,6 +11,7 @@ mod process;
 mod queries;
 mod scenario;
 mod smtp;
+mod smtp_talk;
 mod wait;
 
 pub use binary::*;
@@ -22,4 +23,5 @@ pub use postfix::*;
 pub use process::*;
 pub use scenario::*;
 pub use smtp::*;
+pub use smtp_talk::*;
 pub use wait::*;

@@ -1,0 +1,256 @@
+//! Bounces that come back later (`OUTBOXD_BOUNCE_DOMAIN`, `OUTBOXD_BOUNCE_LISTEN`), end to
+//! end: a real Postfix accepts a message for a dead mailbox of its own domain, fails to
+//! deliver it, and sends its real DSN to the message's signed return path, which its
+//! transport leads to outboxd's listener; the address is suppressed and the bounce is on the
+//! message's timeline. An auto-reply, a DSN to a forged return path, mail for another
+//! domain, a message too large and a flood of connections change nothing.
+
+use std::time::Duration;
+
+use crate::helpers::{
+    Outboxd, Postfix, SmtpTalk, TestDb, eventually, free_port, http_get, metric_value,
+};
+
+const DOMAIN: &str = "bounces.test";
+const SECRET: &str = "a-bounce-secret-of-32-characters-at-least";
+
+/// outboxd sending through `relay`, with its bounce listener on `listen`.
+async fn taking_bounces(db: &TestDb, relay: &str, listen: &str) -> Outboxd {
+    let flags = ["--bounce-domain", DOMAIN, "--bounce-listen", listen];
+    Outboxd::sending_to(&db.url, relay, &flags, &[("OUTBOXD_BOUNCE_SECRET", SECRET)]).await
+}
+
+async fn suppressions(db: &TestDb) -> i64 {
+    db.scalar("SELECT count(*) FROM outbox_suppressions WHERE $1", true)
+        .await
+}
+
+/// A DSN as Postfix writes one (tests/support/dsn), to `return_path` about `recipient`.
+fn postfix_dsn(return_path: &str, recipient: &str) -> Vec<u8> {
+    let sample = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/dsn/postfix_unknown_user.eml"
+    ))
+    .expect("sample");
+    sample
+        .replace("bounces+42.abc@bounces.test", return_path)
+        .replace("nobody@dead.test", recipient)
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn a_dsn_from_postfix_for_a_dead_mailbox_suppresses_it_and_shows_on_the_timeline() {
+    let db = TestDb::new().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let relay = Postfix::start(&[
+        "--dead-domain",
+        "dead.test",
+        "--transport",
+        &format!("{DOMAIN}={listen}"),
+    ]);
+    let outboxd = taking_bounces(&db, &relay.url(), &listen).await;
+
+    let id = db.verification_to("nobody@dead.test").await;
+    eventually(Duration::from_secs(30), "the DSN recorded", || async {
+        let reason: Option<String> = sqlx::query_scalar(
+            "SELECT reason || ' ' || source FROM outbox_suppressions WHERE address = 'nobody@dead.test'",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .expect("query");
+        reason.as_deref() == Some("hard_bounce dsn")
+    })
+    .await;
+    let (event, actor, detail): (String, String, String) = db
+        .one_row(
+            "SELECT event, actor, detail FROM outbox_message_events \
+             WHERE message_id = $1 AND actor = 'dsn'",
+            id,
+        )
+        .await;
+    assert_eq!((event.as_str(), actor.as_str()), ("hard_bounce", "dsn"));
+    assert!(detail.starts_with("5.1.1"), "{detail}");
+    let feedback: String = db
+        .scalar("SELECT feedback FROM outbox_messages WHERE id = $1", id)
+        .await;
+    assert_eq!(feedback, "hard_bounce");
+
+    // The next message to the dead mailbox is not sent.
+    let again = db.verification_to("nobody@dead.test").await;
+    eventually(
+        Duration::from_secs(30),
+        "the next one suppressed",
+        || async {
+            let ended: Option<String> = db
+                .scalar(
+                    "SELECT end_reason FROM outbox_messages WHERE id = $1",
+                    again,
+                )
+                .await;
+            ended.as_deref() == Some("suppressed")
+        },
+    )
+    .await;
+    let metrics = http_get(&outboxd.http, "/metrics").await.1;
+    let recorded = "outbox_bounce_listener_messages_total{result=\"recorded\"}";
+    assert_eq!(
+        metric_value(&metrics, recorded),
+        Some(1.0),
+        "{}",
+        relay.log()
+    );
+}
+
+#[tokio::test]
+async fn an_auto_reply_a_forged_return_path_and_other_domains_change_nothing() {
+    let db = TestDb::new().await;
+    let relay = crate::helpers::SmtpServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let outboxd = taking_bounces(&db, &relay.url(), &listen).await;
+    let id = db.verification_to("ada@customer.example").await;
+    let sent = relay.wait_for(1, Duration::from_secs(30)).await;
+    let return_path = sent[0].mail_from.clone();
+    assert!(
+        return_path.starts_with(&format!("bounces+{id}.")),
+        "{return_path}"
+    );
+    assert!(
+        return_path.ends_with(&format!("@{DOMAIN}")),
+        "{return_path}"
+    );
+
+    let mut talk = SmtpTalk::connect(&listen).await;
+    assert!(talk.greeting.starts_with("220 "), "{}", talk.greeting);
+    assert!(
+        talk.say("EHLO mx.customer.example")
+            .await
+            .starts_with("250")
+    );
+    // An auto-reply to the genuine return path, quoting DSN words in its text.
+    let vacation = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/dsn/vacation_auto_reply.eml"
+    ))
+    .expect("sample");
+    let reply = talk
+        .send("someone@customer.example", &return_path, &vacation)
+        .await;
+    assert!(reply.starts_with("250 "), "{reply}");
+    // A real DSN's form, to return paths outboxd did not make: another row's id with this
+    // signature, one signature digit changed, no signature.
+    let other_row = return_path.replacen(&format!("+{id}."), &format!("+{}.", id + 1), 1);
+    let mut changed = return_path.clone().into_bytes();
+    let last = return_path.find('@').expect("an @") - 1;
+    changed[last] = if changed[last] == b'0' { b'1' } else { b'0' };
+    let changed = String::from_utf8(changed).expect("text");
+    for forged in [other_row, changed, format!("bounces+{id}@{DOMAIN}")] {
+        let reply = talk
+            .send("", &forged, &postfix_dsn(&forged, "ada@customer.example"))
+            .await;
+        assert_eq!(reply, "250 2.0.0 ok\r\n", "one answer for every forgery");
+    }
+    // A DSN to the genuine return path about an address the message was not sent to.
+    let reply = talk
+        .send(
+            "",
+            &return_path,
+            &postfix_dsn(&return_path, "someone.else@customer.example"),
+        )
+        .await;
+    assert_eq!(reply, "250 2.0.0 ok\r\n");
+    // Mail for another domain: no open relay.
+    let reply = talk
+        .send(
+            "",
+            "ada@customer.example",
+            b"Subject: relay me\r\n\r\nhi\r\n",
+        )
+        .await;
+    assert!(reply.starts_with("550 5.7.1"), "{reply}");
+    assert!(talk.say("RSET").await.starts_with("250"));
+    // Too large: refused after its text, and the conversation stays in step.
+    let large = vec![b'x'; 300 * 1024];
+    let mut text = b"Subject: large\r\n\r\n".to_vec();
+    for chunk in large.chunks(900) {
+        text.extend_from_slice(chunk);
+        text.extend_from_slice(b"\r\n");
+    }
+    let reply = talk.send("", &return_path, &text).await;
+    assert!(reply.starts_with("552 5.3.4"), "{reply}");
+    assert!(talk.say("NOOP").await.starts_with("250"));
+    assert!(talk.say("QUIT").await.starts_with("221"));
+
+    assert_eq!(suppressions(&db).await, 0);
+    let events: i64 = db
+        .scalar(
+            "SELECT count(*) FROM outbox_message_events WHERE actor = 'dsn' AND $1",
+            true,
+        )
+        .await;
+    assert_eq!(events, 0);
+    let metrics = http_get(&outboxd.http, "/metrics").await.1;
+    let counted = |result: &str| {
+        metric_value(
+            &metrics,
+            &format!("outbox_bounce_listener_messages_total{{result=\"{result}\"}}"),
+        )
+    };
+    // The DSN about a stranger names our message but not one of its recipients: forged too.
+    assert_eq!(counted("forged"), Some(4.0));
+    assert_eq!(counted("not_a_bounce"), Some(1.0));
+    assert_eq!(counted("too_large"), Some(1.0));
+    assert_eq!(counted("recorded"), Some(0.0));
+}
+
+#[tokio::test]
+async fn a_flood_of_connections_is_turned_away_and_a_real_dsn_still_gets_in() {
+    let db = TestDb::new().await;
+    let relay = crate::helpers::SmtpServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let _outboxd = taking_bounces(&db, &relay.url(), &listen).await;
+    let id = db.verification_to("gone@customer.example").await;
+    let return_path = relay.wait_for(1, Duration::from_secs(30)).await[0]
+        .mail_from
+        .clone();
+
+    // 200 connections held open at once, each silent after its greeting.
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        flood.push(SmtpTalk::connect(&listen).await);
+    }
+    let turned_away = flood
+        .iter()
+        .filter(|t| t.greeting.starts_with("421 "))
+        .count();
+    let greeted = flood
+        .iter()
+        .filter(|t| t.greeting.starts_with("220 "))
+        .count();
+    assert_eq!(greeted, 32, "the listener's bound");
+    assert_eq!(turned_away, 168);
+    drop(flood);
+
+    // The flood's connections are gone: a turn is free again.
+    let mut talk = SmtpTalk::connect(&listen).await;
+    for _ in 0..100 {
+        if talk.greeting.starts_with("220 ") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        talk = SmtpTalk::connect(&listen).await;
+    }
+    assert!(talk.greeting.starts_with("220 "), "{}", talk.greeting);
+    talk.say("HELO mx.customer.example").await;
+    let reply = talk
+        .send(
+            "",
+            &return_path,
+            &postfix_dsn(&return_path, "gone@customer.example"),
+        )
+        .await;
+    assert_eq!(reply, "250 2.0.0 ok\r\n");
+    let feedback: Option<String> = db
+        .scalar("SELECT feedback FROM outbox_messages WHERE id = $1", id)
+        .await;
+    assert_eq!(feedback.as_deref(), Some("hard_bounce"));
+}
