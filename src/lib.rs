@@ -46,6 +46,7 @@ modules!(
     suppression,
     telemetry,
     text,
+    tls,
     trace_context,
     unsubscribe,
 );

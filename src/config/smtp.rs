@@ -15,7 +15,8 @@ use crate::text::{debug_showing_only, redact_url};
 
 #[derive(Args, Clone)]
 pub struct SmtpArgs {
-    /// SMTP server, in lettre's URL form: smtp://user:pass@host:587?tls=required, smtps://host.
+    /// SMTP server, in lettre's URL form: smtp://user:pass@host:587?tls=required, smtps://host;
+    /// or ses://REGION for the SES API v2 (credentials from the standard AWS chain).
     /// Unset: messages are only logged and marked dispatched (development only).
     #[arg(long, env = "OUTBOXD_SMTP_URL", hide_env_values = true)]
     pub smtp_url: Option<String>,
@@ -35,6 +36,11 @@ pub struct SmtpArgs {
     #[arg(long, env = "OUTBOXD_BULK_SMTP_FALLBACK_URLS", value_delimiter = ',', hide_env_values = true)]
     pub bulk_smtp_fallback_urls: Vec<String>,
 
+    /// The SES API's endpoint for the ses://REGION relays, instead of AWS's
+    /// (https://email.REGION.amazonaws.com): a VPC endpoint, or an emulator in tests.
+    #[arg(long, env = "OUTBOXD_SES_ENDPOINT_URL")]
+    pub ses_endpoint_url: Option<String>,
+
     /// PEM file of CA certificates to trust, besides the system's, for the SMTP servers' TLS
     /// certificates: a relay whose certificate a private CA signed.
     #[arg(long, env = "OUTBOXD_SMTP_CA_FILE")]
@@ -52,6 +58,7 @@ debug_showing_only!(SmtpArgs as args {
     bulk_smtp_url = args.bulk_smtp_url.as_deref().map(redact_url),
     bulk_smtp_fallback_urls = args.bulk_smtp_fallback_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
     smtp_ca_file,
+    ses_endpoint_url,
 });
 
 impl SmtpArgs {
@@ -94,6 +101,7 @@ impl SmtpArgs {
             pool_size,
             ca_certificates,
             allow_plaintext_auth: self.smtp_allow_plaintext_auth,
+            ses_endpoint: self.ses_endpoint_url.as_deref().map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned),
         };
         settings.validate().map_err(|bad| {
             let setting = match (bad.lane, bad.place) {

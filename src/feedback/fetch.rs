@@ -1,14 +1,12 @@
 //! One HTTPS GET, for SNS: the signing certificate, and the subscription's confirmation.
 //! Bounded in time and size; the public web's roots, and a private CA where one is set.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -32,29 +30,8 @@ impl std::fmt::Debug for HttpsClient {
 impl HttpsClient {
     /// `extra_ca`: PEM certificates trusted besides the public roots.
     pub fn new(extra_ca: Option<&[u8]>) -> Result<Self, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(pem) = extra_ca {
-            let mut added = 0;
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("cannot read a certificate: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("cannot trust a certificate: {e}"))?;
-                added += 1;
-            }
-            if added == 0 {
-                return Err("holds no PEM certificate".to_owned());
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         Ok(Self {
-            tls: TlsConnector::from(Arc::new(config)),
+            tls: TlsConnector::from(crate::tls::client_config(extra_ca)?),
         })
     }
 

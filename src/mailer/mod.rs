@@ -7,6 +7,7 @@ mod corked;
 mod pool;
 mod relays;
 mod reply;
+mod ses;
 mod settings;
 mod target;
 
@@ -281,10 +282,15 @@ impl SmtpMailer {
             if targets.is_empty() {
                 return Ok(None);
             }
+            let ca = settings.ca_certificates.as_deref();
             let relays = targets
                 .into_iter()
-                .map(|target| relays::Relay::new(target, settings.pool_size, settings.timeout))
-                .collect();
+                .enumerate()
+                .map(|(place, target)| {
+                    relays::Relay::new(target, settings.pool_size, settings.timeout, ca)
+                        .map_err(|problem| BadRelay { lane, place, problem })
+                })
+                .collect::<Result<_, _>>()?;
             Ok(Some(relays::Relays::new(relays, settings.timeout)))
         };
         let transactional = relays_of(Lane::Transactional)?.ok_or_else(|| BadRelay {

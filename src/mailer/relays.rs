@@ -16,17 +16,52 @@ use lettre::address::Envelope;
 use tracing::{info, warn};
 
 use super::pool::{Failure, Pool};
-use super::target::Target;
+use super::ses::SesClient;
+use super::settings::RelayTarget;
 use super::{Accepted, SendError};
 use crate::lock::lock;
 
 /// How often a relay that is down is probed.
 pub const PROBE_EVERY: Duration = Duration::from_secs(5);
 
-/// One relay: its pool and whether it is up.
+/// How a relay is spoken to.
+enum Transport {
+    Smtp(Pool),
+    Ses(SesClient),
+}
+
+impl Transport {
+    async fn send_by(
+        &self,
+        envelope: &Envelope,
+        body: &[u8],
+        deadline: tokio::time::Instant,
+    ) -> Result<Accepted, Failure> {
+        match self {
+            Transport::Smtp(pool) => pool.send_by(envelope, body, deadline).await,
+            Transport::Ses(ses) => ses.send_by(envelope, body, deadline).await,
+        }
+    }
+
+    async fn probe(&self) -> Result<(), SendError> {
+        match self {
+            Transport::Smtp(pool) => pool.probe().await,
+            Transport::Ses(ses) => ses.probe().await,
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Transport::Smtp(pool) => pool.close().await,
+            Transport::Ses(ses) => ses.close(),
+        }
+    }
+}
+
+/// One relay: how it is spoken to, and whether it is up.
 pub struct Relay {
     label: String,
-    pool: Pool,
+    transport: Transport,
     /// Shared by the send tasks, which mark it down, and its prober, which marks it up.
     up: AtomicBool,
     /// Whether its prober runs: shared by the send tasks (which start one) and the prober
@@ -46,14 +81,27 @@ pub struct Handed {
 }
 
 impl Relay {
-    pub fn new(target: Target, size: u32, timeout: Duration) -> Self {
-        Self {
-            label: target.label(),
-            pool: Pool::new(target, size, timeout),
+    /// `extra_ca`: PEM certificates trusted besides the public roots (an API endpoint's).
+    pub fn new(
+        target: RelayTarget,
+        size: u32,
+        timeout: Duration,
+        extra_ca: Option<&[u8]>,
+    ) -> Result<Self, String> {
+        let (label, transport) = match target {
+            RelayTarget::Smtp(target) => (target.label(), Transport::Smtp(Pool::new(target, size, timeout))),
+            RelayTarget::Ses(target) => {
+                let ses = SesClient::new(target, timeout, extra_ca)?;
+                (ses.label(), Transport::Ses(ses))
+            }
+        };
+        Ok(Self {
+            label,
+            transport,
             up: AtomicBool::new(true),
             probing: std::sync::Mutex::new(false),
             closed: AtomicBool::new(false),
-        }
+        })
     }
 
     pub fn label(&self) -> &str {
@@ -94,7 +142,7 @@ impl Relay {
                     return;
                 }
             }
-            if self.pool.probe().await.is_ok() {
+            if self.transport.probe().await.is_ok() {
                 self.mark_up();
             }
         }
@@ -102,7 +150,7 @@ impl Relay {
 
     /// Whether it answers now (a connection and NOOP): marks it up or down.
     pub async fn probe(self: &Arc<Self>) -> Result<(), SendError> {
-        let answered = self.pool.probe().await;
+        let answered = self.transport.probe().await;
         match &answered {
             Ok(()) => self.mark_up(),
             Err(e) => self.mark_down(e),
@@ -146,7 +194,7 @@ impl Relays {
             // the shared bound cut it short, not the relay.
             let full_time =
                 deadline.saturating_duration_since(tokio::time::Instant::now()) >= self.timeout();
-            match relay.pool.send_by(envelope, body, deadline).await {
+            match relay.transport.send_by(envelope, body, deadline).await {
                 Ok(accepted) => {
                     if place == last && !relay.is_up() {
                         relay.mark_up();
@@ -199,7 +247,7 @@ impl Relays {
     pub async fn probe_each(&self) -> Vec<(String, Result<(), SendError>)> {
         let mut answers = Vec::with_capacity(self.relays.len());
         for relay in &self.relays {
-            answers.push((relay.label.clone(), relay.pool.probe().await));
+            answers.push((relay.label.clone(), relay.transport.probe().await));
         }
         answers
     }
@@ -208,7 +256,7 @@ impl Relays {
     pub async fn close(&self) {
         for relay in &self.relays {
             relay.closed.store(true, Ordering::Release);
-            relay.pool.close().await;
+            relay.transport.close().await;
         }
     }
 }

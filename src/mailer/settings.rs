@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+use super::ses::SesTarget;
 use super::target::Target;
 use crate::message::Lane;
 use crate::text::redact_url;
@@ -30,6 +31,14 @@ pub struct SmtpSettings {
     /// Send credentials over a connection without TLS to a server that is not on this
     /// machine (refused otherwise).
     pub allow_plaintext_auth: bool,
+    /// Where the `ses://` relays' API is, instead of AWS's (`OUTBOXD_SES_ENDPOINT_URL`).
+    pub ses_endpoint: Option<String>,
+}
+
+/// How one relay is reached: SMTP, or SES's API.
+pub enum RelayTarget {
+    Smtp(Target),
+    Ses(SesTarget),
 }
 
 impl std::fmt::Debug for SmtpSettings {
@@ -42,6 +51,7 @@ impl std::fmt::Debug for SmtpSettings {
             .field("pool_size", &self.pool_size)
             .field("ca_certificates", &self.ca_certificates.is_some())
             .field("allow_plaintext_auth", &self.allow_plaintext_auth)
+            .field("ses_endpoint", &self.ses_endpoint)
             .finish()
     }
 }
@@ -67,7 +77,7 @@ impl SmtpSettings {
 
     /// A lane's relays' targets, in the order they are tried; none for a lane without
     /// relays of its own.
-    pub(super) fn targets(&self, lane: Lane) -> Result<Vec<Target>, BadRelay> {
+    pub(super) fn targets(&self, lane: Lane) -> Result<Vec<RelayTarget>, BadRelay> {
         let urls: Vec<&SecretString> = match lane {
             Lane::Transactional => std::iter::once(&self.url)
                 .chain(&self.fallback_urls)
@@ -77,12 +87,20 @@ impl SmtpSettings {
         urls.into_iter()
             .enumerate()
             .map(|(place, url)| {
-                Target::parse_url(url.expose_secret(), self).map_err(|problem| BadRelay {
+                self.target(url.expose_secret()).map_err(|problem| BadRelay {
                     lane,
                     place,
                     problem,
                 })
             })
             .collect()
+    }
+
+    fn target(&self, url: &str) -> Result<RelayTarget, String> {
+        if url.get(..6).is_some_and(|scheme| scheme.eq_ignore_ascii_case("ses://")) {
+            let parsed = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+            return SesTarget::parse(&parsed, self.ses_endpoint.as_deref()).map(RelayTarget::Ses);
+        }
+        Target::parse_url(url, self).map(RelayTarget::Smtp)
     }
 }

