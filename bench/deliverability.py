@@ -2,8 +2,8 @@
 """What deliverability costs in a drain: the same messages drained plainly, with a
 suppression list of 100 000 addresses and of 1 000 (1% of the messages going to one of
 them; a list this short is read from the table rather than its index), signed
-with DKIM (RSA-2048), and signed twice (RSA-2048 and Ed25519 beside it), back to back on
-this machine.
+with DKIM (RSA-2048), signed twice (RSA-2048 and Ed25519 beside it), and with a signed
+return path per message (OUTBOXD_BOUNCE_DOMAIN), back to back on this machine.
 
     python3 bench/deliverability.py                  # 20 000 messages per variant
     python3 bench/deliverability.py --messages 5000
@@ -61,17 +61,21 @@ def main():
                        capture_output=True)
         both = dkim + ["--dkim-ed25519-selector", "bench-ed", "--dkim-ed25519-private-key-file", ed_key]
         rows, plain = [], None
+        verp = ["--bounce-domain", "bounces.example.com"]
         for label, flags, prepare in [
             ("plain", run.TUNED, None),
             *((f"{size:,} suppressed addresses", run.TUNED, suppressing(size)) for size in SUPPRESSED),
             ("DKIM, RSA-2048", run.TUNED + dkim, None),
             ("DKIM, RSA-2048 and Ed25519", run.TUNED + both, None),
+            ("signed return paths (OUTBOXD_BOUNCE_DOMAIN)", run.TUNED + verp, None),
         ]:
             run.log(f"== {label}")
             with run.database("outboxd_bench_deliverability") as url:
                 if prepare:
                     prepare(url, args.messages)
-                r = run.run_drain(url, args.messages, flags)
+                # The return paths' secret only with their domain: one without the other is refused.
+                env = {"OUTBOXD_BOUNCE_SECRET": "b" * 32} if "--bounce-domain" in flags else None
+                r = run.run_drain(url, args.messages, flags, env=env)
                 ended = int(run.psql(url, "SELECT count(*) FROM outbox_messages WHERE end_reason = 'suppressed'"))
             plain = plain or r["rate"]
             rows.append([label, f"{r['rate']:.0f}", f"{r['rate'] / plain:.2f}", f"{1000 * r['cpu'] / r['messages']:.3f}",
