@@ -9,7 +9,8 @@ use base64::Engine as _;
 /// What a DSN says of one recipient.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecipientStatus {
-    /// `Final-Recipient`'s address, its `rfc822;` type taken off.
+    /// `Original-Recipient`'s address (as the message named it) when given, else
+    /// `Final-Recipient`'s, its `rfc822;` type taken off.
     pub recipient: String,
     /// `failed`, `delayed`, `delivered`, `relayed` or `expanded`, lower-cased.
     pub action: String,
@@ -20,9 +21,19 @@ pub struct RecipientStatus {
 }
 
 impl RecipientStatus {
-    /// A hard bounce: the message failed for good (`failed` with a 5.x.x status).
+    /// A failure for good (`failed` with a 5.x.x status): of the mailbox, or of the
+    /// sender, the content, the size ([`Self::says_mailbox_unknown`] tells which).
     pub fn is_hard(&self) -> bool {
         self.action == "failed" && self.status.starts_with('5')
+    }
+
+    /// A failure for good that says the mailbox does not exist, by the same rule as a
+    /// relay's own refusal (`Reply::says_mailbox_unknown`: 5.1.1, 5.1.10, ...): only that
+    /// suppresses the address. A 5.7.x about the sender's reputation or DMARC, a 5.3.4 about
+    /// the size, a 5.4.x about routing say nothing of the mailbox.
+    pub fn says_mailbox_unknown(&self) -> bool {
+        let said = format!("{} {}", self.status, self.diagnostic.as_deref().unwrap_or(""));
+        self.is_hard() && crate::mailer::Reply::new(550, &said).says_mailbox_unknown()
     }
 
     /// A transient trouble (`delayed`, or a 4.x.x status): no bounce for good.
@@ -46,8 +57,11 @@ pub fn read(raw: &[u8]) -> Result<Vec<RecipientStatus>, NotADsn> {
     let (headers, body) = split_head(&text);
     let content_type = field(&headers, "content-type").ok_or(NotADsn::NotAReport)?;
     let (mime, params) = content_type_of(&content_type);
-    let report_type = params.iter().find(|(k, _)| k == "report-type").map(|(_, v)| v.as_str());
-    if mime != "multipart/report" || report_type != Some("delivery-status") {
+    let report_type = params
+        .iter()
+        .find(|(k, _)| k == "report-type")
+        .map(|(_, v)| v.to_ascii_lowercase());
+    if mime != "multipart/report" || report_type.as_deref() != Some("delivery-status") {
         return Err(NotADsn::NotAReport);
     }
     let boundary = params
@@ -186,10 +200,15 @@ fn recipient_status(block: &[(String, String)]) -> Option<RecipientStatus> {
         Some((_, rest)) => rest.trim().to_owned(),
         None => value.trim().to_owned(),
     };
-    let recipient = untyped(field(block, "final-recipient")?)
-        .trim_matches(['<', '>'])
-        .to_owned();
-    let action = field(block, "action")?.to_ascii_lowercase();
+    // The address as the message named it, when the report keeps it (a forward, an alias),
+    // else the one that failed.
+    let named = field(block, "original-recipient").or_else(|| field(block, "final-recipient"))?;
+    let recipient = untyped(named).trim_matches(['<', '>']).to_owned();
+    // `failed (bad destination mailbox)`: the word only.
+    let action = field(block, "action")?
+        .split_whitespace()
+        .next()?
+        .to_ascii_lowercase();
     // "5.1.1 (unknown user)": the code only.
     let status = field(block, "status")?
         .split_whitespace()

@@ -18,7 +18,43 @@ fn postfix_s_unknown_user_is_a_hard_bounce_of_its_final_recipient() {
     assert_eq!(status.recipient, "nobody@dead.test");
     assert_eq!((status.action.as_str(), status.status.as_str()), ("failed", "5.1.1"));
     assert_eq!(status.diagnostic.as_deref(), Some("unknown user"));
-    assert!(status.is_hard() && !status.is_soft());
+    assert!(status.is_hard() && !status.is_soft() && status.says_mailbox_unknown());
+}
+
+/// A DSN shaped as Postfix writes one, its recipient block given.
+fn postfix_reporting(block: &str) -> Vec<u8> {
+    let sample = String::from_utf8(sample("postfix_unknown_user")).unwrap();
+    let start = sample.find("Final-Recipient:").unwrap();
+    let end = sample[start..].find("\n\n").unwrap() + start;
+    format!("{}{block}{}", &sample[..start], &sample[end..]).into_bytes()
+}
+
+#[test]
+fn a_failure_for_good_about_the_sender_or_the_content_does_not_say_the_mailbox_is_gone() {
+    // Microsoft's, Gmail's and a blocklist's refusals of the sender, and a size refusal,
+    // as a relay that gave up reports them: failed for good, but the mailbox is fine.
+    for (status, said) in [
+        ("5.7.708", "smtp; 550 5.7.708 Service unavailable. Access denied, traffic not accepted from this IP."),
+        ("5.7.26", "smtp; 550-5.7.26 Unauthenticated email from acme.example is not accepted due to domain's DMARC policy."),
+        ("5.7.1", "smtp; 554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using zen.spamhaus.org"),
+        ("5.3.4", "smtp; 552 5.3.4 Message size exceeds fixed limit"),
+        ("5.4.316", "smtp; 550 5.4.316 Message expired, connection refused"),
+    ] {
+        let block = format!("Final-Recipient: rfc822; ada@customer.example\nAction: failed\nStatus: {status}\nDiagnostic-Code: {said}");
+        let statuses = read(&postfix_reporting(&block)).unwrap();
+        assert!(statuses[0].is_hard(), "{status}");
+        assert!(!statuses[0].says_mailbox_unknown(), "{status}");
+    }
+    let gone = "Final-Recipient: rfc822; ada@customer.example\nAction: failed\nStatus: 5.1.10\nDiagnostic-Code: smtp; 550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup";
+    assert!(read(&postfix_reporting(gone)).unwrap()[0].says_mailbox_unknown());
+}
+
+#[test]
+fn a_forwarded_address_is_named_as_the_message_named_it_and_an_action_s_comment_is_dropped() {
+    let block = "Original-Recipient: rfc822;bob@alumni.example\nFinal-Recipient: rfc822; bob.old@gmail.com\nAction: failed (bad destination mailbox address)\nStatus: 5.1.1";
+    let statuses = read(&postfix_reporting(block)).unwrap();
+    assert_eq!(statuses[0].recipient, "bob@alumni.example");
+    assert_eq!(statuses[0].action, "failed");
 }
 
 #[test]
@@ -64,7 +100,7 @@ fn a_delivery_status_part_in_base64_is_read() {
     use base64::Engine as _;
     let report = "Reporting-MTA: dns; x.example\r\n\r\nFinal-Recipient: rfc822; gone@b.example\r\nAction: failed\r\nStatus: 5.1.1\r\n";
     let encoded = base64::engine::general_purpose::STANDARD.encode(report);
-    let raw = format!("Content-Type: multipart/report; report-type=\"delivery-status\"; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: message/delivery-status\r\nContent-Transfer-Encoding: base64\r\n\r\n{encoded}\r\n--b--\r\n");
+    let raw = format!("Content-Type: multipart/report; report-type=\"Delivery-Status\"; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: message/delivery-status\r\nContent-Transfer-Encoding: base64\r\n\r\n{encoded}\r\n--b--\r\n");
     let statuses = read(raw.as_bytes()).unwrap();
     assert_eq!(statuses[0].recipient, "gone@b.example");
     assert!(statuses[0].is_hard());

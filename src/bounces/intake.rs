@@ -133,11 +133,15 @@ impl Intake {
     }
 }
 
-/// A recipient's bounce of message `row`: hard for a failure for good, soft for a delay or a
+/// A recipient's bounce of message `row`: hard for a failure for good that says the mailbox
+/// does not exist (it suppresses), undetermined for another failure for good (the sender's
+/// reputation, DMARC, the size: the row is marked, the address kept), soft for a delay or a
 /// 4.x.x; nothing for a delivery, or an address that does not parse.
 fn event(row: i64, status: &RecipientStatus) -> Option<Event> {
-    let bounce_type = if status.is_hard() {
+    let bounce_type = if status.says_mailbox_unknown() {
         BounceType::Hard
+    } else if status.is_hard() {
+        BounceType::Undetermined
     } else if status.is_soft() {
         BounceType::Soft
     } else {

@@ -1,8 +1,8 @@
 //! One SMTP conversation on the bounce listener (RFC 5321's server side, as little of it as a
 //! DSN's sender needs: EHLO/HELO, MAIL, RCPT, DATA, RSET, NOOP, QUIT). Mail is taken for the
 //! bounce domain only: any other recipient is refused (no open relay). Every bound is
-//! fixed: a line's length, a message's size, the recipients of one message, the time for
-//! each command and the whole conversation, the mistakes before it is closed. The reply to
+//! fixed: a line's length, what is kept of a message, the recipients of one message, the
+//! time for each command and the whole conversation, the mistakes before it is closed. The reply to
 //! DATA is given only once the message is recorded (or known to need nothing), so a message
 //! the listener said it took is never lost: when the database does not answer, the reply is
 //! a 451 and the sender keeps it and tries again.
@@ -18,9 +18,13 @@ const MAX_COMMAND_BYTES: usize = 1000;
 /// The longest text line of a message taken (RFC 5321: 1000 octets; 8BITMIME senders may
 /// go over a little).
 const MAX_TEXT_LINE_BYTES: usize = 4096;
-/// The largest message taken: a DSN with the original message's headers is a few KiB;
-/// Postfix returns at most 50 000 bytes of the original by default.
+/// How much of a message is kept: a DSN's report comes before the returned message, and
+/// Postfix returns at most 50 000 bytes of the original by default. The rest of a larger
+/// one (an NDR that returns a whole attachment) is read and dropped, never refused: a
+/// refused DSN is lost, its sender does not bounce a bounce.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// The size offered in EHLO, and the most read of one message.
+const MAX_READ_BYTES: usize = 64 * 1024 * 1024;
 /// Recipients of one message: a DSN has one.
 const MAX_RECIPIENTS: usize = 10;
 /// Messages on one connection.
@@ -143,7 +147,7 @@ impl Conversation<'_> {
         match verb.to_ascii_uppercase().as_str() {
             "EHLO" => {
                 self.reset();
-                let (host, size) = (&self.host, MAX_MESSAGE_BYTES);
+                let (host, size) = (&self.host, MAX_READ_BYTES);
                 say(writer, &format!("250-{host}\r\n250-SIZE {size}\r\n250-8BITMIME\r\n250-ENHANCEDSTATUSCODES\r\n250 PIPELINING")).await?;
             }
             "HELO" => {
@@ -181,7 +185,7 @@ impl Conversation<'_> {
                 say(writer, "421 4.7.0 too many messages on one connection; closing").await?;
                 return Ok(Next::Close);
             }
-            Some((_, parameters)) if declared_size(&parameters) > MAX_MESSAGE_BYTES => {
+            Some((_, parameters)) if declared_size(&parameters) > MAX_READ_BYTES => {
                 say(writer, "552 5.3.4 message too big for this listener").await?;
             }
             Some((sender, _)) => {
@@ -253,29 +257,25 @@ impl Conversation<'_> {
     }
 }
 
-/// A message's text up to the lone `.`, dot-unstuffed; `None` when it went over the size
-/// limit (the rest was read and dropped, so the conversation stays in step).
+/// A message's text up to the lone `.`, dot-unstuffed: its first [`MAX_MESSAGE_BYTES`]
+/// (long lines cut), the rest read and dropped; `None` past [`MAX_READ_BYTES`] (the rest
+/// was read, so that the conversation stays in step).
 async fn read_text(reader: &mut (impl AsyncBufRead + Unpin)) -> Result<Option<Vec<u8>>, Ended> {
     let mut text = Vec::new();
-    let mut too_large = false;
+    let mut read = 0_usize;
     loop {
         let line = match read_line(reader, MAX_TEXT_LINE_BYTES).await? {
             Line::Closed => return Err(Ended::Io(std::io::ErrorKind::UnexpectedEof.into())),
-            Line::TooLong => {
-                too_large = true;
-                continue;
-            }
+            // Cut: a report's lines are short; a long one is the returned message's.
+            Line::TooLong => b"\r\n".to_vec(),
             Line::Text(line) => line,
         };
         if line == b".\r\n" || line == b".\n" {
-            return Ok((!too_large).then_some(text));
+            return Ok((read <= MAX_READ_BYTES).then_some(text));
         }
         let line = line.strip_prefix(b".").unwrap_or(&line);
-        if text.len() + line.len() > MAX_MESSAGE_BYTES {
-            too_large = true;
-            text.clear();
-        }
-        if !too_large {
+        read = read.saturating_add(line.len());
+        if text.len() + line.len() <= MAX_MESSAGE_BYTES {
             text.extend_from_slice(line);
         }
     }

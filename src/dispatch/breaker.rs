@@ -42,13 +42,17 @@ impl Circuits {
         }
     }
 
-    /// The lanes that may be claimed: those whose route's circuit is closed (a route whose
-    /// wait is over is probed first). When none may, how long until the next probe.
+    /// The lanes that may be claimed: those whose route's circuit is closed. A route whose
+    /// wait is over is probed here only when no other route's lane can be claimed; else the
+    /// claim does not wait for it, and it closes when its relays' own probers find one up.
+    /// When no lane may be claimed, how long until the next probe.
     pub async fn closed_lanes(&self, mailer: &Mailer, metrics: &Metrics) -> Result<Vec<Lane>, Duration> {
+        let any_closed = self.breakers.iter().any(|(_, breaker)| breaker.is_closed());
         let mut closed = Vec::with_capacity(self.breakers.len());
         let mut next_probe: Option<Duration> = None;
         for (route, breaker) in &self.breakers {
-            match breaker.closed_or_wait(*route, mailer, metrics).await {
+            let probe = if any_closed { Probe::RelaysUp } else { Probe::Now };
+            match breaker.closed_or_wait(*route, mailer, metrics, probe).await {
                 None => closed.push(*route),
                 Some(wait) => next_probe = Some(next_probe.map_or(wait, |w| w.min(wait))),
             }
@@ -70,6 +74,16 @@ impl Circuits {
     }
 }
 
+/// How an open circuit whose wait is over learns whether its relays answer again.
+#[derive(Debug, Clone, Copy)]
+enum Probe {
+    /// A probe now, awaited: nothing else can be claimed meanwhile.
+    Now,
+    /// What the relays' background probers found (`Mailer::route_is_up`): another lane's
+    /// claim must not wait for a relay that hangs.
+    RelaysUp,
+}
+
 /// Open while a route's relays are unreachable; see the module's documentation.
 #[derive(Debug, Default)]
 struct CircuitBreaker {
@@ -78,9 +92,20 @@ struct CircuitBreaker {
 }
 
 impl CircuitBreaker {
+    fn is_closed(&self) -> bool {
+        matches!(*lock(&self.state), State::Closed)
+    }
+
     /// `None` when sends may go ahead; otherwise how long until the next probe. When the
-    /// breaker's wait is over, probes the server once and closes or re-opens it.
-    async fn closed_or_wait(&self, route: Lane, mailer: &Mailer, metrics: &Metrics) -> Option<Duration> {
+    /// breaker's wait is over, probes the server once (or reads its relays' state) and
+    /// closes or re-opens it.
+    async fn closed_or_wait(
+        &self,
+        route: Lane,
+        mailer: &Mailer,
+        metrics: &Metrics,
+        probe: Probe,
+    ) -> Option<Duration> {
         let failures = match *lock(&self.state) {
             State::Closed => return None,
             State::Open { until, failures } => {
@@ -91,7 +116,14 @@ impl CircuitBreaker {
                 failures
             }
         };
-        match mailer.probe(route).await {
+        let answered = match probe {
+            Probe::Now => mailer.probe(route).await,
+            Probe::RelaysUp if mailer.route_is_up(route) => Ok(()),
+            Probe::RelaysUp => Err(crate::mailer::SendError::Unreachable(
+                "every relay of the route is down; their probers try every 5 s".to_owned(),
+            )),
+        };
+        match answered {
             Ok(()) => {
                 *lock(&self.state) = State::Closed;
                 metrics.circuit_open(route, false);

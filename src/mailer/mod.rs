@@ -238,6 +238,15 @@ impl Mailer {
         }
     }
 
+    /// Whether some relay of a route is up, as the relays' own probers last found: no
+    /// probe, no wait.
+    pub fn route_is_up(&self, route: Lane) -> bool {
+        match self {
+            Mailer::Smtp(smtp) => smtp.relays(route).iter().any(|relay| relay.is_up()),
+            Mailer::Disabled => true,
+        }
+    }
+
     /// Each relay's route and name, and whether it answers a probe now, in order: `outboxd
     /// doctor`.
     pub async fn probe_each(&self) -> Vec<(Lane, String, Result<(), SendError>)> {

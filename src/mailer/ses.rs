@@ -51,6 +51,10 @@ impl SesTarget {
         }
         Ok(Self { region, endpoint })
     }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
 }
 
 /// The SES API client of one relay.
@@ -87,8 +91,8 @@ impl SesClient {
             "Content": { "Raw": { "Data": base64::engine::general_purpose::STANDARD.encode(body) } },
         });
         let request = Bytes::from(request.to_string());
-        let time = deadline.saturating_duration_since(tokio::time::Instant::now()).min(self.timeout);
-        let answer = self.call("POST", SEND_PATH, request, time).await.map_err(|e| match e {
+        let deadline = deadline.min(tokio::time::Instant::now() + self.timeout);
+        let answer = self.call("POST", SEND_PATH, request, deadline).await.map_err(|e| match e {
             Called::NoCredentials(said) => unsent(SendError::Unreachable(said)),
             Called::Http(HttpError::Unsent(said)) => unsent(SendError::Unreachable(said)),
             Called::Http(HttpError::Sent(said)) => Failure {
@@ -103,37 +107,54 @@ impl SesClient {
                 .unwrap_or_else(|| "(no MessageId)".to_owned());
             return Ok(Accepted(crate::text::storable(&format!("SES MessageId {id}"), 500)));
         }
+        if matches!(answer.status, 401 | 403) {
+            // Rotated or revoked: found again for the next send.
+            self.credentials.forget().await;
+        }
         let error = refusal(&answer);
-        // Nothing was taken when the account or the credentials were refused: another relay may.
+        // Nothing was taken when the account, the credentials or the service refused: another
+        // relay may take it.
         let before_data = matches!(error, SendError::Unreachable(_));
         Err(Failure { error, before_data })
     }
 
-    /// Whether the API answers this relay's credentials: `GetAccount`. An answer other than
-    /// a refusal of the credentials counts as up.
+    /// Whether the API answers this relay's credentials and the account may send:
+    /// `GetAccount` and its `SendingEnabled`. Another answer than a refusal counts as up.
     pub async fn probe(&self) -> Result<(), SendError> {
-        match self.call("GET", "/v2/email/account", Bytes::new(), self.timeout).await {
-            Ok(answer) if matches!(answer.status, 401 | 403) => Err(refusal(&answer)),
-            Ok(answer) if answer.status >= 500 => Err(SendError::Unreachable(format!("SES answered {}", answer.status))),
-            Ok(_) => Ok(()),
-            Err(Called::NoCredentials(said)) => Err(SendError::Unreachable(said)),
-            Err(Called::Http(e)) => Err(SendError::Unreachable(e.to_string())),
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let answer = match self.call("GET", "/v2/email/account", Bytes::new(), deadline).await {
+            Ok(answer) => answer,
+            Err(Called::NoCredentials(said)) => return Err(SendError::Unreachable(said)),
+            Err(Called::Http(e)) => return Err(SendError::Unreachable(e.to_string())),
+        };
+        if matches!(answer.status, 401 | 403) || answer.status >= 500 {
+            return Err(refusal(&answer));
         }
+        let account: Option<serde_json::Value> = serde_json::from_slice(&answer.body).ok();
+        let sending = account.as_ref().and_then(|a| a.get("SendingEnabled")).and_then(serde_json::Value::as_bool);
+        if sending == Some(false) {
+            return Err(SendError::Unreachable("SES: sending is paused for this account (SendingEnabled is false)".to_owned()));
+        }
+        Ok(())
     }
 
     pub fn close(&self) {
         self.origin.close();
     }
 
-    async fn call(&self, method: &str, path: &str, body: Bytes, time: Duration) -> Result<Answer, Called> {
-        let credentials = self.credentials.current().await.map_err(Called::NoCredentials)?;
+    /// One signed call, credentials included, by `deadline`.
+    async fn call(&self, method: &str, path: &str, body: Bytes, deadline: tokio::time::Instant) -> Result<Answer, Called> {
+        let credentials = tokio::time::timeout_at(deadline, self.credentials.current())
+            .await
+            .map_err(|_| Called::NoCredentials("no AWS credentials within the send's time".to_owned()))?
+            .map_err(Called::NoCredentials)?;
         // Signed as the origin sends it.
         let host = self.origin.host_header();
         let mut headers = vec![("host".to_owned(), host), ("content-type".to_owned(), "application/json".to_owned())];
         let request = sigv4::Request { method, path, headers: headers.clone(), body: &body };
         headers.extend(sigv4::sign(&request, &credentials, &self.region, "ses", chrono::Utc::now()));
         headers.retain(|(name, _)| name != "host");
-        self.origin.send(method, path, &headers, body, time).await.map_err(Called::Http)
+        self.origin.send(method, path, &headers, body, deadline).await.map_err(Called::Http)
     }
 }
 
@@ -170,23 +191,26 @@ fn refusal(answer: &Answer) -> SendError {
 
 fn classify(status: u16, kind: &str, said: String) -> SendError {
     const THROTTLING: &[&str] = &["TooManyRequestsException", "Throttling", "ThrottlingException"];
-    const ACCOUNT: &[&str] = &[
-        "AccountSuspendedException", "SendingPausedException", "MailFromDomainNotVerifiedException",
-        "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException",
-        "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
-        "AccessDeniedException", "ExpiredTokenException",
+    // The account, its credentials or the service: nothing about this message.
+    const OUTAGE: &[&str] = &[
+        "AccountSuspendedException", "SendingPausedException", "UnrecognizedClientException",
+        "InvalidClientTokenId", "InvalidSignatureException", "SignatureDoesNotMatch",
+        "IncompleteSignature", "MissingAuthenticationToken", "AccessDeniedException",
+        "ExpiredTokenException", "ServiceUnavailable", "ServiceUnavailableException",
     ];
-    const MESSAGE: &[&str] = &[
-        "MessageRejected", "BadRequestException", "InvalidParameterValue", "NotFoundException",
-        "ValidationException",
+    // The message itself, as SES will never take it.
+    const REFUSED: &[&str] = &[
+        "MessageRejected", "BadRequestException", "InvalidParameterValue", "ValidationException",
     ];
     if status == 429 || THROTTLING.contains(&kind) {
         SendError::Deferred { reply: Reply::new(454, &format!("4.7.0 Throttling failure: {said}")) }
-    } else if matches!(status, 401 | 403) || ACCOUNT.contains(&kind) {
+    } else if matches!(status, 401 | 403 | 503) || OUTAGE.contains(&kind) {
         SendError::Unreachable(said)
-    } else if MESSAGE.contains(&kind) || (400..500).contains(&status) {
+    } else if REFUSED.contains(&kind) {
         SendError::Rejected { reply: Reply::new(554, &format!("5.6.0 {said}")), recipient: None }
     } else {
+        // Anything else (a kind's unverified MAIL FROM domain, an error SES adds later, a
+        // proxy's 408, a 500): retried, and dead-lettered after the last attempt.
         SendError::Deferred { reply: Reply::new(451, &format!("4.3.0 {said}")) }
     }
 }
@@ -206,8 +230,12 @@ mod tests {
         // The account, not the message: an outage of this relay, charged to no message.
         assert!(matches!(classify(400, "SendingPausedException", said()), SendError::Unreachable(_)));
         assert!(matches!(classify(403, "", said()), SendError::Unreachable(_)));
-        let failed = classify(500, "InternalFailure", said());
-        assert!(matches!(failed, SendError::Deferred { .. }) && !failed.is_throttling());
+        assert!(matches!(classify(503, "ServiceUnavailable", said()), SendError::Unreachable(_)));
+        // Neither the message's fault for good nor an outage: retried.
+        for (status, kind) in [(500, "InternalFailure"), (400, "MailFromDomainNotVerifiedException"), (400, "LimitExceededException"), (408, "")] {
+            let failed = classify(status, kind, said());
+            assert!(matches!(failed, SendError::Deferred { .. }) && !failed.is_throttling(), "{kind}");
+        }
     }
 
     #[test]

@@ -69,10 +69,24 @@ pub struct BadRelay {
 }
 
 impl SmtpSettings {
-    /// Checks the URLs without connecting.
+    /// Checks the URLs without connecting. One `OUTBOXD_SES_ENDPOINT_URL` serves one
+    /// region: `ses://` relays of several regions beside it are refused.
     pub fn validate(&self) -> Result<(), BadRelay> {
-        self.targets(Lane::Transactional)?;
-        self.targets(Lane::Bulk).map(drop)
+        let mut regions: Vec<String> = Vec::new();
+        for lane in Lane::ALL {
+            for (place, target) in self.targets(lane)?.iter().enumerate() {
+                let RelayTarget::Ses(ses) = target else { continue };
+                if self.ses_endpoint.is_some() && regions.iter().any(|r| *r != ses.region()) {
+                    return Err(BadRelay {
+                        lane,
+                        place,
+                        problem: "OUTBOXD_SES_ENDPOINT_URL serves one region, and the ses:// relays name several".to_owned(),
+                    });
+                }
+                regions.push(ses.region().to_owned());
+            }
+        }
+        Ok(())
     }
 
     /// A lane's relays' targets, in the order they are tried; none for a lane without

@@ -81,7 +81,11 @@ impl ReturnPaths {
             .strip_prefix(PREFIX)
             .and_then(|rest| rest.split_once('.'))
             .ok_or(Forged)?;
+        // One spelling per row: `+42`, `042` are not ours.
         let id: i64 = id.parse().map_err(|_| Forged)?;
+        if id.to_string() != id_text(&local) {
+            return Err(Forged);
+        }
         if signature.len() != SIGNATURE_BYTES * 2 {
             return Err(Forged);
         }
@@ -99,6 +103,14 @@ impl ReturnPaths {
         cut.copy_from_slice(&signed.as_ref()[..SIGNATURE_BYTES]);
         cut
     }
+}
+
+/// The id's text in a local part already read as `bounces+ID.SIG`.
+fn id_text(local: &str) -> &str {
+    local
+        .strip_prefix(PREFIX)
+        .and_then(|rest| rest.split_once('.'))
+        .map_or("", |(id, _)| id)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -144,6 +156,7 @@ mod tests {
             "bounces+42.zz@bounces.example".to_owned(),
             "postmaster@bounces.example".to_owned(),
             "bounces+-1.00@bounces.example".to_owned(),
+            address.replacen("+42.", "+042.", 1),
             "no at sign".to_owned(),
         ];
         for forged in forgeries {

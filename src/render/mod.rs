@@ -226,14 +226,15 @@ impl Renderer {
         self
     }
 
-    /// Gives the emails of these bulk kinds a one-click unsubscribe link (RFC 8058).
-    #[must_use]
     /// Gives each email its own signed envelope sender (`OUTBOXD_BOUNCE_DOMAIN`).
+    #[must_use]
     pub fn with_return_paths(mut self, paths: Arc<ReturnPaths>) -> Self {
         self.return_paths = Some(paths);
         self
     }
 
+    /// Gives the emails of these bulk kinds a one-click unsubscribe link (RFC 8058).
+    #[must_use]
     pub fn with_one_click(mut self, links: Arc<OneClick>, bulk: BTreeSet<String>) -> Self {
         self.one_click = Some(headers::OneClickLinks { links, bulk });
         self

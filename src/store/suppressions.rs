@@ -272,7 +272,12 @@ pub async fn record_feedback(
             recorded.not_marked += 1;
             continue;
         }
-        if let Some(entry) = &feedback.suppression {
+        // A report every recipient could have made (its return path is in each copy)
+        // suppresses only when the message had no other recipient to speak of.
+        let may_suppress = !source.speaks_only_for_recipients()
+            || row.as_ref().is_some_and(|(_, recipients)| *recipients == 1);
+        let row = row.map(|(kind, _)| kind);
+        if let Some(entry) = feedback.suppression.as_ref().filter(|_| may_suppress) {
             // About a message sent to the address: that message's lane; else every kind.
             let entry = match &row {
                 Some(kind) => entry.clone().about(lanes.of(kind)),
@@ -328,14 +333,15 @@ async fn first_receipt(
     Ok(first)
 }
 
-/// The kind of the row a report names, if the address reported was among its recipients
-/// (the row locked for its mark); `None` when the row is gone or was not sent to it.
+/// The kind of the row a report names and how many recipients it had, if the address
+/// reported was among them (the row locked for its mark); `None` when the row is gone or
+/// was not sent to it.
 async fn row_reported(
     store: &Store,
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     id: i64,
     address: &Address,
-) -> Result<Option<String>, sqlx::Error> {
+) -> Result<Option<(String, usize)>, sqlx::Error> {
     let row: Option<(String, Vec<String>)> = store
         .query_as(Sql::EnvelopeOf)
         .bind(id)
@@ -346,7 +352,7 @@ async fn row_reported(
             .iter()
             .filter_map(|text| Address::parse(text).ok())
             .any(|recipient| recipient == *address);
-        sent_to.then_some(kind)
+        sent_to.then_some((kind, recipients.len()))
     }))
 }
 

@@ -68,14 +68,30 @@ impl Chain {
     }
 
     /// The credentials to sign with now, or why there are none (every source said why).
+    /// Credentials about to expire that cannot be fetched again are used while they last.
     pub async fn current(&self) -> Result<Credentials, String> {
         let mut kept = self.kept.lock().await;
         if let Some(credentials) = kept.as_ref().filter(|c| c.fresh()) {
             return Ok(credentials.clone());
         }
-        let found = self.find().await?;
-        *kept = Some(found.clone());
-        Ok(found)
+        match self.find().await {
+            Ok(found) => {
+                *kept = Some(found.clone());
+                Ok(found)
+            }
+            Err(e) => match kept.as_ref().filter(|c| c.expires.is_some_and(|at| Utc::now() < at)) {
+                Some(still) => {
+                    tracing::warn!(error = %e, "cannot fetch AWS credentials again; using the ones about to expire");
+                    Ok(still.clone())
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Forgets the kept credentials: SES refused them.
+    pub async fn forget(&self) {
+        *self.kept.lock().await = None;
     }
 
     async fn find(&self) -> Result<Credentials, String> {
@@ -109,6 +125,12 @@ impl Chain {
             .map_err(|e| format!("cannot read AWS_WEB_IDENTITY_TOKEN_FILE {token_file}: {e}"))?;
         let endpoint = std::env::var("AWS_ENDPOINT_URL_STS")
             .unwrap_or_else(|_| format!("https://sts.{}.amazonaws.com", self.region));
+        let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+            .iter()
+            .any(|start| endpoint.starts_with(start));
+        if !endpoint.starts_with("https://") && !loopback {
+            return Err("AWS_ENDPOINT_URL_STS must be https:// (http:// only to this machine): the web identity token travels in it".to_owned());
+        }
         let session = session.unwrap_or_else(|| format!("outboxd-{}", std::process::id()));
         let form: String = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("Action", "AssumeRoleWithWebIdentity")
@@ -138,6 +160,14 @@ impl Chain {
 /// The container's credentials endpoint (ECS, EKS Pod Identity), with its token if any.
 async fn container(uri: &str) -> Result<Credentials, String> {
     let url = url::Url::parse(uri).map_err(|e| format!("AWS_CONTAINER_CREDENTIALS_*_URI: {e}"))?;
+    // As the SDKs: plain HTTP only to this machine or the ECS and EKS agents' addresses.
+    let local = matches!(
+        url.host_str(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "169.254.170.2" | "169.254.170.23" | "[fd00:ec2::23]")
+    );
+    if url.scheme() != "https" && !local {
+        return Err("AWS_CONTAINER_CREDENTIALS_FULL_URI must be https://, or http:// to this machine or the container agent".to_owned());
+    }
     let token = match std::env::var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
         Ok(file) => Some(std::fs::read_to_string(&file).map_err(|e| format!("cannot read {file}: {e}"))?),
         Err(_) => std::env::var("AWS_CONTAINER_AUTHORIZATION_TOKEN").ok(),
@@ -220,8 +250,9 @@ fn read_profile(text: &str, wanted: &str) -> Option<Credentials> {
 async fn fetch(origin: &str, method: &str, path: &str, headers: &[(String, String)], body: Bytes) -> Result<Bytes, String> {
     let url = url::Url::parse(origin).map_err(|e| format!("{origin}: {e}"))?;
     let origin = Origin::new(url, Some(crate::tls::client_config(None)?))?;
+    let deadline = tokio::time::Instant::now() + FETCH_TIMEOUT;
     let answer = origin
-        .send(method, path, headers, body, FETCH_TIMEOUT)
+        .send(method, path, headers, body, deadline)
         .await
         .map_err(|e| e.to_string())?;
     if !(200..300).contains(&answer.status) {

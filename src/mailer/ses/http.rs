@@ -21,6 +21,9 @@ use crate::lock::lock;
 const MAX_BODY: usize = 256 * 1024;
 /// Idle connections kept per origin.
 const MAX_IDLE: usize = 32;
+/// Idle connections older than this are closed rather than reused: servers close idle
+/// clients after a while (SES after about a minute).
+const MAX_IDLE_FOR: Duration = Duration::from_secs(20);
 
 /// An answer: its status, headers (names lower-case) and body.
 #[derive(Debug, Clone)]
@@ -56,7 +59,8 @@ pub struct Origin {
     host: String,
     port: u16,
     tls: Option<TlsConnector>,
-    idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+    /// Idle connections, and since when.
+    idle: Mutex<Vec<(SendRequest<Full<Bytes>>, std::time::Instant)>>,
 }
 
 impl Origin {
@@ -80,25 +84,24 @@ impl Origin {
 
     /// `host:port`, the relay's name in metrics and on timelines.
     pub fn label(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
     }
 
-    /// One request, within `timeout`; `headers` besides `host`.
+    /// One request, by `deadline`; `headers` besides `host`. A request an idle connection
+    /// could not take (the server had closed it) goes once more on a new one: it was not
+    /// sent.
     pub async fn send(
         &self,
         method: &str,
         path_and_query: &str,
         headers: &[(String, String)],
         body: Bytes,
-        timeout: Duration,
+        deadline: tokio::time::Instant,
     ) -> Result<Answer, HttpError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut sender = match self.take_idle() {
-            Some(sender) => sender,
-            None => tokio::time::timeout_at(deadline, self.connect())
-                .await
-                .map_err(|_| HttpError::Unsent(format!("no connection to {} within the timeout", self.label())))??,
-        };
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -107,47 +110,58 @@ impl Origin {
         for (name, value) in headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let request = request
+        let mut request = request
             .body(Full::new(body))
             .map_err(|e| HttpError::Unsent(e.to_string()))?;
-        let answered = tokio::time::timeout_at(deadline, async {
-            let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
-            let status = response.status().as_u16();
-            let headers = response
-                .headers()
-                .iter()
-                .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-                .collect();
-            let body = Limited::new(response.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| format!("cannot read the answer: {e}"))?
-                .to_bytes();
-            Ok::<_, String>(Answer { status, headers, body })
-        })
-        .await;
-        match answered {
-            Ok(Ok(answer)) => {
-                self.give_back(sender);
-                Ok(answer)
+        let mut reused = self.take_idle();
+        loop {
+            let fresh = reused.is_none();
+            let mut sender = match reused.take() {
+                Some(sender) => sender,
+                None => tokio::time::timeout_at(deadline, self.connect())
+                    .await
+                    .map_err(|_| HttpError::Unsent(format!("no connection to {} within the timeout", self.label())))??,
+            };
+            let answered = tokio::time::timeout_at(deadline, async {
+                let response = match sender.try_send_request(request).await {
+                    Ok(response) => response,
+                    Err(mut e) => return Err(e.take_message().ok_or_else(|| e.into_error().to_string())),
+                };
+                read(response).await.map_err(Err)
+            })
+            .await;
+            match answered {
+                Ok(Ok(answer)) => {
+                    self.give_back(sender);
+                    return Ok(answer);
+                }
+                // Not sent: on a reused connection, once more on a new one.
+                Ok(Err(Ok(unsent))) if !fresh => request = unsent,
+                Ok(Err(Ok(_))) => return Err(HttpError::Unsent(format!("{} closed the connection", self.label()))),
+                Ok(Err(Err(e))) => return Err(HttpError::Sent(e)),
+                Err(_) => return Err(HttpError::Sent("no answer within the timeout".to_owned())),
             }
-            Ok(Err(e)) => Err(HttpError::Sent(e)),
-            Err(_) => Err(HttpError::Sent("no answer within the timeout".to_owned())),
         }
     }
 
-    /// The `Host` header it sends: the port only when it is not the scheme's own.
+    /// The `Host` header it sends: the port only when it is not the scheme's own, an IPv6
+    /// address in brackets.
     pub fn host_header(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         match (self.url.scheme(), self.port) {
-            ("https", 443) | ("http", 80) => self.host.clone(),
-            _ => format!("{}:{}", self.host, self.port),
+            ("https", 443) | ("http", 80) => host,
+            _ => format!("{host}:{}", self.port),
         }
     }
 
     fn take_idle(&self) -> Option<SendRequest<Full<Bytes>>> {
         let mut idle = lock(&self.idle);
-        while let Some(sender) = idle.pop() {
-            if !sender.is_closed() && sender.is_ready() {
+        while let Some((sender, since)) = idle.pop() {
+            if since.elapsed() < MAX_IDLE_FOR && !sender.is_closed() && sender.is_ready() {
                 return Some(sender);
             }
         }
@@ -157,7 +171,7 @@ impl Origin {
     fn give_back(&self, sender: SendRequest<Full<Bytes>>) {
         let mut idle = lock(&self.idle);
         if idle.len() < MAX_IDLE && !sender.is_closed() {
-            idle.push(sender);
+            idle.push((sender, std::time::Instant::now()));
         }
     }
 
@@ -194,4 +208,20 @@ impl Origin {
         drop(connection);
         Ok(sender)
     }
+}
+
+/// A response read whole, within [`MAX_BODY`].
+async fn read(response: hyper::Response<hyper::body::Incoming>) -> Result<Answer, String> {
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let body = Limited::new(response.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| format!("cannot read the answer: {e}"))?
+        .to_bytes();
+    Ok(Answer { status, headers, body })
 }
