@@ -66,6 +66,19 @@ impl Circuits {
         }
     }
 
+    /// How long until the soonest open circuit's wait is over (zero when it is), if one is
+    /// open.
+    pub fn next_probe_in(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.breakers
+            .iter()
+            .filter_map(|(_, breaker)| match *lock(&breaker.state) {
+                State::Closed => None,
+                State::Open { until, .. } => Some(until.saturating_duration_since(now)),
+            })
+            .min()
+    }
+
     /// Opens a route's circuit after a batch met an outage on it.
     pub fn open(&self, route: Lane, metrics: &Metrics) {
         if let Some((_, breaker)) = self.breakers.iter().find(|(r, _)| *r == route) {

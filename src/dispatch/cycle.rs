@@ -200,8 +200,9 @@ impl Dispatcher {
     }
 
     /// When the loop next looks for work, after a drain: the one place that decides. The
-    /// drain's step says how long: the pace's wait, the circuit breaker's next probe, a
-    /// database back-off, or, after an ordinary drain, the poll interval, which a
+    /// drain's step says how long: the pace's wait, the circuit breaker's next probe (also
+    /// when only one lane's circuit is open), a database back-off, or, after an ordinary
+    /// drain, the poll interval, which a
     /// notification ends sooner (`true`). Every wait ends within the poll interval, by the
     /// next try of outcomes held for locked rows (an application's commit sends no
     /// notification) and, after an ordinary drain, by the soonest retry or `not_before`
@@ -242,6 +243,11 @@ impl Dispatcher {
             }
         };
         let mut wait = wait.min(wakeups.poll_interval(self.settings.poll_interval));
+        // One lane's circuit open while the other's claim came back: its next look is due
+        // with its probe, not a poll interval later.
+        if let Some(probe_in) = self.delivery.sender.next_probe_in() {
+            wait = wait.min(probe_in);
+        }
         if self.delivery.recorder.holds_locked() {
             wait = wait.min(LOCKED_RETRY);
         }

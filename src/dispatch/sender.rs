@@ -64,6 +64,11 @@ impl Sender {
         lanes
     }
 
+    /// How long until the soonest open circuit's next look, if one is open.
+    pub fn next_probe_in(&self) -> Option<Duration> {
+        self.circuits.next_probe_in()
+    }
+
     /// A batch met an outage on these routes: their lanes are not claimed until one of
     /// their relays answers a probe.
     pub fn open_circuits(&self, routes: &[Lane]) {
