@@ -303,3 +303,42 @@ async fn a_refusal_of_the_sender_or_a_dsn_any_recipient_could_have_sent_suppress
         "both marked on their timelines"
     );
 }
+
+#[tokio::test]
+async fn a_dsn_that_cannot_be_recorded_now_is_refused_for_later_and_postfix_delivers_it_again() {
+    let db = TestDb::new().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let transport = format!("{DOMAIN}={listen}");
+    let relay = Postfix::start(&["--dead-domain", "dead.test", "--transport", &transport]);
+    let outboxd = taking_bounces(&db, &relay.url(), &listen).await;
+    // An application's transaction holds the suppression list against writes (reads, the
+    // claim's among them, go on): no bounce can be recorded.
+    let held = db
+        .transaction_after("LOCK TABLE outbox_suppressions IN SHARE MODE")
+        .await;
+    db.verification_to("nobody@dead.test").await;
+    let failed = "outbox_bounce_listener_messages_total{result=\"failed\"}";
+    eventually(
+        Duration::from_secs(60),
+        "the DSN refused with a 451",
+        || async {
+            let metrics = http_get(&outboxd.http, "/metrics").await.1;
+            metric_value(&metrics, failed).is_some_and(|n| n >= 1.0)
+        },
+    )
+    .await;
+    assert_eq!(relay.queued(), 1, "Postfix keeps the DSN: {}", relay.log());
+    // The transaction ends; Postfix's next try is recorded.
+    held.rollback().await.expect("rollback");
+    eventually(
+        Duration::from_secs(60),
+        "the DSN recorded on Postfix's retry",
+        || async { suppressions(&db).await == 1 },
+    )
+    .await;
+    assert!(
+        relay.log().contains("451 4.3.0 could not record it now"),
+        "{}",
+        relay.log()
+    );
+}
