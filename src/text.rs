@@ -192,6 +192,12 @@ pub fn mask_addresses(text: &str) -> Cow<'_, str> {
     Cow::Owned(masked)
 }
 
+
+/// Bytes as lower-case hexadecimal: signatures, digests, tokens.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

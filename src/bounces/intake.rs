@@ -100,7 +100,7 @@ impl Intake {
             .map(|event| event.feedback(FeedbackSource::Dsn, &self.message_ids))
             .collect();
         // The same DSN delivered twice (after a 451, or by a relay that retries) is one.
-        let id = hex(digest::digest(&digest::SHA256, raw).as_ref());
+        let id = crate::text::hex(digest::digest(&digest::SHA256, raw).as_ref());
         let recorded = store::suppressions::record_feedback(
             &self.store,
             FeedbackSource::Dsn,
@@ -163,6 +163,3 @@ fn event(row: i64, status: &RecipientStatus) -> Option<Event> {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}

@@ -65,7 +65,7 @@ impl AdminAuth {
 
     fn csrf_for(&self, actor: &Actor, window: u64) -> String {
         let message = format!("{}\0{window}", actor.0);
-        hex(hmac::sign(&self.csrf_key, message.as_bytes()).as_ref())
+        crate::text::hex(hmac::sign(&self.csrf_key, message.as_bytes()).as_ref())
     }
 
     fn bearer(&self, headers: &HeaderMap) -> bool {
@@ -97,9 +97,6 @@ fn csrf_window(now: std::time::SystemTime) -> u64 {
         .map_or(0, |d| d.as_secs() / CSRF_WINDOW_SECONDS)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// A name fit for the audit table: printable, short, never empty.
 fn actor_name(raw: &str, fallback: &str) -> String {

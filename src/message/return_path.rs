@@ -65,7 +65,7 @@ impl ReturnPaths {
 
     /// The envelope sender of row `id`'s email.
     pub fn of(&self, id: i64) -> String {
-        let signature = hex(&self.signature(&self.keys[0], id));
+        let signature = crate::text::hex(&self.signature(&self.keys[0], id));
         format!("{PREFIX}{id}.{signature}@{}", self.domain)
     }
 
@@ -113,9 +113,6 @@ fn id_text(local: &str) -> &str {
         .map_or("", |(id, _)| id)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
     (0..text.len())

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value, outboxd, preview,
-    refusal_saying, succeeds,
+    Outboxd, SmtpServer, TestDb, eventually, http_get, metric_value, outboxd, preview, run_refused,
+    succeeds,
 };
 
 /// A templates directory with the kind `news` (subject and body) and its `kind.toml`.
@@ -24,16 +24,6 @@ fn news_kind(kind_toml: &str) -> tempfile::TempDir {
 
 fn path(dir: &tempfile::TempDir) -> String {
     dir.path().display().to_string()
-}
-
-/// `outboxd run` with `flags` on a database nobody answers at: its refusal, if any.
-fn run_refused(flags: &[&str], says: &str) -> String {
-    let output = outboxd()
-        .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
-        .args(flags)
-        .output()
-        .expect("outboxd run");
-    refusal_saying(&output, says)
 }
 
 #[tokio::test]

@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use crate::helpers::{
-    Outboxd, SmtpServer, TestDb, eventually, free_port, http_get, metric_value, outboxd,
-    refusal_saying,
+    Outboxd, SmtpServer, TestDb, eventually, free_port, http_get, metric_value, run_refused,
 };
 
 const BULK: &str = "workspace_invite";
@@ -117,44 +116,38 @@ async fn while_the_bulk_relay_is_down_transactional_mail_goes_on_and_bulk_mail_w
     assert!(only_of(&main, &transactional_ids));
 }
 
+/// The main relay's flags, with `more`.
+fn relaying(more: &[&'static str]) -> Vec<&'static str> {
+    let mut flags = vec![
+        "--smtp-url",
+        "smtp://127.0.0.1:2525",
+        "--from",
+        "a@example.com",
+    ];
+    flags.extend(more);
+    flags
+}
+
 #[test]
 fn a_bulk_relay_without_bulk_kinds_is_refused_at_start() {
-    let output = outboxd()
-        .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
-        .args([
-            "--smtp-url",
-            "smtp://127.0.0.1:2525",
-            "--from",
-            "a@example.com",
-        ])
-        .args(["--bulk-smtp-url", "smtp://127.0.0.1:2526"])
-        .output()
-        .expect("outboxd run");
-    refusal_saying(&output, "OUTBOXD_BULK_SMTP_URL is set but no kind is bulk");
+    run_refused(
+        &relaying(&["--bulk-smtp-url", "smtp://127.0.0.1:2526"]),
+        "OUTBOXD_BULK_SMTP_URL is set but no kind is bulk",
+    );
 }
 
 #[test]
 fn a_bad_bulk_relay_url_is_refused_naming_its_setting_not_its_password() {
-    let output = outboxd()
-        .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
-        .args([
-            "--smtp-url",
-            "smtp://127.0.0.1:2525",
-            "--from",
-            "a@example.com",
-        ])
-        .args([
+    let said = run_refused(
+        &relaying(&[
             "--bulk-kinds",
             BULK,
             "--bulk-smtp-url",
             "smtp://127.0.0.1:2526",
-        ])
-        .args([
             "--bulk-smtp-fallback-urls",
             "smtp://user:hunter2@mail.example",
-        ])
-        .output()
-        .expect("outboxd run");
-    let said = refusal_saying(&output, "OUTBOXD_BULK_SMTP_FALLBACK_URLS (fallback 1)");
+        ]),
+        "OUTBOXD_BULK_SMTP_FALLBACK_URLS (fallback 1)",
+    );
     assert!(!said.contains("hunter2"), "{said}");
 }

@@ -51,12 +51,12 @@ pub fn sign(
         "{}\n{}\n\n{canonical_headers}\n{signed_headers}\n{}",
         request.method,
         request.path,
-        hex(digest::digest(&digest::SHA256, request.body).as_ref())
+        crate::text::hex(digest::digest(&digest::SHA256, request.body).as_ref())
     );
     let scope = format!("{day}/{region}/{service}/aws4_request");
     let string_to_sign = format!(
         "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex(digest::digest(&digest::SHA256, canonical_request.as_bytes()).as_ref())
+        crate::text::hex(digest::digest(&digest::SHA256, canonical_request.as_bytes()).as_ref())
     );
     let secret = format!("AWS4{}", credentials.secret_access_key.expose_secret());
     let key = [day.as_str(), region, service, "aws4_request"]
@@ -72,14 +72,10 @@ pub fn sign(
         format!(
             "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, Signature={}",
             credentials.access_key_id,
-            hex(signature.as_ref())
+            crate::text::hex(signature.as_ref())
         ),
     ));
     added
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -58,6 +58,17 @@ pub fn refusal_saying(output: &std::process::Output, says: &str) -> String {
     stderr
 }
 
+/// `outboxd run` with `flags` on a database nobody answers at: its one-line refusal, which
+/// says `says` ([`refusal_saying`]). For options refused before anything connects.
+pub fn run_refused(flags: &[&str], says: &str) -> String {
+    let output = outboxd()
+        .args(["run", "--database-url", "postgres://127.0.0.1:1/none"])
+        .args(flags)
+        .output()
+        .expect("outboxd run");
+    refusal_saying(&output, says)
+}
+
 pub fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     for (key, _) in std::env::vars() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{free_port, poll_until, python};
+use super::{free_port, poll_until, python, spooled};
 
 /// A message moto's SES took.
 #[derive(Debug, Clone, Deserialize)]
@@ -71,14 +71,7 @@ impl SesServer {
     }
 
     pub fn sent(&self) -> Vec<SentBySes> {
-        match std::fs::read_to_string(self.spool.path().join("messages.jsonl")) {
-            Ok(text) => text
-                .split_inclusive('\n')
-                .filter(|l| l.ends_with('\n'))
-                .map(|l| serde_json::from_str(l).expect("spool line"))
-                .collect(),
-            Err(_) => Vec::new(),
-        }
+        spooled(&self.spool.path().join("messages.jsonl"))
     }
 
     pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<SentBySes> {

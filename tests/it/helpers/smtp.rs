@@ -88,6 +88,19 @@ pub fn python() -> &'static Path {
     })
 }
 
+/// The records a test server wrote to a JSON-lines spool file so far: only whole lines,
+/// since the server may be writing the next one right now.
+pub fn spooled<T: serde::de::DeserializeOwned>(file: &Path) -> Vec<T> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => text
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(|l| serde_json::from_str(l).expect("spool line"))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// A free port on loopback, for a server about to be started.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -159,15 +172,7 @@ impl SmtpServer {
     }
 
     pub fn messages(&self) -> Vec<Received> {
-        match std::fs::read_to_string(self.spool.path().join("messages.jsonl")) {
-            // Only whole lines: the server may be writing the next one right now.
-            Ok(text) => text
-                .split_inclusive('\n')
-                .filter(|l| l.ends_with('\n'))
-                .map(|l| serde_json::from_str(l).expect("spool line"))
-                .collect(),
-            Err(_) => Vec::new(),
-        }
+        spooled(&self.spool.path().join("messages.jsonl"))
     }
 
     /// Waits until at least `n` messages arrived, or panics after `within`.
