@@ -109,6 +109,12 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_RATE_LIMIT", value_parser = RateLimit::parse)]
     pub rate_limit: Option<RateLimit>,
 
+    /// The most messages all replicas send together through the bulk lane's own relays
+    /// (OUTBOXD_BULK_SMTP_URL), of the same form. Unset: no limit; throttling replies from
+    /// those relays slow the bulk lane alone.
+    #[arg(long, env = "OUTBOXD_BULK_RATE_LIMIT", value_parser = RateLimit::parse)]
+    pub bulk_rate_limit: Option<RateLimit>,
+
     /// Each kind's settings that variables give (`kind.toml` gives them too).
     #[command(flatten)]
     pub kinds: KindArgs,
@@ -277,11 +283,7 @@ impl RunArgs {
         self.kinds.check_auto_pause_lists()?;
         let dkim = self.deliverability.dkim()?;
         let kinds = self.kind_book(&from, &dkim)?;
-        if smtp.as_ref().is_some_and(|smtp| !smtp.bulk_urls.is_empty())
-            && kinds.lanes().bulk().next().is_none()
-        {
-            bail!("OUTBOXD_BULK_SMTP_URL is set but no kind is bulk: name them in OUTBOXD_BULK_KINDS or with lane = \"bulk\" in their kind.toml");
-        }
+        self.check_bulk_relay(smtp.as_ref(), &kinds)?;
         Ok(RunConfig {
             database,
             dispatch: self.dispatch_settings(&kinds)?,
@@ -371,6 +373,18 @@ impl RunArgs {
         Ok(admin_token)
     }
 
+    /// The bulk lane's own relays need bulk kinds to send, and its own pace needs them.
+    fn check_bulk_relay(&self, smtp: Option<&SmtpSettings>, kinds: &KindBook) -> anyhow::Result<()> {
+        let bulk_relays = smtp.is_some_and(|smtp| !smtp.bulk_urls.is_empty());
+        if bulk_relays && kinds.lanes().bulk().next().is_none() {
+            bail!("OUTBOXD_BULK_SMTP_URL is set but no kind is bulk: name them in OUTBOXD_BULK_KINDS or with lane = \"bulk\" in their kind.toml");
+        }
+        if self.bulk_rate_limit.is_some() && !bulk_relays {
+            bail!("OUTBOXD_BULK_RATE_LIMIT is set but OUTBOXD_BULK_SMTP_URL is not: it is the pace of the bulk lane's own relays (OUTBOXD_RATE_LIMIT paces relays the lanes share)");
+        }
+        Ok(())
+    }
+
     fn dispatch_settings(&self, kinds: &KindBook) -> anyhow::Result<DispatchSettings> {
         let worker_id = match &self.worker_id {
             Some(id) if !id.trim().is_empty() => id.trim().to_owned(),
@@ -393,6 +407,7 @@ impl RunArgs {
             worker_id,
             max_payload_bytes: self.max_message_bytes,
             rate_limit: self.rate_limit,
+            bulk_rate_limit: self.bulk_rate_limit,
             expire_after: kinds.expire_after(),
             suppress_hard_bounces: self.deliverability.suppress_hard_bounces,
             lanes: kinds.lanes(),

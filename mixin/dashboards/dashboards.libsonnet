@@ -323,10 +323,10 @@ local s = p.selector;
         p.row('Delivery policy', [
           p.timeseries(
             'Rate limit and throttling',
-            "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, cut by throttling; 0: no limit), what was sent, and the relay's throttling replies per second.",
+            "The send rate the replicas share now per route (OUTBOXD_RATE_LIMIT, or OUTBOXD_BULK_RATE_LIMIT for the bulk lane's own relays, cut by throttling; 0: no limit), what was sent, and the relays' throttling replies per second.",
             'ops',
             [
-              p.target('max(outbox_send_rate_limit_per_second{%s})' % s, 'pace (limit now)'),
+              p.target('max by (lane) (outbox_send_rate_limit_per_second{%s})' % s, 'pace {{lane}} (limit now)'),
               p.target('sum(rate(outbox_messages_sent_total{%s}[$__rate_interval]))' % s, 'sent'),
               p.target('sum(rate(outbox_throttled_total{%s}[$__rate_interval]))' % s, 'throttled'),
             ],

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use std::sync::Arc;
 
 use super::Step;
-use super::pace::Slots;
+use super::pace::SendSlots;
 use super::recipients::Suppressed;
 use crate::message::{ClaimedBatch, Delivery, Outcome};
 use crate::render::ReadPayload;
@@ -28,11 +28,10 @@ pub(super) struct Claim {
     /// The suppression list as the claim's statement saw it.
     pub at_claim: ListedAtClaim,
     pub lease_start: Instant,
-    /// The most rows the claim asked for: the batch size, or fewer under a rate limit.
-    /// A batch this full means more may be due.
-    pub requested: u32,
-    /// Under a rate limit, when each message may be sent (from `lease_start`).
-    pub slots: Option<Slots>,
+    /// Some route took all its pace and the claim size allowed: more may be due.
+    pub full: bool,
+    /// Under a pace, when each message may be sent (from `lease_start`).
+    pub slots: SendSlots,
 }
 
 impl Claim {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use crate::store::Store;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::batch::{Claim, Claiming};
 use super::floor::{ClaimFloor, Floors};
-use super::pace::{Allowance, Pace};
+use super::pace::{Paces, Plan, Planned};
 use super::recipients::Suppressed;
 use super::{DispatchError, DispatchSettings};
 use crate::message::{ClaimedBatch, Lane};
@@ -26,7 +26,7 @@ pub(super) struct Claimer {
     renderer: Arc<Renderer>,
     metrics: Arc<Metrics>,
     floor: ClaimFloor,
-    pace: Pace,
+    paces: Paces,
     /// The claim size now: grows while batches come back full, back to `batch_size` after
     /// a short one.
     claim_size: u32,
@@ -46,14 +46,14 @@ impl Claimer {
         database: Arc<KeptConnection>,
         renderer: Arc<Renderer>,
         metrics: Arc<Metrics>,
-        pace: Pace,
+        paces: Paces,
         settings: DispatchSettings,
     ) -> Self {
         Self {
             renderer,
             metrics,
             floor: ClaimFloor::new(),
-            pace,
+            paces,
             claim_size: settings.batch_size,
             listen: Listen {
                 pool: Some(database.store().clone()),
@@ -82,40 +82,38 @@ impl Claimer {
         &mut self.floor
     }
 
-    /// Claims the next batch, as many rows as the pace and the claim size allow, or says
-    /// that nothing is due or how long the pace says to wait.
+    /// Claims the next batch, as many rows as each route's pace and the claim size allow,
+    /// or says that nothing is due or how long the paces say to wait.
     pub async fn claim(
         &mut self,
         due_by: Option<DateTime<Utc>>,
         lanes: &[Lane],
     ) -> Result<Claiming, DispatchError> {
         let wanted = self.claim_size;
-        let (requested, slots) = match self
-            .pace
-            .allowance(self.database.store(), wanted, &self.metrics)
+        let planned = match self
+            .paces
+            .plan(self.database.store(), wanted, lanes, &self.metrics)
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?
         {
-            Allowance::Take { rows, slots } => (rows, slots),
-            Allowance::Wait(wait) => return Ok(Claiming::Paced(Instant::now() + wait)),
+            Plan::Claim(planned) => planned,
+            Plan::Wait(wait) => return Ok(Claiming::Paced(Instant::now() + wait)),
         };
         // The lease starts in the database during the claim; counting from before it
         // errs on the safe side. The send slots count from the booking, just before.
         let lease_start = Instant::now();
-        let (claimed, at_claim) = self.claim_rows(requested, due_by, lanes).await?;
-        let taken = u32::try_from(claimed.messages.len()).unwrap_or(u32::MAX);
-        self.adapt_claim_size(taken >= requested);
-        self.pace.claimed(wanted, requested, taken);
-        let unused = requested.saturating_sub(taken);
-        if let Err(e) = self
-            .pace
-            .unused(self.database.store(), slots.as_ref(), unused)
-            .await
-        {
-            // The rows are claimed: send them. The schedule only runs a little slow.
-            self.metrics.database_error(DatabaseOperation::Claim);
-            warn!(error = %e, slots = unused, "could not hand unused send slots back");
-        }
+        let (claimed, at_claim) = self.claim_rows(&planned, due_by).await?;
+        let (slots, full) = self
+            .paces
+            .claimed(
+                self.database.store(),
+                planned,
+                &claimed.messages,
+                &self.settings.lanes,
+                &self.metrics,
+            )
+            .await;
+        self.adapt_claim_size(full);
         if claimed.messages.is_empty() {
             return Ok(Claiming::NothingDue);
         }
@@ -130,7 +128,7 @@ impl Claimer {
             payloads,
             at_claim,
             lease_start,
-            requested,
+            full,
             slots,
         })))
     }
@@ -179,19 +177,19 @@ impl Claimer {
         };
     }
 
-    /// Claims up to `limit` due rows from the claim floor up, and moves the floor.
+    /// Claims the planned due rows from the claim floor up, and moves the floor.
     async fn claim_rows(
         &mut self,
-        limit: u32,
+        planned: &Planned,
         due_by: Option<DateTime<Utc>>,
-        lanes: &[Lane],
     ) -> Result<(ClaimedBatch, ListedAtClaim), DispatchError> {
         let scan = self.floor.start();
         let bulk_kinds = self.settings.lanes.bulk_kinds();
         let claimed = self
             .database
             .claim(&ClaimRequest {
-                limit: i64::from(limit),
+                limit: i64::from(planned.limit),
+                bulk_limit: planned.bulk_limit.map(i64::from),
                 lease: self.settings.lease,
                 worker_id: &self.settings.worker_id,
                 due_by,
@@ -200,7 +198,7 @@ impl Claimer {
                 floor: scan.floor.transactional,
                 bulk_kinds: &bulk_kinds,
                 bulk_floor: scan.floor.bulk,
-                lanes,
+                lanes: &planned.lanes,
             })
             .await
             .map_err(DispatchError::database(DatabaseOperation::Claim))?;

@@ -43,7 +43,7 @@ impl Dispatcher {
         let mut next = claim_next(claimer, delivery, None).await?;
         while let NextBatch::Leased(leased) = next {
             let due_by = Some(leased.claim.claimed.claimed_at);
-            let full = leased.claim.claimed.messages.len() >= leased.claim.requested as usize;
+            let full = leased.claim.full;
             let (sent, finished, following) = tokio::join!(
                 delivery.send_batch(leased),
                 async {

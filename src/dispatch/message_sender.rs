@@ -17,7 +17,7 @@ use super::attempt::{self, AttemptResult, outcome_of};
 use super::batch::Decided;
 use super::batch::Payloads;
 use super::expiry::ExpireAfter;
-use super::pace::{ReplyCount, Slots};
+use super::pace::{ReplyCounts, SendSlots};
 use super::queue::OutcomeQueue;
 use super::recipients::{Filtered, Suppressed};
 use crate::mailer::Mailer;
@@ -33,8 +33,8 @@ pub(super) struct MessageSender {
     pub metrics: Arc<telemetry::metrics::Metrics>,
     pub retry: RetryPolicy,
     pub stop: CancellationToken,
-    /// Shared with the claimer's pace, which judges what the relay answered.
-    pub replies: Arc<ReplyCount>,
+    /// Shared with the claimer's paces, which judge what each route's relays answered.
+    pub replies: ReplyCounts,
     pub expire_after: ExpireAfter,
     pub suppress_hard_bounces: bool,
     /// Each message's lane, which the suppression list's lane entries stop.
@@ -55,8 +55,8 @@ pub(super) struct InFlight {
     pub start_deadline: Instant,
     /// The database's clock at the claim: expiry is judged against it.
     pub claimed_at: DateTime<Utc>,
-    /// Under a rate limit, each message waits for its send slot.
-    pub slots: Option<Slots>,
+    /// Under a pace, each message waits for its send slot.
+    pub slots: SendSlots,
     /// Recipients not to mail: the list as of the claim, and those that bounced since.
     pub suppressed: Suppressed,
     /// What the sends met on each route: together they tell an outage from a message's own
@@ -156,9 +156,12 @@ impl MessageSender {
         // The pace hears every throttling reply, also one that costs a message that has met
         // too many an attempt: else a long episode falls silent and the pace is forgotten
         // while the relay still refuses.
+        let replies = self
+            .replies
+            .of(self.mailer.route(self.lanes.of(&message.kind)));
         match &attempt {
-            AttemptResult::SendFailed(e) if e.is_throttling() => self.replies.throttled(),
-            AttemptResult::Delivered(_) => self.replies.accepted(),
+            AttemptResult::SendFailed(e) if e.is_throttling() => replies.throttled(),
+            AttemptResult::Delivered(_) => replies.accepted(),
             _ => {}
         }
         let mut outcome = outcome_of(message, attempt, &self.retry);
@@ -179,11 +182,11 @@ impl MessageSender {
 
     /// Waits for the message's send slot under a rate limit; false when shutting down.
     async fn wait_for_slot(&self, batch: &InFlight, index: usize) -> bool {
-        let Some(slots) = &batch.slots else {
+        let Some(slot) = batch.slots.at(batch.lease_start, index) else {
             return true;
         };
         tokio::select! {
-            () = tokio::time::sleep_until(slots.slot(batch.lease_start, index)) => true,
+            () = tokio::time::sleep_until(slot) => true,
             () = self.stop.cancelled() => false,
         }
     }

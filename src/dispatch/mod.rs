@@ -38,7 +38,7 @@ use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::mailer::Mailer;
-use crate::message::{Kind, Lanes, RetryPolicy};
+use crate::message::{Kind, Lane, Lanes, RetryPolicy};
 use crate::render::Renderer;
 use crate::store::KeptConnection;
 use crate::telemetry::metrics::{DatabaseOperation, Metrics};
@@ -47,7 +47,7 @@ pub use batch::BatchReport;
 use claimer::Claimer;
 pub use expiry::ExpireAfter;
 use message_sender::MessageSender;
-use pace::Pace;
+use pace::Paces;
 pub use pace::RateLimit;
 use recorder::Recorder;
 use sender::Sender;
@@ -77,6 +77,8 @@ pub struct DispatchSettings {
     pub max_payload_bytes: usize,
     /// Messages per second that all replicas on the table send together; `None`: no limit.
     pub rate_limit: Option<RateLimit>,
+    /// The bulk lane's own relays' limit (`OUTBOXD_BULK_RATE_LIMIT`); `None`: no limit.
+    pub bulk_rate_limit: Option<RateLimit>,
     /// Default lifetimes per kind, for messages without their own `expires_at`.
     pub expire_after: ExpireAfter,
     /// Add a recipient to the suppression list when its server says it does not exist.
@@ -152,14 +154,18 @@ impl Dispatcher {
         // One connection kept for the cycle's statements, shared by the claimer and the
         // recorder (see `store::KeptConnection`).
         let database = Arc::new(KeptConnection::new(pool));
-        let pace = Pace::new(settings.rate_limit);
+        let paces = Paces::new(
+            settings.rate_limit,
+            settings.bulk_rate_limit,
+            mailer.routes().contains(&Lane::Bulk),
+        );
         let messages = MessageSender {
             renderer: Arc::clone(&renderer),
             mailer,
             metrics: Arc::clone(&metrics),
             retry: settings.retry.clone(),
             stop: shutdown.stop.clone(),
-            replies: pace.reply_count(),
+            replies: paces.reply_counts(),
             expire_after: settings.expire_after.clone(),
             suppress_hard_bounces: settings.suppress_hard_bounces,
             lanes: settings.lanes.clone(),
@@ -170,7 +176,7 @@ impl Dispatcher {
                 Arc::clone(&database),
                 renderer,
                 Arc::clone(&metrics),
-                pace,
+                paces,
                 settings.clone(),
             ),
             delivery: Delivery {

@@ -4,6 +4,7 @@
 //! [`FORGET_AFTER`] without a refusal. Why: docs/adr/0004-the-pace.md.
 
 mod replies;
+mod routes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,13 +13,19 @@ use crate::store::Store;
 use tokio::time::Instant;
 use tracing::debug;
 
+use crate::message::Lane;
 use crate::store::send_rate::{self, Booking, SlotRequest};
 use crate::telemetry::metrics::Metrics;
 pub(crate) use replies::ReplyCount;
 use replies::{Cut, Judgement, Replies};
+pub(super) use routes::{Paces, Plan, Planned, ReplyCounts, SendSlots};
 
 /// The schedule `OUTBOXD_RATE_LIMIT` books from.
 const BUCKET: &str = "global";
+/// The schedule `OUTBOXD_BULK_RATE_LIMIT` books from: the bulk lane's own relays'.
+const BULK_BUCKET: &str = "bulk";
+/// The schedule of the pace found for the bulk lane's own relays.
+const BULK_DISCOVERED: &str = "bulk.discovered";
 /// How far ahead a claim may book send slots: a second's worth of messages at most.
 pub const HORIZON_SECONDS: f64 = 1.0;
 /// After throttling, the pace grows back by this share of the limit per second.
@@ -95,7 +102,7 @@ pub(super) enum Allowance {
 /// The send slots a claim booked: the `i`-th message of the batch may be sent `first +
 /// i × spacing` after the booking.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Slots {
+pub(in crate::dispatch) struct Slots {
     pub first: Duration,
     pub spacing: Duration,
     booking: Booking,
@@ -113,6 +120,8 @@ impl Slots {
 /// The claimer's alone; the send tasks only count replies ([`ReplyCount`]).
 #[derive(Debug)]
 pub(super) struct Pace {
+    /// The route it paces: the lane whose relays send.
+    route: Lane,
     limit: Option<RateLimit>,
     replies: Replies,
     /// Without a limit, once the relay has throttled: the pace found, until it is
@@ -179,13 +188,30 @@ struct Schedule {
 }
 
 impl Pace {
-    pub fn new(limit: Option<RateLimit>) -> Self {
+    pub fn new(limit: Option<RateLimit>, route: Lane) -> Self {
         Self {
+            route,
             limit,
             // Slots booked before a cut are sent at the pace before it, up to the horizon.
             replies: Replies::new(seconds(HORIZON_SECONDS)),
             discovered: None,
             booked_pace: None,
+        }
+    }
+
+    /// The schedule a configured limit books from.
+    fn limited_bucket(&self) -> &'static str {
+        match self.route {
+            Lane::Transactional => BUCKET,
+            Lane::Bulk => BULK_BUCKET,
+        }
+    }
+
+    /// The schedule of the pace found without a limit.
+    fn discovered_bucket(&self) -> &'static str {
+        match self.route {
+            Lane::Transactional => DISCOVERED,
+            Lane::Bulk => BULK_DISCOVERED,
         }
     }
 
@@ -199,7 +225,7 @@ impl Pace {
     fn schedule(&mut self, judged: &Judgement, before: Option<f64>) -> Option<Schedule> {
         if let Some(limit) = self.limit {
             return Some(Schedule {
-                bucket: BUCKET,
+                bucket: self.limited_bucket(),
                 ceiling: limit.per_second,
                 increase: limit.per_second * RECOVERY_PER_SECOND,
                 min_pace: limit.per_second * MIN_PACE_SHARE,
@@ -219,7 +245,7 @@ impl Pace {
         }
         let found = (*discovered)?;
         Some(Schedule {
-            bucket: DISCOVERED,
+            bucket: self.discovered_bucket(),
             ceiling: found.ceiling,
             increase: found.increase(),
             min_pace: MIN_DISCOVERED,
@@ -241,7 +267,7 @@ impl Pace {
             if booked_before.is_some() {
                 // The pace found is forgotten: nothing paces the sends now.
                 self.booked_pace = None;
-                metrics.send_rate_limit(0.0);
+                metrics.send_rate_limit(self.route, 0.0);
             }
             return Ok(Allowance::Take {
                 rows: wanted,
@@ -306,7 +332,7 @@ impl Pace {
     /// After a booking: the gauge, and what the shared schedule says of the other replicas
     /// (a cut of theirs, the share they learnt to tolerate).
     fn booked(&mut self, cut: Option<Cut>, before: Option<f64>, booking: &Booking, metrics: &Metrics) {
-        metrics.send_rate_limit(booking.pace);
+        metrics.send_rate_limit(self.route, booking.pace);
         if cut.is_none() && before.is_some_and(|before| booking.pace < before * 0.99) {
             self.replies.cut_elsewhere();
         }
@@ -335,9 +361,9 @@ impl Pace {
         match slots {
             Some(slots) if unused > 0 => {
                 let bucket = if self.limit.is_some() {
-                    BUCKET
+                    self.limited_bucket()
                 } else {
-                    DISCOVERED
+                    self.discovered_bucket()
                 };
                 send_rate::hand_back(pool, bucket, &slots.booking, i64::from(unused)).await
             }

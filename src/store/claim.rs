@@ -21,7 +21,10 @@ pub(crate) const BULK: &str = "bulk";
 /// A request for a batch of due rows.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest<'a> {
+    /// The most rows of the transactional tiers, and of all when `bulk_limit` is `None`.
     pub limit: i64,
+    /// The most rows of the bulk lane when its pace is its own (relays of its own).
+    pub bulk_limit: Option<i64>,
     pub lease: Duration,
     pub worker_id: &'a str,
     /// Only rows due at or before this time; `None` means now. A drain passes the time of
@@ -65,6 +68,7 @@ pub async fn claim<'e>(
         .bind(request.bulk_kinds)
         .bind(request.bulk_floor)
         .bind(request.lanes.iter().map(|lane| lane.as_str()).collect::<Vec<_>>())
+        .bind(request.bulk_limit)
         .fetch_all(executor)
         .await?;
 
@@ -109,7 +113,10 @@ fn lane_scans(request: &ClaimRequest<'_>, rows: &[ClaimedRow]) -> (LaneScan, Lan
     let taken = |tier: &str| rows.iter().filter(|r| r.tier == tier).count();
     let room = usize::try_from(request.limit).unwrap_or(0);
     let room_regular = room.saturating_sub(taken(URGENT));
-    let room_bulk = room_regular.saturating_sub(taken(REGULAR));
+    let room_bulk = match request.bulk_limit {
+        Some(limit) => usize::try_from(limit).unwrap_or(0),
+        None => room_regular.saturating_sub(taken(REGULAR)),
+    };
     // A lane not claimed was not scanned: its floor stays.
     let scan = |tier: &str, lane: Lane, room: usize| LaneScan {
         lowest_due: rows

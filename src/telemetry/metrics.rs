@@ -149,7 +149,6 @@ impl Metrics {
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
         counter!(THROTTLED).increment(0);
-        gauge!(SEND_RATE_LIMIT).set(0.0);
         gauge!(READY).set(0.0);
         gauge!(
             BUILD_INFO,
@@ -241,6 +240,7 @@ impl Metrics {
     pub fn register_relays(&self, routes: &[Lane], relays: &[RelayState]) {
         for route in routes {
             self.circuit_open(*route, false);
+            self.send_rate_limit(*route, 0.0);
         }
         let mut lanes_seen = BTreeSet::new();
         for relay in relays {
@@ -297,9 +297,10 @@ impl Metrics {
         counter!(BACKGROUND_RESTARTS, "task" => task.as_str()).increment(1);
     }
 
-    /// The shared send rate now, in messages per second.
-    pub fn send_rate_limit(&self, per_second: f64) {
-        gauge!(SEND_RATE_LIMIT).set(per_second);
+    /// A route's shared send rate now (the lane whose relays it paces), in messages per
+    /// second.
+    pub fn send_rate_limit(&self, route: Lane, per_second: f64) {
+        gauge!(SEND_RATE_LIMIT, "lane" => route.as_str()).set(per_second);
     }
 
     /// A route's circuit (the lane whose relays they are) opened or closed.

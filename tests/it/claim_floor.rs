@@ -153,6 +153,7 @@ async fn a_claim_reads_a_suppression_list_of_a_thousand_addresses_once_for_its_w
     .bind(Vec::<String>::new())
     .bind(None::<chrono::DateTime<chrono::Utc>>)
     .bind(vec!["transactional", "bulk"])
+    .bind(None::<i64>)
     .fetch_one(&db.pool)
     .await
     .unwrap();
@@ -190,6 +191,7 @@ async fn an_outcome_write_of_one_message_keeps_the_plan_postgresql_made_once() {
     let mut connection = db.pool.acquire().await.unwrap();
     let request = ClaimRequest {
         limit: 1,
+        bulk_limit: None,
         lease: Duration::from_secs(60),
         worker_id: "plan-test",
         due_by: None,

@@ -170,9 +170,14 @@ async fn each_message_s_timeline_says_which_relay_took_it() {
         timeline.contains(&format!("(relay {second_label})")),
         "{timeline}"
     );
-    let metrics = http_get(&outboxd.http, "/metrics").await.1;
+    // An outcome is counted just after its row is written: wait for the count.
     let sent = format!("outbox_relay_sent_total{{relay=\"{second_label}\",fallback=\"true\"}}");
-    assert_eq!(metric_value(&metrics, &sent), Some(5.0));
+    eventually(
+        Duration::from_secs(10),
+        "five sends counted for the fallback",
+        || async { metric_value(&http_get(&outboxd.http, "/metrics").await.1, &sent) == Some(5.0) },
+    )
+    .await;
 }
 
 #[tokio::test]

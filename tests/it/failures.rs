@@ -279,6 +279,7 @@ pub(crate) async fn a_stale_claimer_cannot_overwrite_the_outcome_of_the_one_that
     let id = db.verification_to("a@example.com").await;
     let request = |worker| ClaimRequest {
         limit: 10,
+        bulk_limit: None,
         lease: Duration::from_millis(200),
         worker_id: worker,
         due_by: None,

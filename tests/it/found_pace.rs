@@ -96,7 +96,10 @@ async fn a_reply_that_echoes_rate_in_an_address_changes_nothing_measurable() {
     let body = metrics(&outboxd).await;
     assert_eq!(metric_value(&body, "outbox_throttled_total"), Some(0.0));
     assert_eq!(
-        metric_value(&body, "outbox_send_rate_limit_per_second"),
+        metric_value(
+            &body,
+            "outbox_send_rate_limit_per_second{lane=\"transactional\"}"
+        ),
         Some(0.0),
         "no pace was found"
     );
@@ -133,7 +136,11 @@ async fn thirty_seconds_after_a_throttling_episode_the_found_pace_is_forgotten()
     let episode_ended = smtp.last_throttled_at().expect("the relay throttled");
     let body = metrics(&outboxd).await;
     assert!(
-        metric_value(&body, "outbox_send_rate_limit_per_second").is_some_and(|p| p > 0.0),
+        metric_value(
+            &body,
+            "outbox_send_rate_limit_per_second{lane=\"transactional\"}"
+        )
+        .is_some_and(|p| p > 0.0),
         "a pace was found: {body}"
     );
 
@@ -144,7 +151,10 @@ async fn thirty_seconds_after_a_throttling_episode_the_found_pace_is_forgotten()
     assert!(took <= 20.0, "300 messages took {took:.1} s");
     let body = metrics(&outboxd).await;
     assert_eq!(
-        metric_value(&body, "outbox_send_rate_limit_per_second"),
+        metric_value(
+            &body,
+            "outbox_send_rate_limit_per_second{lane=\"transactional\"}"
+        ),
         Some(0.0),
         "the found pace is forgotten"
     );
@@ -172,7 +182,7 @@ async fn the_pace_hears_throttling_that_costs_a_message_an_attempt() {
     eventually(Duration::from_secs(30), "a pace found", || async {
         metric_value(
             &metrics(&outboxd).await,
-            "outbox_send_rate_limit_per_second",
+            "outbox_send_rate_limit_per_second{lane=\"transactional\"}",
         )
         .is_some_and(|pace| pace > 0.0)
     })

@@ -151,3 +151,80 @@ fn a_bad_bulk_relay_url_is_refused_naming_its_setting_not_its_password() {
     );
     assert!(!said.contains("hunter2"), "{said}");
 }
+
+#[test]
+fn a_bulk_rate_limit_without_a_bulk_relay_is_refused_at_start() {
+    run_refused(
+        &relaying(&["--bulk-kinds", BULK, "--bulk-rate-limit", "10/s"]),
+        "OUTBOXD_BULK_RATE_LIMIT is set but OUTBOXD_BULK_SMTP_URL is not",
+    );
+}
+
+/// Each route's pace, as `/metrics` shows it.
+async fn pace(outboxd: &Outboxd, route: &str) -> Option<f64> {
+    let body = http_get(&outboxd.http, "/metrics").await.1;
+    metric_value(
+        &body,
+        &format!("outbox_send_rate_limit_per_second{{lane=\"{route}\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn a_bulk_relay_s_throttling_paces_the_bulk_lane_alone() {
+    let db = TestDb::new().await;
+    let main = SmtpServer::start();
+    // Takes 20 messages a second (a second's burst) and answers 454 4.7.0 to the rest.
+    let bulk = SmtpServer::start_with(free_port(), &["--accept-rate", "20"]);
+    let flags = bulk_lane(&bulk.url());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let outboxd = Outboxd::sending_to(&db.url, &main.url(), &flags, &[]).await;
+    let bulk_ids = db.insert_many(BULK, 200).await;
+    eventually(
+        Duration::from_secs(30),
+        "a pace found for the bulk relay",
+        || async { pace(&outboxd, "bulk").await.is_some_and(|p| p > 0.0) },
+    )
+    .await;
+
+    let transactional_ids = db.insert_many(TRANSACTIONAL, 200).await;
+    main.wait_for(200, Duration::from_secs(60)).await;
+    assert_eq!(
+        pace(&outboxd, "transactional").await,
+        Some(0.0),
+        "the transactional relay never throttled: its mail is not paced"
+    );
+    let received = bulk.wait_for(200, Duration::from_secs(120)).await;
+    let mut ids: Vec<&str> = received.iter().map(|m| m.outbox_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 200, "each bulk message once");
+    assert!(only_of(&bulk, &bulk_ids));
+    assert!(only_of(&main, &transactional_ids));
+    assert_eq!(main.throttled(), 0);
+}
+
+#[tokio::test]
+async fn the_bulk_rate_limit_paces_the_bulk_relay_and_not_the_transactional_one() {
+    const LIMIT: usize = 25;
+    let db = TestDb::new().await;
+    let (main, bulk) = (SmtpServer::start(), SmtpServer::start());
+    let mut flags = bulk_lane(&bulk.url());
+    flags.extend(["--bulk-rate-limit".to_owned(), format!("{LIMIT}/s")]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let outboxd = Outboxd::sending_to(&db.url, &main.url(), &flags, &[]).await;
+    db.insert_many(BULK, 150).await;
+    db.insert_many(TRANSACTIONAL, 150).await;
+
+    main.wait_for(150, Duration::from_secs(60)).await;
+    let received = bulk.wait_for(150, Duration::from_secs(60)).await;
+    assert_eq!(pace(&outboxd, "bulk").await, Some(LIMIT as f64));
+    assert_eq!(pace(&outboxd, "transactional").await, Some(0.0));
+    // The bound of the global limit's test: the limit plus a fifth over three seconds.
+    const WINDOW: usize = 3;
+    let times: Vec<f64> = received.iter().map(|m| m.received_at).collect();
+    let busiest = crate::policy::busiest(times, WINDOW as f64);
+    assert!(
+        busiest <= WINDOW * LIMIT + WINDOW * LIMIT / 5,
+        "{busiest} bulk messages in {WINDOW} seconds under a limit of {LIMIT}/s"
+    );
+}

@@ -11,7 +11,7 @@ use crate::helpers::{
 
 /// The most messages the server took in any one-second window.
 /// The most messages received within any `window` seconds.
-fn busiest(mut times: Vec<f64>, window: f64) -> usize {
+pub(crate) fn busiest(mut times: Vec<f64>, window: f64) -> usize {
     times.sort_by(f64::total_cmp);
     (0..times.len())
         .map(|i| {
@@ -131,7 +131,9 @@ pub(crate) async fn throttling_replies_slow_the_pace_and_cost_no_attempt() {
     let other = Outboxd::sending_to(&db.url, &smtp.url(), &flags, &[]).await;
     let pace = |body: &str| {
         body.lines()
-            .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second "))
+            .find_map(|l| {
+                l.strip_prefix("outbox_send_rate_limit_per_second{lane=\"transactional\"} ")
+            })
             .and_then(|v| v.trim().parse::<f64>().ok())
     };
     // The pace is cut, then grows back while the relay goes on refusing a quarter: cutting
@@ -293,7 +295,7 @@ async fn without_a_limit_a_relay_that_takes_40_a_second_sets_the_pace_with_few_r
     let (_, body) = http_get(&outboxd.http, "/metrics").await;
     let pace = body
         .lines()
-        .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second "))
+        .find_map(|l| l.strip_prefix("outbox_send_rate_limit_per_second{lane=\"transactional\"} "))
         .and_then(|v| v.trim().parse::<f64>().ok());
     assert!(pace.is_some_and(|p| p > 0.0), "{body}");
 }

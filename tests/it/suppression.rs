@@ -133,6 +133,7 @@ async fn the_claim_reads_every_envelope_shape_and_finds_the_listed_addresses() {
         &db.pool,
         &ClaimRequest {
             limit: 10,
+            bulk_limit: None,
             lease: Duration::from_secs(60),
             worker_id: "test",
             due_by: None,

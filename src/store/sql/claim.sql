@@ -12,7 +12,8 @@
 -- comes back short. docs/adr/0001-the-claim.md says why each part is shaped as it is: the
 -- lock mode, the lease in `next_attempt_at`, the envelope read and the suppression list
 -- read once per batch, and the times moved onto the calendar.
--- $1 limit (bigint): the most rows to claim.
+-- $1 limit (bigint): the most rows to claim: of the transactional tiers, and of all when
+--    $11 is null.
 -- $2 lease (float8 seconds): how long the claim holds them.
 -- $3 worker_id (text): the claiming replica, kept in `locked_by`.
 -- $4 due_by (timestamptz, null for now): only rows due at or before it (a drain passes
@@ -26,6 +27,8 @@
 -- $10 lanes (text[]): the lanes to claim (`transactional`, `bulk`): those whose relays'
 --    circuit is closed. `urgent` and `regular` run only with `transactional`, `bulk` only
 --    with `bulk`.
+-- $11 bulk_limit (bigint, null when the lanes share their relays): the most rows of
+--    `bulk`, whose relays have a pace of their own.
 -- Index: outbox_messages_due_idx (next_attempt_at, id WHERE pending) for `regular` and
 -- `bulk`, outbox_messages_priority_due_idx for `urgent`, outbox_suppressions' and outbox_lane_suppressions' primary keys.
 WITH paused AS (
@@ -59,7 +62,7 @@ WITH paused AS (
       AND next_attempt_at >= coalesce($9, '-infinity')
       AND kind = ANY($8) AND kind <> ALL((SELECT kinds FROM paused)::text[])
     ORDER BY next_attempt_at, id
-    LIMIT $1 - (SELECT count(*) FROM urgent) - (SELECT count(*) FROM regular)
+    LIMIT coalesce($11, $1 - (SELECT count(*) FROM urgent) - (SELECT count(*) FROM regular))
     FOR NO KEY UPDATE SKIP LOCKED
 ), due AS (
     SELECT * FROM urgent UNION ALL SELECT * FROM regular UNION ALL SELECT * FROM bulk
