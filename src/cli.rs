@@ -28,6 +28,7 @@ macro_rules! outln {
     }};
 }
 
+mod cancel;
 mod dead_letters;
 mod doctor;
 mod messages;
@@ -71,6 +72,8 @@ pub enum Command {
     Resume(pauses::ResumeArgs),
     /// The paused kinds: since when, by whom, and why.
     Pauses(pauses::PausesArgs),
+    /// Withdraw a message by id or key, or pending messages by filter (counted first).
+    Cancel(Box<cancel::CancelArgs>),
     /// Render one email exactly as it would be sent, without a database or SMTP server.
     Preview(preview::PreviewArgs),
     /// Check a deployment: one line per check (ok, warn or fail); exits 1 when any fails.
@@ -213,6 +216,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             )
             .await
         }
+        Command::Cancel(args) => cancel::command(*args).await,
         Command::Stats(args) => stats(args).await,
         Command::Enqueue(args) => enqueue(args).await,
     }

@@ -4,17 +4,19 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 
+mod cancel;
 mod message_id;
 mod outcome;
 mod pause;
 mod return_path;
 
 pub use crate::lane::{Lane, Lanes, parse_kinds};
+pub use cancel::{FilterRequest, PendingFilter};
 pub use message_id::{InstallationTag, MessageIds, Named};
 pub use return_path::{MIN_SECRET_CHARS as MIN_BOUNCE_SECRET_CHARS, ReturnPaths};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
-pub use outboxd_producer::{InvalidMessage, Kind, NewMessage, Tag};
+pub use outboxd_producer::{CancelAnswer, InvalidMessage, Kind, NewMessage, Tag};
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
 pub use pause::{
@@ -49,6 +51,8 @@ pub struct ClaimedMessage {
     pub priority: i16,
     /// Throttling replies met so far, each released without an attempt.
     pub throttled_releases: i32,
+    /// Its producer withdrew it while a replica held it (`outbox_cancel`): not to be sent.
+    pub cancel_requested: bool,
 }
 
 #[cfg(test)]
@@ -68,6 +72,7 @@ impl ClaimedMessage {
             expires_at: None,
             priority: 0,
             throttled_releases: 0,
+            cancel_requested: false,
         }
     }
 }

@@ -25,6 +25,7 @@
 //! says so and enqueue with it.
 
 mod message;
+mod recall;
 pub mod schema;
 pub mod template;
 mod trace;
@@ -33,6 +34,7 @@ pub use message::{
     InvalidMessage, Kind, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KIND_CHARS, MAX_PRIORITY, MAX_TAG_CHARS,
     MAX_TAGS, MAX_TRACEPARENT_CHARS, NewMessage, TIME_RANGE_SECS, Tag,
 };
+pub use recall::{CancelAnswer, ReplaceAnswer, Replaced};
 pub use schema::{InvalidSchema, Schema};
 pub use trace::current_traceparent;
 
@@ -59,21 +61,61 @@ pub enum EnqueueError {
     KeyInFlight,
 }
 
-/// The insert (`sql/enqueue.sql`), as a template: `{{schema}}` marks outboxd's table.
-const INSERT: &str = include_str!("sql/enqueue.sql");
+/// Why a message was not withdrawn or replaced.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecallError {
+    /// The statement failed (the caller's transaction is then aborted, as after any error):
+    /// among others, `outbox_replace` on a key of another kind, or a role that may not
+    /// execute the function.
+    #[error("could not call outboxd's function: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The function answered a word this crate does not know: a newer outboxd.
+    #[error("outboxd answered {0:?}, which this version of outboxd-producer does not know")]
+    UnknownAnswer(String),
+    /// [`Outbox::replace`] finds the message to replace by its idempotency key: give one.
+    #[error("a replace needs an idempotency key: it finds the message to replace by it")]
+    NoKey,
+}
 
-/// The insert's text in `schema`. The file has no marker but `{{schema}}`, which always
-/// renders (`the_insert_renders_in_a_schema_and_without_one`).
-fn insert_in(schema: Option<&Schema>) -> Arc<str> {
-    let body = template::body(INSERT);
+/// The statements, as templates: `{{schema}}` marks outboxd's objects.
+const INSERT: &str = include_str!("sql/enqueue.sql");
+const CANCEL: &str = include_str!("sql/cancel.sql");
+const CANCEL_ID: &str = include_str!("sql/cancel_id.sql");
+const REPLACE: &str = include_str!("sql/replace.sql");
+
+/// A statement's text in `schema`. The files have no marker but `{{schema}}`, which always
+/// renders (`the_statements_render_in_a_schema_and_without_one`).
+fn in_schema(template: &str, schema: Option<&Schema>) -> Arc<str> {
+    let body = template::body(template);
     Arc::from(template::render(body, schema).unwrap_or_else(|_| body.to_owned()))
+}
+
+/// The statements' texts in one schema.
+#[derive(Debug, Clone)]
+struct Statements {
+    insert: Arc<str>,
+    cancel: Arc<str>,
+    cancel_id: Arc<str>,
+    replace: Arc<str>,
+}
+
+impl Statements {
+    fn in_schema(schema: Option<&Schema>) -> Self {
+        Self {
+            insert: in_schema(INSERT, schema),
+            cancel: in_schema(CANCEL, schema),
+            cancel_id: in_schema(CANCEL_ID, schema),
+            replace: in_schema(REPLACE, schema),
+        }
+    }
 }
 
 /// Where and how messages are enqueued: outboxd's schema, and whether the statement may be
 /// kept prepared. Build one at start and keep it.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    insert: Arc<str>,
+    statements: Statements,
     prepared: bool,
 }
 
@@ -82,7 +124,7 @@ impl Default for Outbox {
     /// statement kept prepared, as sqlx does by default.
     fn default() -> Self {
         Self {
-            insert: insert_in(None),
+            statements: Statements::in_schema(None),
             prepared: true,
         }
     }
@@ -92,7 +134,7 @@ impl Outbox {
     /// outboxd's tables in `schema`, as `OUTBOXD_SCHEMA` put them.
     #[must_use]
     pub fn in_schema(mut self, schema: &Schema) -> Self {
-        self.insert = insert_in(Some(schema));
+        self.statements = Statements::in_schema(Some(schema));
         self
     }
 
@@ -122,19 +164,100 @@ impl Outbox {
             .traceparent()
             .map(str::to_owned)
             .or_else(current_traceparent);
-        let id: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(Arc::clone(&self.insert)))
-            .persistent(self.prepared)
-            .bind(message.kind().as_str())
-            .bind(message.payload())
-            .bind(message.not_before())
-            .bind(traceparent)
-            .bind(message.priority())
-            .bind(message.expires_at())
-            .bind(message.idempotency_key())
-            .bind((!message.tags().is_empty()).then(|| message.tags()))
-            .fetch_optional(executor)
-            .await?;
+        let id: Option<i64> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(Arc::clone(&self.statements.insert)))
+                .persistent(self.prepared)
+                .bind(message.kind().as_str())
+                .bind(message.payload())
+                .bind(message.not_before())
+                .bind(traceparent)
+                .bind(message.priority())
+                .bind(message.expires_at())
+                .bind(message.idempotency_key())
+                .bind((!message.tags().is_empty()).then(|| message.tags()))
+                .fetch_optional(executor)
+                .await?;
         id.ok_or(EnqueueError::KeyInFlight)
+    }
+
+    /// Withdraws the message enqueued with `key`, in `executor` (the caller's transaction):
+    /// [`CancelAnswer::Cancelled`] means it will never be sent once the transaction
+    /// commits. `who` is written on its timeline (the session's role when `None`). The role
+    /// needs `EXECUTE` on `outbox_cancel` (outboxd's deployment page).
+    pub async fn cancel<'e, E>(
+        &self,
+        executor: E,
+        key: &str,
+        who: Option<&str>,
+    ) -> Result<CancelAnswer, RecallError>
+    where
+        E: PgExecutor<'e>,
+    {
+        let answer: String =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(Arc::clone(&self.statements.cancel)))
+                .persistent(self.prepared)
+                .bind(key)
+                .bind(who)
+                .fetch_one(executor)
+                .await?;
+        CancelAnswer::parse(&answer).ok_or(RecallError::UnknownAnswer(answer))
+    }
+
+    /// Withdraws the message `id`, as [`Outbox::cancel`] does by key.
+    pub async fn cancel_id<'e, E>(
+        &self,
+        executor: E,
+        id: i64,
+        who: Option<&str>,
+    ) -> Result<CancelAnswer, RecallError>
+    where
+        E: PgExecutor<'e>,
+    {
+        let answer: String =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(Arc::clone(&self.statements.cancel_id)))
+                .persistent(self.prepared)
+                .bind(id)
+                .bind(who)
+                .fetch_one(executor)
+                .await?;
+        CancelAnswer::parse(&answer).ok_or(RecallError::UnknownAnswer(answer))
+    }
+
+    /// Enqueues `message`, which must have an idempotency key, or, when the key's message
+    /// is still pending and no replica holds it, replaces what it says and when it is due:
+    /// the latest wins ("one reminder per user, at most every 10 minutes": a key per user
+    /// and a `not_before` 10 minutes ahead). Otherwise answers what stopped it and changes
+    /// nothing. The role needs `EXECUTE` on `outbox_replace`.
+    pub async fn replace<'e, E>(
+        &self,
+        executor: E,
+        message: NewMessage,
+    ) -> Result<Replaced, RecallError>
+    where
+        E: PgExecutor<'e>,
+    {
+        if message.idempotency_key().is_none() {
+            return Err(RecallError::NoKey);
+        }
+        let traceparent = message
+            .traceparent()
+            .map(str::to_owned)
+            .or_else(current_traceparent);
+        let (id, answer): (i64, String) =
+            sqlx::query_as(sqlx::AssertSqlSafe(Arc::clone(&self.statements.replace)))
+                .persistent(self.prepared)
+                .bind(message.kind().as_str())
+                .bind(message.payload())
+                .bind(message.idempotency_key())
+                .bind(message.not_before())
+                .bind(message.expires_at())
+                .bind(message.priority())
+                .bind((!message.tags().is_empty()).then(|| message.tags()))
+                .bind(traceparent)
+                .fetch_one(executor)
+                .await?;
+        let answer = ReplaceAnswer::parse(&answer).ok_or(RecallError::UnknownAnswer(answer))?;
+        Ok(Replaced { id, answer })
     }
 }
 
@@ -150,16 +273,23 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{INSERT, Schema, template};
+    use super::{CANCEL, CANCEL_ID, INSERT, REPLACE, Schema, template};
 
     #[test]
-    fn the_insert_renders_in_a_schema_and_without_one() {
+    fn the_statements_render_in_a_schema_and_without_one() {
         let mail: Schema = "mail".parse().expect("a schema name");
-        let body = template::body(INSERT);
-        let bare = template::render(body, None).expect("renders");
-        let in_mail = template::render(body, Some(&mail)).expect("renders");
-        assert!(bare.contains("INSERT INTO outbox_messages"));
-        assert!(in_mail.contains("INSERT INTO \"mail\".outbox_messages"));
-        assert!(!in_mail.contains("{{"));
+        for (template, object) in [
+            (INSERT, "outbox_messages"),
+            (CANCEL, "outbox_cancel("),
+            (CANCEL_ID, "outbox_cancel_id("),
+            (REPLACE, "outbox_replace("),
+        ] {
+            let body = template::body(template);
+            let bare = template::render(body, None).expect("renders");
+            let in_mail = template::render(body, Some(&mail)).expect("renders");
+            assert!(bare.contains(&format!(" {object}")), "{bare}");
+            assert!(in_mail.contains(&format!("\"mail\".{object}")), "{in_mail}");
+            assert!(!in_mail.contains("{{"));
+        }
     }
 }

@@ -27,13 +27,16 @@ pub async fn run(
     interval: Duration,
     stop: CancellationToken,
 ) {
+    // The newest timeline event read: cancellations are counted from the events after it.
+    let mut events_after = None;
     loop {
         let sampled = tokio::select! {
             () = stop.cancelled() => return,
-            sampled = tokio::time::timeout(interval + CANCEL_GRACE, store::sample(&pool, interval)) => sampled,
+            sampled = tokio::time::timeout(interval + CANCEL_GRACE, store::sample(&pool, interval, events_after)) => sampled,
         };
         match sampled {
             Ok(Ok(sample)) => {
+                events_after = Some(sample.events.last_id);
                 metrics.sample(&sample);
                 debug!(?sample, "sampled the outbox");
             }

@@ -20,6 +20,8 @@ pub(super) enum AttemptResult {
     NotStarted,
     /// Not started: past its expiry when claimed.
     Expired,
+    /// Not started: its producer withdrew it before this claim (`outbox_cancel`).
+    Cancelled,
     /// Not sent: every recipient is on the suppression list.
     Suppressed(Listing, usize),
     /// Rendering, sending or deciding the outcome panicked (a bug), with what the panic
@@ -94,6 +96,7 @@ pub(super) fn outcome_of(
         ),
         AttemptResult::NotStarted => Outcome::not_started(),
         AttemptResult::Expired => Outcome::Expired,
+        AttemptResult::Cancelled => Outcome::Cancelled,
         AttemptResult::Suppressed(listing, recipients) => suppressed(listing, recipients),
     }
 }

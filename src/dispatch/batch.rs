@@ -137,6 +137,8 @@ pub struct BatchReport {
     pub expired: usize,
     /// Messages whose every recipient is suppressed, ended unsent.
     pub suppressed: usize,
+    /// Messages their producer withdrew while claimed, ended unsent.
+    pub cancelled: usize,
     /// Outcomes not recorded because another claimer took the rows over.
     pub lost: usize,
     /// Rows whose previous claimer's lease ran out without an outcome.
@@ -153,6 +155,7 @@ impl BatchReport {
         self.released += other.released;
         self.expired += other.expired;
         self.suppressed += other.suppressed;
+        self.cancelled += other.cancelled;
         self.lost += other.lost;
         self.reclaimed += other.reclaimed;
     }
@@ -172,6 +175,7 @@ impl BatchReport {
             released = self.released,
             expired = self.expired,
             suppressed = self.suppressed,
+            cancelled = self.cancelled,
             lost = self.lost,
             "batch recorded"
         );
@@ -189,6 +193,7 @@ impl BatchReport {
             Outcome::DeadLetter { .. } => self.dead_lettered += 1,
             Outcome::Release { .. } => self.released += 1,
             Outcome::Expired => self.expired += 1,
+            Outcome::Cancelled => self.cancelled += 1,
             Outcome::Suppressed { .. } => self.suppressed += 1,
         }
     }

@@ -132,7 +132,9 @@ impl MessageSender {
     /// One message: its expiry, its send slot, its render and send, and the outcome they
     /// come to.
     async fn decide(&self, batch: &InFlight, index: usize, message: &ClaimedMessage) -> Decided {
-        let (attempt, took) = if self.expire_after.expired(message, batch.claimed_at) {
+        let (attempt, took) = if message.cancel_requested {
+            (AttemptResult::Cancelled, None)
+        } else if self.expire_after.expired(message, batch.claimed_at) {
             (AttemptResult::Expired, None)
         } else if !self.wait_for_slot(batch, index).await {
             (AttemptResult::NotStarted, None)

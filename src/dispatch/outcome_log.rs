@@ -66,6 +66,11 @@ pub(super) fn log_outcome(message: &ClaimedMessage, outcome: &Outcome, latency: 
             debug!(outbox.id = id, outbox.kind = %kind, reason = reason.as_str(), "released unsent");
         }
         Outcome::Expired => info!(outbox.id = id, outbox.kind = %kind, "expired unsent"),
+        Outcome::Cancelled => info!(
+            outbox.id = id,
+            outbox.kind = %kind,
+            "withdrawn by its producer while claimed: ended unsent"
+        ),
         Outcome::Suppressed { reason, scope, .. } => info!(
             outbox.id = id,
             outbox.kind = %kind,

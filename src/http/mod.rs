@@ -4,6 +4,7 @@
 pub mod api;
 mod api_error;
 pub mod auth;
+mod cancel;
 pub mod page;
 pub mod pauses;
 pub mod server;
@@ -93,6 +94,7 @@ pub fn admin_router(
     let api = api::routes()
         .merge(suppressions::routes())
         .merge(pauses::routes())
+        .merge(cancel::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&auth),
             auth::require_bearer,

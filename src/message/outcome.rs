@@ -96,6 +96,9 @@ pub enum Outcome {
     /// Not sent because its `expires_at` (or its kind's `OUTBOXD_EXPIRE_AFTER`) passed:
     /// it ends with `end_reason = 'expired'`, not as a dead letter.
     Expired,
+    /// Not sent because the producer withdrew it (`outbox_cancel`) while a replica held it:
+    /// it ends with `end_reason = 'cancelled'`.
+    Cancelled,
     /// Not sent because every recipient is on the suppression list: it ends with
     /// `end_reason = 'suppressed'`, not as a dead letter. `reason` is the first
     /// recipient's.
@@ -168,13 +171,14 @@ impl Outcome {
             Outcome::DeadLetter { .. } => actions::DEAD,
             Outcome::Release { .. } => actions::RELEASE,
             Outcome::Expired => actions::EXPIRED,
+            Outcome::Cancelled => actions::CANCELLED,
             Outcome::Suppressed { .. } => actions::SUPPRESSED,
         }
     }
 
     pub fn error(&self) -> Option<&str> {
         match self {
-            Outcome::Sent { .. } | Outcome::Expired => None,
+            Outcome::Sent { .. } | Outcome::Expired | Outcome::Cancelled => None,
             Outcome::Retry { error, .. }
             | Outcome::DeadLetter { error, .. }
             | Outcome::Suppressed { error, .. } => Some(error),
@@ -288,6 +292,8 @@ pub(crate) mod actions {
     /// Also the `end_reason` of a message ended unsent because no SMTP server is configured:
     /// it was only logged.
     pub(crate) const LOGGED_ONLY: &str = "logged_only";
+    /// Also the `end_reason` of a message its producer withdrew (`outbox_cancel`).
+    pub(crate) const CANCELLED: &str = "cancelled";
     /// The `error_class` of a release for a throttling reply, which the outcome statement
     /// counts in `throttled_releases`; also the release's `reason` label.
     pub(crate) const THROTTLED: &str = "throttled";

@@ -40,6 +40,8 @@ pub enum MessageState {
     /// Ended unsent because no SMTP server was configured: only logged
     /// (`end_reason = 'logged_only'`).
     LoggedOnly,
+    /// Withdrawn by its producer or an operator (`end_reason = 'cancelled'`).
+    Cancelled,
 }
 
 impl MessageState {
@@ -52,6 +54,7 @@ impl MessageState {
             MessageState::Expired => "expired",
             MessageState::Suppressed => "suppressed",
             MessageState::LoggedOnly => "logged_only",
+            MessageState::Cancelled => "cancelled",
         }
     }
 }
@@ -74,6 +77,7 @@ impl TryFrom<String> for MessageState {
             MessageState::Expired,
             MessageState::Suppressed,
             MessageState::LoggedOnly,
+            MessageState::Cancelled,
         ]
         .into_iter()
         .find(|s| s.as_str() == state)

@@ -9,6 +9,7 @@ mod statement;
 mod statements;
 
 pub mod admin;
+pub mod cancel;
 pub mod circuits;
 mod claim;
 mod connect;

@@ -22,7 +22,8 @@ const fn table(object: &'static str, privilege: &'static str) -> Right {
 /// Every right the dispatcher, retention and readiness use, in the order readiness names
 /// the first one missing. The admin surface also inserts into `outbox_admin_audit`,
 /// deletes from `outbox_suppressions` and `outbox_lane_suppressions`, writes
-/// `outbox_kind_pauses` and reads `outbox_message_events` (the timelines); the webhooks
+/// `outbox_kind_pauses`, reads `outbox_message_events` (the timelines) and executes
+/// `outbox_cancel` and `outbox_cancel_id` (withdrawing messages); the webhooks
 /// write `outbox_webhook_receipts` and `outbox_lane_suppressions`; the automatic pause
 /// needs [`AUTO_PAUSE_RIGHTS`].
 pub const RUN_RIGHTS: &[Right] = &[

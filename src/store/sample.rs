@@ -15,6 +15,18 @@ pub struct Sample {
     /// Per kind with pending messages, paused or not.
     pub kinds: Vec<KindSample>,
     pub paused: Vec<PausedKind>,
+    /// The timeline's events since the last sample.
+    pub events: EventTail,
+}
+
+/// What the timeline gained since the event a sample read last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
+pub struct EventTail {
+    /// The newest event read: the next sample reads after it.
+    pub last_id: i64,
+    /// Cancellations among the events after the one the sample was given (none at the
+    /// first sample, which only finds where the events end).
+    pub cancelled: i64,
 }
 
 /// The table's totals, for the gauges that cover every kind.
@@ -44,7 +56,11 @@ pub struct Totals {
 /// The server cancels the sample after `within` ([`begin_bounded`]): under a transaction
 /// left open elsewhere the walk grows by the minute, and a sample given up on would go on
 /// running, and keep its connection busy, until it ended.
-pub async fn sample(store: &Store, within: Duration) -> Result<Sample, sqlx::Error> {
+pub async fn sample(
+    store: &Store,
+    within: Duration,
+    events_after: Option<i64>,
+) -> Result<Sample, sqlx::Error> {
     let mut transaction = store.begin_bounded(Bound::Statement(within)).await?;
     let totals: Totals = store
         .query_as(Sql::SampleTotals)
@@ -65,11 +81,17 @@ pub async fn sample(store: &Store, within: Duration) -> Result<Sample, sqlx::Err
         .query_as(Sql::SamplePaused)
         .fetch_all(&mut *transaction)
         .await?;
+    let events = store
+        .query_as(Sql::SampleEvents)
+        .bind(events_after)
+        .fetch_one(&mut *transaction)
+        .await?;
     transaction.commit().await?;
     Ok(Sample {
         totals,
         kinds,
         paused,
+        events,
     })
 }
 

@@ -20,6 +20,7 @@ fn word(name: &str) -> Option<String> {
         "action.expired" => actions::EXPIRED,
         "action.suppressed" => actions::SUPPRESSED,
         "action.logged_only" => actions::LOGGED_ONLY,
+        "action.cancelled" => actions::CANCELLED,
         "class.throttled" => actions::THROTTLED,
         "actor.automatic" => AUTOMATIC_ACTOR,
         "mark.hard_bounce" => marks::HARD_BOUNCE,
@@ -36,6 +37,7 @@ fn word(name: &str) -> Option<String> {
         "lane.transactional" => crate::message::Lane::Transactional.as_str(),
         "lane.bulk" => crate::message::Lane::Bulk.as_str(),
         "event.enqueued" => super::super::timeline::ENQUEUED,
+        "event.cancel_requested" => super::super::cancel::CANCEL_REQUESTED,
         _ => return None,
     }
     .to_owned())
@@ -58,6 +60,8 @@ const OBJECTS: &[&str] = &[
     "outbox_recipient_keys",
     "outbox_single_recipient_key",
     "outbox_on_the_calendar",
+    "outbox_cancel",
+    "outbox_cancel_id",
 ];
 
 fn mail() -> outboxd_producer::Schema {

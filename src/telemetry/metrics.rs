@@ -149,6 +149,7 @@ impl Metrics {
         counter!(RECLAIMED).increment(0);
         counter!(LEASE_LOST).increment(0);
         counter!(THROTTLED).increment(0);
+        counter!(CANCELLED).increment(0);
         gauge!(READY).set(0.0);
         gauge!(
             BUILD_INFO,
@@ -212,6 +213,8 @@ impl Metrics {
                 counter!(RELEASED, "reason" => reason.as_str()).increment(1);
             }
             Outcome::Expired => counter!(EXPIRED, "kind" => kind).increment(1),
+            // Counted from the timeline's events, where the producers' own are too.
+            Outcome::Cancelled => {}
             Outcome::Suppressed { reason, scope, .. } => {
                 counter!(SUPPRESSED, "kind" => kind, "reason" => reason.as_str(), "scope" => scope.as_str())
                     .increment(1);

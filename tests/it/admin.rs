@@ -356,7 +356,7 @@ async fn a_discarded_dead_letter_is_kept_but_leaves_the_view_and_the_gauge() {
     assert_eq!(listed["dead_letters"].as_array().unwrap().len(), 1);
     assert_eq!(listed["dead_letters"][0]["id"], kept);
     assert_eq!(
-        outboxd::store::sample(&db.store, Duration::from_secs(10))
+        outboxd::store::sample(&db.store, Duration::from_secs(10), None)
             .await
             .unwrap()
             .totals

@@ -317,7 +317,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
 
     // What reads the table copes: the gauges (a due time of -infinity counts as year 1, an
     // absurd age whose alert fires), the counts per kind, an operator's look at a row.
-    let sample = outboxd::store::sample(&db.store, Duration::from_secs(10))
+    let sample = outboxd::store::sample(&db.store, Duration::from_secs(10), None)
         .await
         .expect("the gauges are read");
     assert!(sample.totals.oldest_pending_age > 6e10, "{sample:?}");

@@ -36,6 +36,8 @@ mod policy;
 mod poolers;
 mod postgres18;
 mod producer;
+mod recall;
+mod recall_many;
 mod reliability;
 mod replicas;
 mod scopes;

@@ -321,3 +321,25 @@ async fn the_tags_migration_gives_up_behind_an_open_insert_and_goes_through_afte
     let after: i64 = db.scalar(file, "outbox_messages").await;
     assert_eq!(before, after, "the table was not rewritten");
 }
+
+#[tokio::test]
+async fn the_cancel_migration_gives_up_behind_an_open_insert_and_rewrites_nothing() {
+    let db = TestDb::empty().await;
+    let before_cancel = migrated_up_to(&db, "cancel").await;
+    let open = refused_behind_an_open_insert(&db, before_cancel).await;
+    open.commit().await.unwrap();
+    let file = "SELECT relfilenode::bigint FROM pg_class WHERE relname = $1";
+    let before: i64 = db.scalar(file, "outbox_messages").await;
+    outboxd_migrate(&db);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    let after: i64 = db.scalar(file, "outbox_messages").await;
+    assert_eq!(before, after, "the table was not rewritten");
+    // PUBLIC may not run the functions: an application's role is granted them.
+    let public: bool = db
+        .scalar(
+            "SELECT has_function_privilege('public', $1, 'EXECUTE')",
+            "outbox_cancel(text, text)",
+        )
+        .await;
+    assert!(!public);
+}

@@ -404,7 +404,7 @@ pub(crate) async fn an_expired_message_is_never_sent_and_is_reported_as_expired(
     let as_dead = crate::admin::api_get(&addr, &format!("/api/v1/dead-letters/{by_kind}")).await;
     assert_eq!(as_dead.status, 404);
     // Not a dead letter: the gauge and the dead-letter list leave it out.
-    let sample = outboxd::store::sample(&db.store, Duration::from_secs(10))
+    let sample = outboxd::store::sample(&db.store, Duration::from_secs(10), None)
         .await
         .unwrap();
     assert_eq!(sample.totals.dead_letters, 0);

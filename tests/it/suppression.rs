@@ -67,7 +67,7 @@ async fn a_suppressed_address_is_never_mailed_and_a_message_with_only_such_recip
     assert_eq!(received[0].outbox_id, mixed.to_string());
     assert_eq!(state_of(&db, only).await.0.as_deref(), Some("suppressed"));
     // Not a dead letter: the gauge leaves it out; the detail says why.
-    let sample = store::sample(&db.store, Duration::from_secs(10))
+    let sample = store::sample(&db.store, Duration::from_secs(10), None)
         .await
         .unwrap();
     assert_eq!((sample.totals.dead_letters, sample.totals.pending), (0, 0));

@@ -76,7 +76,7 @@ WITH paused AS (
     FROM due
     WHERE m.id = due.id
     RETURNING m.id, m.kind, m.attempts, m.traceparent, m.created_at, m.expires_at, m.priority,
-              m.throttled_releases,
+              m.throttled_releases, m.cancel_requested_at IS NOT NULL AS cancel_requested,
               CASE WHEN octet_length(due.payload_text) <= $6 THEN due.payload_text END AS payload,
               octet_length(due.payload_text) AS payload_bytes,
               due.previous_lease IS NOT NULL AS reclaimed,
@@ -103,7 +103,7 @@ WITH paused AS (
       AND {{active_suppression()}}
 )
 SELECT c.id, c.kind, c.attempts, c.traceparent, c.created_at, c.expires_at, c.priority,
-       c.throttled_releases, c.payload, c.payload_bytes, c.reclaimed, c.due_at, c.claimed_at,
+       c.throttled_releases, c.cancel_requested, c.payload, c.payload_bytes, c.reclaimed, c.due_at, c.claimed_at,
        c.was_due_at, c.tier, c.looked_up, s.listed, s.reasons, s.scopes
 FROM looked AS c
 CROSS JOIN LATERAL (

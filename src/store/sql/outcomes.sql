@@ -35,11 +35,16 @@ throttled_releases = greatest(m.throttled_releases, 0)
 last_error = coalesce(o.error, m.last_error),
 error_class = coalesce(o.error_class, m.error_class),
 dispatched_at = CASE WHEN o.action = 'sent' /* word: action.sent */ THEN now() END,
-dead_lettered_at = CASE WHEN o.action IN ({{ended_unsent}}, 'dead' /* word: action.dead */) THEN now() END,
-discarded_at = CASE WHEN o.action IN ({{ended_unsent}}) THEN now() ELSE m.discarded_at END,
-discarded_by = CASE WHEN o.action IN ({{ended_unsent}}) THEN 'outboxd' /* word: actor.automatic */
+dead_lettered_at = CASE WHEN o.action IN ({{ended_unsent}}, 'dead' /* word: action.dead */)
+                             OR {{cancelled_in_flight}} THEN now() END,
+discarded_at = CASE WHEN o.action IN ({{ended_unsent}}) OR {{cancelled_in_flight}} THEN now()
+                    ELSE m.discarded_at END,
+discarded_by = CASE WHEN o.action IN ({{ended_unsent}}) OR {{cancelled_in_flight}}
+                    THEN coalesce(m.cancelled_by, 'outboxd' /* word: actor.automatic */)
                     ELSE m.discarded_by END,
-end_reason = CASE WHEN o.action IN ({{ended_unsent}}) THEN o.action ELSE m.end_reason END,
+end_reason = CASE WHEN o.action IN ({{ended_unsent}}) THEN o.action
+                  WHEN {{cancelled_in_flight}} THEN 'cancelled' /* word: action.cancelled */
+                  ELSE m.end_reason END,
 feedback = CASE WHEN o.bounced IS NOT NULL THEN 'hard_bounce' /* word: mark.hard_bounce */
                 ELSE m.feedback END,
 feedback_at = CASE WHEN o.bounced IS NOT NULL THEN now() ELSE m.feedback_at END,
@@ -55,10 +60,19 @@ locked_until = NULL, locked_by = NULL, claim_token = NULL
 -- fragment: ended_unsent
 -- The actions that end a message unsent, not for a failure: also its `end_reason`.
 'expired' /* word: action.expired */, 'suppressed' /* word: action.suppressed */,
-'logged_only' /* word: action.logged_only */
+'logged_only' /* word: action.logged_only */, 'cancelled' /* word: action.cancelled */
+
+-- fragment: cancelled_in_flight
+-- The producer withdrew the message while this claim held it (`outbox_cancel`): a send
+-- that failed or was given back ends it as cancelled, never to be tried again.
+(m.cancel_requested_at IS NOT NULL
+ AND o.action IN ('retry' /* word: action.retry */, 'release' /* word: action.release */))
 
 -- fragment: outcome_returning
-RETURNING m.id, o.action, o.bounced, o.suppress, o.error, o.error_class, o.took_ms
+RETURNING m.id, o.action, o.bounced, o.suppress, o.error, o.error_class, o.took_ms,
+          m.end_reason = 'cancelled' /* word: action.cancelled */
+              AND o.action <> 'cancelled' /* word: action.cancelled */ AS cancelled_in_flight,
+          m.cancelled_by
 
 -- fragment: outcome_effects
 -- What follows from the rows `updated`, in the same statement: every outcome but a send is
@@ -71,6 +85,9 @@ events AS (
         (message_id, event, actor, error_class, detail, duration_ms)
     SELECT id, action, $12, error_class, error, took_ms FROM updated
     WHERE action <> 'sent' /* word: action.sent */
+    UNION ALL
+    SELECT id, 'cancelled' /* word: action.cancelled */, cancelled_by, NULL, NULL, NULL
+    FROM updated WHERE cancelled_in_flight
 ), notified AS (
     SELECT pg_notify($7, floor(extract(epoch FROM now()) * 1000)::bigint::text)
     FROM updated WHERE action = 'release' /* word: action.release */ LIMIT 1

@@ -45,3 +45,17 @@ GROUP BY kind ORDER BY kind
 -- Index: none; a row a paused kind.
 SELECT kind, extract(epoch FROM now() - paused_at)::float8 AS paused_for, automatic
 FROM {{schema}}outbox_kind_pauses ORDER BY kind
+
+-- name: sample_events
+-- The timeline's events written after the event $1 (null at the first sample: none, only
+-- the newest id is read): how many were cancellations, the producers' `outbox_cancel`
+-- included, which outboxd does not see happen. Every replica counts every one.
+-- $1 after (bigint, null at the first sample): the newest event the last sample read.
+-- Index: outbox_message_events_pkey (a range scan from $1; the newest entry at first).
+WITH after AS (
+    SELECT coalesce($1, (SELECT coalesce(max(id), 0) FROM {{schema}}outbox_message_events)) AS id
+)
+SELECT greatest((SELECT id FROM after), coalesce(max(e.id), 0)) AS last_id,
+       count(*) FILTER (WHERE e.event = 'cancelled' /* word: action.cancelled */) AS cancelled
+FROM {{schema}}outbox_message_events AS e
+WHERE e.id > (SELECT id FROM after)

@@ -104,8 +104,10 @@ metrics! {
         "SMTP replies that said the relay is throttling (421/45x with 4.7.x, or a reply about rate or throttling): the message was released without an attempt and the pace cut.";
     EXPIRED = "outbox_messages_expired_total", Counter, None,
         "Messages not sent because their expiry passed first (expires_at, or OUTBOXD_EXPIRE_AFTER for their kind); not dead letters.";
+    CANCELLED = "outbox_messages_cancelled_total", Counter, None,
+        "Messages withdrawn by their producer (outbox_cancel, outboxd cancel, the API) and ended unsent, as the timeline records them; every replica counts every one, so aggregate with max, not sum.";
     SEND_RATE_LIMIT = "outbox_send_rate_limit_per_second", Gauge, None,
-        "The send rate the replicas share now (OUTBOXD_RATE_LIMIT, or without one the pace found from throttling replies; cut by throttling and recovering); 0 with no limit until the relay throttles.";
+        "The send rate the replicas share now through a lane's relays (lane: transactional covers both lanes without OUTBOXD_BULK_SMTP_URL): OUTBOXD_RATE_LIMIT (OUTBOXD_BULK_RATE_LIMIT for the bulk lane's own), or without one the pace found from throttling replies; cut by throttling and recovering; 0 with no limit until the relays throttle.";
     SUPPRESSED = "outbox_messages_suppressed_total", Counter, None,
         "Messages not sent because every recipient is on the suppression list, by the first recipient's reason and the scope of its entry (all, bulk or transactional); not dead letters.";
     BOUNCES = "outbox_bounces_received_total", Counter, None,

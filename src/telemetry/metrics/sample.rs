@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use metrics::gauge;
+use metrics::{counter, gauge};
 
 use super::{
-    DEAD_LETTERS, KIND_AUTO_PAUSED, KIND_PAUSE_AGE, KIND_PAUSED, LANE_OLDEST_PENDING_AGE,
+    CANCELLED, DEAD_LETTERS, KIND_AUTO_PAUSED, KIND_PAUSE_AGE, KIND_PAUSED, LANE_OLDEST_PENDING_AGE,
     LANE_OLDEST_READY_AGE, LANE_READY, LAST_SAMPLE, Metrics, OLDEST_PENDING_AGE, OLDEST_READY_AGE,
     OLDEST_TRANSACTION_AGE, PENDING, TABLE_DEAD_TUPLES, unix_seconds,
 };
@@ -40,6 +40,7 @@ impl Metrics {
                 .set(figures.oldest_pending_age);
         }
         self.record_pauses(sample);
+        counter!(CANCELLED).increment(u64::try_from(sample.events.cancelled).unwrap_or(0));
         gauge!(LAST_SAMPLE).set(unix_seconds(SystemTime::now()));
     }
 
