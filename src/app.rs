@@ -72,6 +72,9 @@ impl App {
         };
         let pools = Pools::open(&config.database).await?;
         let message_ids = message_ids(&pools.dispatch, &config).await?;
+        store::callbacks::switch(&pools.dispatch, config.callbacks.is_some())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot switch the delivery callbacks {}: {e} (the role needs UPDATE (callbacks) ON outbox_installation: docs/src/deployment.md)", if config.callbacks.is_some() { "on" } else { "off" }))?;
         let (return_paths, bounce_listener) = bind_bounce_listener(&config, &message_ids).await?;
         let renderer = renderer(&config, message_ids.clone(), return_paths)?;
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
@@ -189,6 +192,7 @@ impl App {
             },
         )));
         tasks.extend(self.spawn_auto_pause(stop));
+        tasks.extend(self.spawn_callbacks(stop));
         let (prometheus, upkeep_stop) = (self.prometheus.clone(), stop.clone());
         tasks.push(tokio::spawn(supervise(
             BackgroundTask::RecorderUpkeep,
@@ -218,6 +222,31 @@ impl App {
                     rule.clone(),
                     Arc::clone(&metrics),
                     interval,
+                    stop.clone(),
+                )
+            },
+        )))
+    }
+
+    /// The delivery callbacks' sender, when they are on, started again if it fails.
+    fn spawn_callbacks(&self, stop: &CancellationToken) -> Option<tokio::task::JoinHandle<()>> {
+        let settings = self.config.callbacks.clone()?;
+        let (pool, metrics, tag, stop) = (
+            self.pools.surface.clone(),
+            Arc::clone(&self.metrics),
+            self.message_ids.tag().as_str().to_owned(),
+            stop.clone(),
+        );
+        Some(tokio::spawn(supervise(
+            BackgroundTask::Callbacks,
+            Arc::clone(&self.metrics),
+            stop.clone(),
+            move || {
+                crate::callbacks::run(
+                    pool.clone(),
+                    Arc::clone(&settings),
+                    tag.clone(),
+                    Arc::clone(&metrics),
                     stop.clone(),
                 )
             },

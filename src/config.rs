@@ -15,6 +15,7 @@ use secrecy::SecretString;
 
 use crate::background::retention::Retention;
 use crate::bounces::BounceSettings;
+use crate::callbacks::CallbackSettings;
 use crate::dispatch::{DispatchSettings, RateLimit};
 use crate::feedback::FeedbackSettings;
 use crate::mailer::SmtpSettings;
@@ -31,6 +32,7 @@ mod senders;
 mod smtp;
 mod unsubscribe;
 mod bounces;
+mod callbacks;
 mod values;
 
 pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs, DatabaseConfig};
@@ -40,6 +42,7 @@ pub use deliverability::DeliverabilityArgs;
 pub use kinds::{KindArgs, KindBook};
 pub use smtp::SmtpArgs;
 pub use bounces::BounceArgs;
+pub use callbacks::CallbackArgs;
 pub use unsubscribe::UnsubscribeArgs;
 use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
 pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
@@ -195,6 +198,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub bounces: BounceArgs,
+
+    #[command(flatten)]
+    pub callbacks: CallbackArgs,
 }
 
 debug_showing_only!(RunArgs as args {
@@ -238,6 +244,8 @@ pub struct RunConfig {
     pub one_click: Option<Arc<OneClick>>,
     /// Signed return paths, and the listener for the DSNs sent to them; `None`: off.
     pub bounces: Option<BounceSettings>,
+    /// The delivery callbacks to the application; `None`: off.
+    pub callbacks: Option<Arc<CallbackSettings>>,
 }
 
 impl RunConfig {
@@ -251,6 +259,7 @@ impl RunConfig {
     pub fn rights(&self) -> crate::store::Rights {
         crate::store::Rights {
             auto_pause: self.auto_pause.is_some(),
+            callbacks: self.callbacks.is_some(),
         }
     }
 }
@@ -309,6 +318,7 @@ impl RunArgs {
             kinds,
             one_click: self.unsubscribe.one_click()?.map(Arc::new),
             bounces: self.bounces.settings()?,
+            callbacks: self.callbacks.settings()?,
         })
     }
 

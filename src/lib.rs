@@ -30,12 +30,14 @@ modules!(
     app,
     background,
     bounces,
+    callbacks,
     cli,
     config,
     dispatch,
     doctor,
     feedback,
     http,
+    http_client,
     lane,
     lock,
     mailer,
@@ -49,6 +51,7 @@ modules!(
     tls,
     trace_context,
     unsubscribe,
+    webhook_signature,
 );
 
 pub use cli::main;

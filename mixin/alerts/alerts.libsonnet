@@ -95,6 +95,23 @@
           },
           {
             comment:: |||
+              The delivery callbacks (OUTBOXD_CALLBACK_URL) have stopped flowing: the oldest
+              one still to send happened over 15 minutes ago, for 10 minutes. Nothing is lost
+              (they wait in outbox_callbacks, retried until OUTBOXD_CALLBACK_MAX_AGE); a
+              warning, because the application's view of its emails falls behind. max, not
+              sum: every replica reads the same table.
+            |||,
+            alert: 'OutboxCallbacksStalled',
+            expr: 'max by (%(groupLabels)s) (outbox_callback_oldest_age_seconds{%(outboxdSelector)s}) > 900' % config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Delivery callbacks to the application have stopped flowing.',
+              description: "{{ $labels.job }}'s oldest callback still to send happened {{ $value | humanizeDuration }} ago: the application's endpoint (OUTBOXD_CALLBACK_URL) is not taking them (outbox_callback_failures_total says why).",
+            },
+          },
+          {
+            comment:: |||
               Nearly every attempt failing (a server deferring everything), at a volume one
               stubborn message cannot reach. Pages about 6 minutes after the failures start.
             |||,

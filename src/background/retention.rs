@@ -1,6 +1,6 @@
-//! Retention: deletes dispatched and discarded rows older than `OUTBOXD_RETENTION`, in small
-//! batches that never hold long locks and never wait on the dispatcher. Dead letters that
-//! are not discarded are never deleted.
+//! Retention: deletes dispatched and discarded rows older than `OUTBOXD_RETENTION`, and the
+//! callbacks sent or given up on as old, in small batches that never hold long locks and
+//! never wait on the dispatcher. Dead letters that are not discarded are never deleted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,7 @@ pub enum Retention {
 pub struct Pruned {
     pub dispatched: u64,
     pub discarded: u64,
+    pub callbacks: u64,
 }
 
 /// Deletes everything expired now, batch by batch.
@@ -58,6 +59,14 @@ pub async fn prune_once(
             tokio::time::sleep(PAUSE).await;
         }
     }
+    loop {
+        let deleted = crate::store::callbacks::prune(pool, retention, BATCH).await?;
+        pruned.callbacks += deleted;
+        if deleted < BATCH as u64 || stop.is_cancelled() {
+            break;
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
     Ok(pruned)
 }
 
@@ -69,6 +78,7 @@ pub async fn run(pool: Store, retention: Duration, metrics: Arc<Metrics>, stop: 
                 info!(
                     dispatched = pruned.dispatched,
                     discarded = pruned.discarded,
+                    callbacks = pruned.callbacks,
                     "pruned expired rows"
                 );
             }

@@ -20,12 +20,12 @@
 //! `data.message_id`.
 
 use base64::Engine as _;
-use secrecy::{ExposeSecret, SecretSlice};
 use serde::Deserialize;
 use subtle::ConstantTimeEq as _;
 
 use super::{Event, EventKind, FeedbackError, RowNames, address};
 use crate::suppression::BounceType;
+use crate::webhook_signature::WebhookSecret;
 
 /// How far a request's timestamp may be from now.
 const TOLERANCE_SECONDS: u64 = 5 * 60;
@@ -37,23 +37,14 @@ const MAX_ID_BYTES: usize = 200;
 /// The shared secret.
 #[derive(Debug)]
 pub struct StandardSettings {
-    secret: SecretSlice<u8>,
+    secret: WebhookSecret,
 }
 
 impl StandardSettings {
     /// `whsec_` followed by the base64 of at least 24 bytes.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let encoded = text
-            .strip_prefix("whsec_")
-            .ok_or("expected whsec_ followed by base64")?;
-        let secret = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|_| "the part after whsec_ is not base64".to_owned())?;
-        if secret.len() < 24 {
-            return Err("the secret must be at least 24 bytes".to_owned());
-        }
         Ok(Self {
-            secret: SecretSlice::from(secret),
+            secret: WebhookSecret::parse(text)?,
         })
     }
 
@@ -102,20 +93,13 @@ impl StandardSettings {
     /// Checks the body against headers [`check_headers`](Self::check_headers) passed: one
     /// HMAC, whatever the header holds, compared with each candidate in constant time.
     pub fn verify_body(&self, headers: &SignedHeaders, body: &[u8]) -> Result<(), FeedbackError> {
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.secret.expose_secret());
-        let mut context = ring::hmac::Context::with_key(&key);
-        context.update(headers.id.as_bytes());
-        context.update(b".");
-        context.update(headers.timestamp.as_bytes());
-        context.update(b".");
-        context.update(body);
-        let expected = context.sign();
+        let expected = self.secret.tag(&headers.id, &headers.timestamp, body);
         // Every candidate is compared, so the time taken does not say which one matched.
         let matched = headers
             .tags
             .iter()
             .fold(subtle::Choice::from(0), |any, tag| {
-                any | tag.as_slice().ct_eq(expected.as_ref())
+                any | tag.as_slice().ct_eq(expected.as_slice())
             });
         if bool::from(matched) {
             Ok(())

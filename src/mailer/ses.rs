@@ -9,7 +9,6 @@
 //! ambiguous.
 
 mod credentials;
-mod http;
 mod sigv4;
 
 use std::time::Duration;
@@ -20,7 +19,7 @@ use lettre::address::Envelope;
 
 use super::pool::Failure;
 use super::{Accepted, Reply, SendError};
-use http::{Answer, HttpError, Origin};
+use crate::http_client::{Answer, HttpError, Origin};
 
 /// Where SES's API is, parsed from `ses://REGION`.
 #[derive(Debug, Clone)]

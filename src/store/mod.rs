@@ -9,6 +9,7 @@ mod statement;
 mod statements;
 
 pub mod admin;
+pub mod callbacks;
 pub mod cancel;
 pub mod circuits;
 mod claim;
@@ -45,7 +46,7 @@ pub use outcomes::{
 pub use prune::Prunable;
 pub use rights::Rights;
 #[cfg(feature = "testing")]
-pub use rights::{AUTO_PAUSE_RIGHTS, RUN_RIGHTS, Right};
+pub use rights::{AUTO_PAUSE_RIGHTS, CALLBACK_RIGHTS, RUN_RIGHTS, Right};
 pub use sample::{Sample, sample};
 pub use schema_state::{SchemaError, check_ready, check_schema};
 pub use statement::RenderError;

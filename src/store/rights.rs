@@ -46,6 +46,12 @@ pub const RUN_RIGHTS: &[Right] = &[
     table("outbox_message_events", "SELECT"),
     table("outbox_message_events", "INSERT"),
     table("outbox_message_events", "DELETE"),
+    // Every outcome statement keeps its callbacks when they are on (even off, the statement
+    // needs the right); the sampler counts those still to send, and retention deletes
+    // them (a DELETE that reads `at` needs SELECT).
+    table("outbox_callbacks", "SELECT"),
+    table("outbox_callbacks", "INSERT"),
+    table("outbox_callbacks", "DELETE"),
     // Retention deletes messages' tags with them; the lookups by tag read them.
     table("outbox_message_tags", "SELECT"),
     table("outbox_message_tags", "DELETE"),
@@ -76,11 +82,17 @@ pub const AUTO_PAUSE_RIGHTS: &[Right] = &[
     table("outbox_admin_audit", "INSERT"),
 ];
 
+/// The rights the delivery callbacks add (`OUTBOXD_CALLBACK_URL`): the sender leases and
+/// records them. (Switching them on needs `UPDATE (callbacks)` on `outbox_installation`,
+/// a column's right, which `outboxd run` asks for at start.)
+pub const CALLBACK_RIGHTS: &[Right] = &[table("outbox_callbacks", "UPDATE")];
+
 /// The rights readiness checks: [`RUN_RIGHTS`], and those of the features the
 /// configuration turns on, so that a role short of one is told before the feature fails.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rights {
     pub auto_pause: bool,
+    pub callbacks: bool,
 }
 
 impl Rights {
@@ -91,7 +103,12 @@ impl Rights {
         } else {
             &[]
         };
-        RUN_RIGHTS.iter().chain(auto_pause)
+        let callbacks = if self.callbacks {
+            CALLBACK_RIGHTS
+        } else {
+            &[]
+        };
+        RUN_RIGHTS.iter().chain(auto_pause).chain(callbacks)
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sqlx::FromRow;
 
+use super::callbacks::CallbackBacklog;
 use super::statement::Sql;
 use super::statements::{Bound, Store};
 
@@ -17,6 +18,8 @@ pub struct Sample {
     pub paused: Vec<PausedKind>,
     /// The timeline's events since the last sample.
     pub events: EventTail,
+    /// The delivery callbacks still to send.
+    pub callbacks: CallbackBacklog,
 }
 
 /// What the timeline gained since the event a sample read last.
@@ -86,12 +89,17 @@ pub async fn sample(
         .bind(events_after)
         .fetch_one(&mut *transaction)
         .await?;
+    let callbacks = store
+        .query_as(Sql::SampleCallbacks)
+        .fetch_one(&mut *transaction)
+        .await?;
     transaction.commit().await?;
     Ok(Sample {
         totals,
         kinds,
         paused,
         events,
+        callbacks,
     })
 }
 

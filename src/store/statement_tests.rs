@@ -38,6 +38,13 @@ fn word(name: &str) -> Option<String> {
         "lane.bulk" => crate::message::Lane::Bulk.as_str(),
         "event.enqueued" => super::super::timeline::ENQUEUED,
         "event.cancel_requested" => super::super::cancel::CANCEL_REQUESTED,
+        "callback.sent" => crate::callbacks::events::SENT,
+        "callback.dead_lettered" => crate::callbacks::events::DEAD_LETTERED,
+        "callback.bounced" => crate::callbacks::events::BOUNCED,
+        "callback.complained" => crate::callbacks::events::COMPLAINED,
+        "callback.suppressed" => crate::callbacks::events::SUPPRESSED,
+        "callback.expired" => crate::callbacks::events::EXPIRED,
+        "callback.cancelled" => crate::callbacks::events::CANCELLED,
         _ => return None,
     }
     .to_owned())
@@ -62,6 +69,7 @@ const OBJECTS: &[&str] = &[
     "outbox_on_the_calendar",
     "outbox_cancel",
     "outbox_cancel_id",
+    "outbox_callbacks",
 ];
 
 fn mail() -> outboxd_producer::Schema {

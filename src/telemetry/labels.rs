@@ -153,10 +153,12 @@ pub enum DatabaseOperation {
     Readiness,
     Prune,
     AutoPause,
+    /// The callback sender's claims and records.
+    Callbacks,
 }
 
 impl DatabaseOperation {
-    pub const ALL: [DatabaseOperation; 7] = [
+    pub const ALL: [DatabaseOperation; 8] = [
         DatabaseOperation::Claim,
         DatabaseOperation::Record,
         DatabaseOperation::Listen,
@@ -164,6 +166,7 @@ impl DatabaseOperation {
         DatabaseOperation::Readiness,
         DatabaseOperation::Prune,
         DatabaseOperation::AutoPause,
+        DatabaseOperation::Callbacks,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -175,6 +178,7 @@ impl DatabaseOperation {
             DatabaseOperation::Readiness => "readiness",
             DatabaseOperation::Prune => "prune",
             DatabaseOperation::AutoPause => "auto_pause",
+            DatabaseOperation::Callbacks => "callbacks",
         }
     }
 }
@@ -186,14 +190,17 @@ pub enum BackgroundTask {
     Retention,
     RecorderUpkeep,
     AutoPause,
+    /// The delivery callbacks' sender.
+    Callbacks,
 }
 
 impl BackgroundTask {
-    pub const ALL: [BackgroundTask; 4] = [
+    pub const ALL: [BackgroundTask; 5] = [
         BackgroundTask::Sampler,
         BackgroundTask::Retention,
         BackgroundTask::RecorderUpkeep,
         BackgroundTask::AutoPause,
+        BackgroundTask::Callbacks,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -202,6 +209,27 @@ impl BackgroundTask {
             BackgroundTask::Retention => "retention",
             BackgroundTask::RecorderUpkeep => "recorder_upkeep",
             BackgroundTask::AutoPause => "auto_pause",
+            BackgroundTask::Callbacks => "callbacks",
+        }
+    }
+}
+
+/// Why a callback's POST failed: the `reason` label of `outbox_callback_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallbackFailure {
+    /// No answer: the endpoint could not be reached, or did not answer in time.
+    Unreachable,
+    /// The endpoint answered, with a status other than 2xx.
+    Refused,
+}
+
+impl CallbackFailure {
+    pub const ALL: [CallbackFailure; 2] = [CallbackFailure::Unreachable, CallbackFailure::Refused];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallbackFailure::Unreachable => "unreachable",
+            CallbackFailure::Refused => "refused",
         }
     }
 }

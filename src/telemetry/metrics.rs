@@ -24,7 +24,7 @@ use register::{register_feedback_counters, register_suppressed};
 mod sample;
 
 pub use super::labels::{
-    BackgroundTask, DatabaseOperation, DsnResult, LookupResult, OTHER_KIND, UnsubscribeResult, WebhookResult,
+    BackgroundTask, CallbackFailure, DatabaseOperation, DsnResult, LookupResult, OTHER_KIND, UnsubscribeResult, WebhookResult,
 };
 
 
@@ -150,6 +150,11 @@ impl Metrics {
         counter!(LEASE_LOST).increment(0);
         counter!(THROTTLED).increment(0);
         counter!(CANCELLED).increment(0);
+        gauge!(CALLBACKS_PENDING).set(0.0);
+        gauge!(CALLBACK_OLDEST_AGE).set(0.0);
+        for failure in CallbackFailure::ALL {
+            counter!(CALLBACK_FAILURES, "reason" => failure.as_str()).increment(0);
+        }
         gauge!(READY).set(0.0);
         gauge!(
             BUILD_INFO,
@@ -298,6 +303,11 @@ impl Metrics {
 
     pub fn background_task_restarted(&self, task: BackgroundTask) {
         counter!(BACKGROUND_RESTARTS, "task" => task.as_str()).increment(1);
+    }
+
+    /// A callback's POST failed.
+    pub fn callback_failed(&self, failure: CallbackFailure) {
+        counter!(CALLBACK_FAILURES, "reason" => failure.as_str()).increment(1);
     }
 
     /// A route's shared send rate now (the lane whose relays it paces), in messages per

@@ -708,7 +708,8 @@ async fn retention_prunes_old_sent_and_discarded_rows_but_never_dead_letters() {
         pruned,
         outboxd::background::retention::Pruned {
             dispatched: 2500,
-            discarded: 1
+            discarded: 1,
+            callbacks: 0,
         }
     );
     assert_eq!(

@@ -263,7 +263,10 @@ async fn readiness_names_each_right_the_role_lacks() {
         (&[][..], Rights::default(), RUN_RIGHTS, Work::Deliver),
         (
             auto_pause,
-            Rights { auto_pause: true },
+            Rights {
+                auto_pause: true,
+                ..Rights::default()
+            },
             AUTO_PAUSE_RIGHTS,
             Work::DeliverAndPause("invoice_notice"),
         ),

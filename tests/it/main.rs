@@ -6,6 +6,7 @@ mod bench;
 mod book;
 mod bounces;
 mod browser;
+mod callbacks;
 mod claim_floor;
 mod cli;
 mod content;

@@ -343,3 +343,37 @@ async fn the_cancel_migration_gives_up_behind_an_open_insert_and_rewrites_nothin
         .await;
     assert!(!public);
 }
+
+#[tokio::test]
+async fn the_callbacks_migration_runs_while_an_application_holds_the_outbox_table() {
+    let db = TestDb::empty().await;
+    let callbacks_migration = migrated_up_to(&db, "callbacks").await;
+    // A role that records outcomes, as the book grants it before this migration.
+    let role = format!("recorder_{}", std::process::id());
+    db.exec(format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role}; \
+         GRANT UPDATE ON outbox_messages TO {role}; \
+         GRANT SELECT, INSERT, DELETE ON outbox_message_events TO {role}"
+    ))
+    .await;
+    let held = db.lock_table("outbox_messages").await;
+    let with_callbacks = ours_up_to(callbacks_migration + 1);
+    tokio::time::timeout(Duration::from_secs(30), with_callbacks.run(&db.pool))
+        .await
+        .expect("the migration waited on the outbox table")
+        .expect("the callbacks migration");
+    held.rollback().await.unwrap();
+    let rights: (bool, bool, bool, bool) = sqlx::query_as(
+        "SELECT has_table_privilege($1, 'outbox_callbacks', 'INSERT'), \
+                has_table_privilege($1, 'outbox_callbacks', 'UPDATE'), \
+                has_table_privilege($1, 'outbox_callbacks', 'DELETE'), \
+                has_column_privilege($1, 'outbox_installation', 'callbacks', 'UPDATE')",
+    )
+    .bind(&role)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rights, (true, true, true, true));
+    db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use hyper::body::Bytes;
 use secrecy::SecretString;
 
-use super::http::Origin;
+use crate::http_client::Origin;
 
 /// How long one credentials request may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);

@@ -74,6 +74,10 @@ WITH batch AS MATERIALIZED (
     SELECT id, CASE WHEN in_flight THEN 'cancel_requested' /* word: event.cancel_requested */
                     ELSE 'cancelled' /* word: action.cancelled */ END, $9
     FROM changed
+), callbacks AS (
+    INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
+    SELECT id, 'message.cancelled' /* word: callback.cancelled */, $9
+    FROM changed WHERE NOT in_flight AND {{callbacks_on}}
 )
 SELECT (SELECT next_attempt_at FROM batch ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_due,
        (SELECT id FROM batch ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_id,

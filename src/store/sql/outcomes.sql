@@ -69,7 +69,7 @@ locked_until = NULL, locked_by = NULL, claim_token = NULL
  AND o.action IN ('retry' /* word: action.retry */, 'release' /* word: action.release */))
 
 -- fragment: outcome_returning
-RETURNING m.id, o.action, o.bounced, o.suppress, o.error, o.error_class, o.took_ms,
+RETURNING m.id, o.action, o.bounced, o.suppress, o.error, o.error_class, o.took_ms, o.reply,
           m.end_reason = 'cancelled' /* word: action.cancelled */
               AND o.action <> 'cancelled' /* word: action.cancelled */ AS cancelled_in_flight,
           m.cancelled_by
@@ -79,7 +79,9 @@ RETURNING m.id, o.action, o.bounced, o.suppress, o.error, o.error_class, o.took_
 -- an event of its message's timeline; a release makes its row due now, which may be below
 -- another dispatcher's claim floor, so the trigger's channel is told, as for a new row; a
 -- recipient the server said does not exist is suppressed, so the list and the outcome
--- cannot disagree.
+-- cannot disagree; and, with callbacks on (migration 31), each message's end is kept for
+-- the application (`message.sent` with the relay's reply, `message.bounced` for a recipient
+-- the server said does not exist, ...).
 events AS (
     INSERT INTO {{schema}}outbox_message_events
         (message_id, event, actor, error_class, detail, duration_ms)
@@ -101,6 +103,26 @@ events AS (
         message_id = excluded.message_id, created_at = now(), created_by = NULL,
         suppressed_until = NULL
     WHERE {{replaced_for_good}}
+), callbacks AS (
+    INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
+    SELECT id,
+           CASE WHEN cancelled_in_flight THEN 'message.cancelled' /* word: callback.cancelled */
+                WHEN action = 'sent' /* word: action.sent */ THEN 'message.sent' /* word: callback.sent */
+                WHEN action = 'dead' /* word: action.dead */ AND bounced IS NOT NULL
+                    THEN 'message.bounced' /* word: callback.bounced */
+                WHEN action = 'dead' /* word: action.dead */ THEN 'message.dead_lettered' /* word: callback.dead_lettered */
+                WHEN action = 'suppressed' /* word: action.suppressed */ THEN 'message.suppressed' /* word: callback.suppressed */
+                WHEN action = 'expired' /* word: action.expired */ THEN 'message.expired' /* word: callback.expired */
+                ELSE 'message.cancelled' /* word: callback.cancelled */ END,
+           CASE WHEN action = 'sent' /* word: action.sent */ THEN reply
+                WHEN cancelled_in_flight THEN cancelled_by ELSE error END
+    FROM updated
+    WHERE {{callbacks_on}}
+      AND (cancelled_in_flight
+           OR action IN ('sent' /* word: action.sent */, 'dead' /* word: action.dead */,
+                         'suppressed' /* word: action.suppressed */,
+                         'expired' /* word: action.expired */,
+                         'cancelled' /* word: action.cancelled */))
 )
 
 -- name: record_outcomes

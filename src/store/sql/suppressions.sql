@@ -145,14 +145,24 @@ SELECT kind, ARRAY(SELECT jsonb_array_elements_text(
 FROM {{schema}}outbox_messages WHERE id = $1 FOR NO KEY UPDATE
 
 -- name: mark_feedback
--- A provider's report on the row it names: an event of its timeline, and its mark (a
--- complaint outranks a bounce, and a hard bounce a soft one), in one statement.
+-- A provider's report on the row it names: an event of its timeline, its mark (a
+-- complaint outranks a bounce, and a hard bounce a soft one), and with callbacks on, a hard
+-- bounce's or a complaint's callback, in one statement.
 -- $1 id (bigint), $2 mark (text, null for none), $3 event (text), $4 actor: the source
 -- (text), $5 detail (text)
 -- Index: outbox_messages_pkey.
 WITH event AS (
     INSERT INTO {{schema}}outbox_message_events (message_id, event, actor, detail)
-    VALUES ($1, $3, $4, left($5, 1000 /* word: limit.detail_chars */)))
+    VALUES ($1, $3, $4, left($5, 1000 /* word: limit.detail_chars */))
+), callback AS (
+    INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
+    SELECT $1, CASE $2 WHEN 'complaint' /* word: mark.complaint */
+                       THEN 'message.complained' /* word: callback.complained */
+                       ELSE 'message.bounced' /* word: callback.bounced */ END,
+           left($5, 1000 /* word: limit.detail_chars */)
+    WHERE $2 IN ('hard_bounce' /* word: mark.hard_bounce */, 'complaint' /* word: mark.complaint */)
+      AND {{callbacks_on}}
+      AND EXISTS (SELECT FROM {{schema}}outbox_messages WHERE id = $1))
 UPDATE {{schema}}outbox_messages
 SET feedback = $2, feedback_at = now(),
     next_attempt_at = {{schema}}outbox_on_the_calendar(next_attempt_at),

@@ -104,6 +104,12 @@ metrics! {
         "SMTP replies that said the relay is throttling (421/45x with 4.7.x, or a reply about rate or throttling): the message was released without an attempt and the pace cut.";
     EXPIRED = "outbox_messages_expired_total", Counter, None,
         "Messages not sent because their expiry passed first (expires_at, or OUTBOXD_EXPIRE_AFTER for their kind); not dead letters.";
+    CALLBACKS_PENDING = "outbox_callbacks_pending", Gauge, None,
+        "Delivery callbacks (OUTBOXD_CALLBACK_URL) not yet taken by the application's endpoint nor given up on.";
+    CALLBACK_OLDEST_AGE = "outbox_callback_oldest_age_seconds", Gauge, SECONDS,
+        "How long ago the event of the oldest callback still to send happened; 0 with none.";
+    CALLBACK_FAILURES = "outbox_callback_failures_total", Counter, None,
+        "Callback POSTs that failed, by reason (unreachable: no answer in time; refused: an answer other than 2xx); each is tried again with backoff.";
     CANCELLED = "outbox_messages_cancelled_total", Counter, None,
         "Messages withdrawn by their producer (outbox_cancel, outboxd cancel, the API) and ended unsent, as the timeline records them; every replica counts every one, so aggregate with max, not sum.";
     SEND_RATE_LIMIT = "outbox_send_rate_limit_per_second", Gauge, None,

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use metrics::{counter, gauge};
 
 use super::{
-    CANCELLED, DEAD_LETTERS, KIND_AUTO_PAUSED, KIND_PAUSE_AGE, KIND_PAUSED, LANE_OLDEST_PENDING_AGE,
+    CALLBACK_OLDEST_AGE, CALLBACKS_PENDING, CANCELLED, DEAD_LETTERS, KIND_AUTO_PAUSED, KIND_PAUSE_AGE, KIND_PAUSED, LANE_OLDEST_PENDING_AGE,
     LANE_OLDEST_READY_AGE, LANE_READY, LAST_SAMPLE, Metrics, OLDEST_PENDING_AGE, OLDEST_READY_AGE,
     OLDEST_TRANSACTION_AGE, PENDING, TABLE_DEAD_TUPLES, unix_seconds,
 };
@@ -41,6 +41,8 @@ impl Metrics {
         }
         self.record_pauses(sample);
         counter!(CANCELLED).increment(u64::try_from(sample.events.cancelled).unwrap_or(0));
+        gauge!(CALLBACKS_PENDING).set(sample.callbacks.pending as f64);
+        gauge!(CALLBACK_OLDEST_AGE).set(sample.callbacks.oldest_age);
         gauge!(LAST_SAMPLE).set(unix_seconds(SystemTime::now()));
     }
 

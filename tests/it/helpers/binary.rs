@@ -84,6 +84,9 @@ pub fn outboxd() -> Command {
 pub struct Outboxd {
     pub child: Child,
     pub http: String,
+    /// What it wrote to stderr so far, read by a thread as it comes: a pipe nobody read
+    /// would fill, and block the process at its next log line.
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Outboxd {
@@ -118,7 +121,7 @@ impl Outboxd {
     /// Starts the binary without waiting for it to be ready.
     pub fn start_unready(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
         let http = format!("127.0.0.1:{}", free_port());
-        let child = outboxd()
+        let mut child = outboxd()
             .args(["run", "--database-url", db_url, "--listen", &http])
             .args(flags)
             .envs(envs.iter().copied())
@@ -126,7 +129,20 @@ impl Outboxd {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start outboxd");
-        Self { child, http }
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (mut pipe, kept) = (child.stderr.take().expect("stderr"), stderr.clone());
+        std::thread::spawn(move || {
+            let mut chunk = [0; 8192];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut chunk) {
+                let text = String::from_utf8_lossy(&chunk[..n]);
+                kept.lock().expect("stderr kept").push_str(&text);
+            }
+        });
+        Self {
+            child,
+            http,
+            stderr,
+        }
     }
 
     /// Waits for the process to exit; returns its exit status and stderr.
@@ -134,10 +150,11 @@ impl Outboxd {
         let status = poll_until_blocking(within, "outboxd to exit", || {
             self.child.try_wait().expect("wait")
         });
-        let mut stderr = String::new();
-        if let Some(mut pipe) = self.child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-        }
+        // The reader thread ends with the pipe: wait until it has read the last of it.
+        poll_until_blocking(Duration::from_secs(5), "stderr read to its end", || {
+            (std::sync::Arc::strong_count(&self.stderr) == 1).then_some(())
+        });
+        let stderr = self.stderr.lock().expect("stderr kept").clone();
         (status, stderr)
     }
 }

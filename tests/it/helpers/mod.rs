@@ -2,6 +2,7 @@
 //! aiosmtpd server per test, and the real application or binary, one concern a file.
 
 mod binary;
+mod callbacks;
 mod cluster;
 mod database;
 mod fixtures;
@@ -16,6 +17,7 @@ mod smtp_talk;
 mod wait;
 
 pub use binary::*;
+pub use callbacks::*;
 pub use cluster::*;
 pub use database::*;
 pub use fixtures::*;

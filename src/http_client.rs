@@ -1,4 +1,4 @@
-//! HTTP/1.1 to one origin (the SES endpoint, or a credentials source), over TLS for
+//! HTTP/1.1 to one origin (the SES endpoint, a credentials source, the callback URL), over TLS for
 //! `https://` (the public web's roots, and a private CA where one is set) or plain for
 //! `http://`, with idle connections kept for reuse. A failure is told apart by when it
 //! happened: before the request went (`Unsent`: connecting, TLS, the handshake), so that
