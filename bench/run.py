@@ -707,11 +707,11 @@ def claim_sql():
     """The claim exactly as outboxd sends it, read from src/store/sql/claim.sql, prepared
     with its parameters, explained on 200 rows and rolled back."""
     return ("SET plan_cache_mode = force_generic_plan;\n"
-            "PREPARE claim(int8, float8, text, timestamptz, uuid, int8, timestamptz, text[], timestamptz, text[]) AS "
+            "PREPARE claim(int8, float8, text, timestamptz, uuid, int8, timestamptz, text[], timestamptz, text[], int8) AS "
             + statement("claim") + ";\n"
             "BEGIN; EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
             "EXECUTE claim(200, 60, 'bench', NULL, gen_random_uuid(), 4194304, NULL, '{}', NULL, "
-            "'{transactional,bulk}'); ROLLBACK;\n")
+            "'{transactional,bulk}', NULL); ROLLBACK;\n")
 
 
 def sql_blocks():

@@ -18,9 +18,9 @@ import uuid
 BATCH = 400
 CHUNK = 200
 
-# Parameter types, in bind order (PostgreSQL type OIDs): `store::claim`'s nine and
+# Parameter types, in bind order (PostgreSQL type OIDs): `store::claim`'s eleven and
 # `store::record_outcomes`' thirteen.
-CLAIM_TYPES = [20, 701, 25, 1184, 2950, 20, 1184, 1009, 1184, 1009]
+CLAIM_TYPES = [20, 701, 25, 1184, 2950, 20, 1184, 1009, 1184, 1009, 20]
 RECORD_TYPES = [2950, 1016, 1009, 1009, 1022, 1009, 25, 1009, 1000, 1009, 1007, 25, 1009]
 
 # A relay's acceptance, as outboxd keeps it on a sent row.
@@ -70,7 +70,7 @@ def drain_by_statements(url, claim_sql, record_sql, backend_cpu_seconds):
         while True:
             token = uuid.uuid4()
             ids = claim(BATCH, 60.0, "bench-statements", None, token, 4_194_304, None, [], None,
-                         ["transactional", "bulk"])
+                         ["transactional", "bulk"], None)
             if in_flight:
                 previous, previous_ids = in_flight
                 for at in range(0, len(previous_ids), CHUNK):

@@ -107,7 +107,7 @@
             labels: { severity: 'warning' },
             annotations: {
               summary: 'Delivery callbacks to the application have stopped flowing.',
-              description: "{{ $labels.job }}'s oldest callback still to send happened {{ $value | humanizeDuration }} ago: the application's endpoint (OUTBOXD_CALLBACK_URL) is not taking them (outbox_callback_failures_total says why).",
+              description: "{{ $labels.job }}: the oldest callback still to send happened {{ $value | humanizeDuration }} ago: the application's endpoint (OUTBOXD_CALLBACK_URL) is not taking them (outbox_callback_failures_total says why).",
             },
           },
           {
