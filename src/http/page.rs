@@ -23,6 +23,7 @@ use crate::store::admin::{self, Action, ActionError, DeadLetter, Selection};
 use crate::store::stats;
 use crate::text::cut_with_ellipsis;
 
+mod cancel;
 mod forms;
 mod messages;
 mod pauses;
@@ -44,6 +45,9 @@ pub fn routes() -> Router<AdminState> {
         .route("/admin/kinds/resume", post(pauses::resume))
         .route("/admin/messages", get(messages::search))
         .route("/admin/messages/{id}", get(messages::one))
+        .route("/admin/messages/{id}/cancel", post(cancel::one))
+        .route("/admin/pending", get(cancel::count))
+        .route("/admin/pending/cancel", post(cancel::pending))
 }
 
 fn environment() -> &'static Environment<'static> {
@@ -67,6 +71,7 @@ fn environment() -> &'static Environment<'static> {
             ("style.html", include_str!("style.html")),
             ("admin.html", include_str!("admin.html")),
             ("messages.html", include_str!("messages.html")),
+            ("pending.html", include_str!("pending.html")),
         ] {
             if let Err(e) = env.add_template(name, text) {
                 tracing::error!(error = %e, template = name, "an admin page template does not parse");

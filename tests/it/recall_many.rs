@@ -241,3 +241,82 @@ async fn requests_to_cancel_that_cannot_be_meant_are_refused_and_change_nothing(
         ]
     );
 }
+
+#[tokio::test]
+async fn the_admin_page_counts_a_filter_then_cancels_it_and_cancels_one_message() {
+    let db = TestDb::new().await;
+    campaign(&db, 4).await;
+    let (_app, addr) = crate::admin::admin_app(&db, None, &[]).await;
+    let auth = crate::admin::basic("ops", crate::admin::TOKEN);
+    let get = |path: String| {
+        let (auth, addr) = (auth.clone(), addr.clone());
+        async move {
+            crate::helpers::http_full(&addr, "GET", &path, &[("Authorization", &auth)], "")
+                .await
+                .unwrap()
+        }
+    };
+    let post = |path: String, form: String| {
+        let (auth, addr) = (auth.clone(), addr.clone());
+        async move {
+            let origin = format!("http://{addr}");
+            let headers = [
+                ("Authorization", auth.as_str()),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+                ("Origin", origin.as_str()),
+            ];
+            crate::helpers::http_full(&addr, "POST", &path, &headers, &form)
+                .await
+                .unwrap()
+        }
+    };
+    // One message, from its page.
+    let one = get("/admin/messages/1".into()).await;
+    assert!(one.body.contains("Cancel this message"), "{}", one.body);
+    let csrf = crate::admin::csrf_in(&one.body);
+    let cancelled = post("/admin/messages/1/cancel".into(), format!("csrf={csrf}")).await;
+    assert_eq!(cancelled.status, 303, "{}", cancelled.body);
+    assert!(
+        cancelled.headers.contains("Message+1%3A+cancelled"),
+        "{}",
+        cancelled.headers
+    );
+    // The rest by tag: counted first, then cancelled by the count page's form.
+    let counted = get(format!("/admin/pending?tag={CAMPAIGN}&kind=")).await;
+    assert!(
+        counted
+            .body
+            .contains("<strong>3</strong> pending messages match"),
+        "{}",
+        counted.body
+    );
+    let csrf = crate::admin::csrf_in(&counted.body);
+    let refused = get("/admin/pending?tag=a+b".into()).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    let forged = post(
+        "/admin/pending/cancel".into(),
+        format!("csrf=wrong&tag={CAMPAIGN}"),
+    )
+    .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    let rest = post(
+        "/admin/pending/cancel".into(),
+        format!("csrf={csrf}&tag={CAMPAIGN}"),
+    )
+    .await;
+    assert_eq!(rest.status, 303, "{}", rest.body);
+    let ended: i64 = db
+        .scalar(
+            "SELECT count(*) FROM outbox_messages WHERE end_reason = $1",
+            "cancelled",
+        )
+        .await;
+    assert_eq!(ended, 4);
+    let trail: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT target, rows FROM outbox_admin_audit WHERE action = 'cancel' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(trail, [("id:1".to_owned(), 1), ("filter".to_owned(), 3)]);
+}

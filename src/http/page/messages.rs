@@ -25,7 +25,7 @@ pub(super) async fn search(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     if query.is_empty() {
-        return show(&actor, &[], &Searched::default());
+        return show(&state, &actor, &[], &Searched::default());
     }
     let query = match RecipientQuery::read(&query) {
         Ok(query) => query,
@@ -33,6 +33,7 @@ pub(super) async fn search(
     };
     match look_up(&state, &actor, &query).await {
         Ok(page) => show(
+            &state,
             &actor,
             &page.messages,
             &Searched {
@@ -66,7 +67,7 @@ pub(super) async fn one(
         );
     };
     match messages::message(&state.pool, id).await {
-        Ok(Some(message)) => show(&actor, &[message], &Searched::default()),
+        Ok(Some(message)) => show(&state, &actor, &[message], &Searched::default()),
         Ok(None) => plain(StatusCode::NOT_FOUND, format!("no message {id}\n")),
         Err(e) => database_unavailable(&e),
     }
@@ -82,7 +83,12 @@ struct Searched<'a> {
     pending_searched_all: bool,
 }
 
-fn show(actor: &Actor, found: &[MessageDetail], searched: &Searched<'_>) -> Response {
+fn show(
+    state: &AdminState,
+    actor: &Actor,
+    found: &[MessageDetail],
+    searched: &Searched<'_>,
+) -> Response {
     let nonce = style_nonce();
     let messages: Vec<Value> = found.iter().map(message_view).collect();
     let Searched {
@@ -109,6 +115,7 @@ fn show(actor: &Actor, found: &[MessageDetail], searched: &Searched<'_>) -> Resp
                 pending_partly,
                 pending_scan_rows => PENDING_SCAN_ROWS,
                 nonce => nonce.as_str(),
+                csrf => state.auth.csrf_token(actor),
             })
         });
     match rendered {
