@@ -70,7 +70,7 @@ def one_drain(messages, callbacks, endpoint):
         result["callbacks"] = callbacks
         if callbacks:
             # What the drain left to send when it ended (the sender stops with the replica).
-            pending = int(run.psql(url, "SELECT count(*) FROM outbox_callbacks WHERE delivered_at IS NULL"))
+            pending = int(run.psql(url, "SELECT count(*) FROM outbox_callbacks WHERE failed_at IS NULL"))
             result["taken"] = endpoint.taken - before
             result["left"] = pending
         return result
