@@ -32,15 +32,3 @@ pub const CONCURRENCY: usize = 8;
 /// The most claimed at a time.
 pub const BATCH: i64 = 64;
 
-/// The event types, as a callback's `type` says them (and `outbox_callbacks.event` keeps
-/// them): the statements that write them mark each word; the word test holds them equal.
-#[cfg(test)]
-pub(crate) mod events {
-    pub const SENT: &str = "message.sent";
-    pub const DEAD_LETTERED: &str = "message.dead_lettered";
-    pub const BOUNCED: &str = "message.bounced";
-    pub const COMPLAINED: &str = "message.complained";
-    pub const SUPPRESSED: &str = "message.suppressed";
-    pub const EXPIRED: &str = "message.expired";
-    pub const CANCELLED: &str = "message.cancelled";
-}

@@ -60,11 +60,8 @@ async fn a_cancel_that_commits_withdraws_the_email_and_one_rolled_back_leaves_it
         CancelAnswer::Cancelled
     );
 
-    let smtp = SmtpServer::start();
-    let outboxd =
-        Outboxd::sending_to(&db.url, &smtp.url(), &["--sample-interval", "200ms"], &[]).await;
-    // A cancel held open while the replica runs: the claim skips the locked row, and once
-    // the cancel commits the row is never sent.
+    // A cancel held open while the replica starts and runs: the claim skips the locked
+    // row, and once the cancel commits the row is never sent.
     let later = keyed(&db, "invite-3", "later@example.com").await;
     let mut held = db.pool.begin().await.unwrap();
     let answer = Outbox::default()
@@ -72,6 +69,9 @@ async fn a_cancel_that_commits_withdraws_the_email_and_one_rolled_back_leaves_it
         .await
         .unwrap();
     assert_eq!(answer, CancelAnswer::Cancelled);
+    let smtp = SmtpServer::start();
+    let outboxd =
+        Outboxd::sending_to(&db.url, &smtp.url(), &["--sample-interval", "200ms"], &[]).await;
     let marker = keyed(&db, "invite-4", "marker@example.com").await;
     smtp.wait_for(2, Duration::from_secs(30)).await;
     held.commit().await.unwrap();
