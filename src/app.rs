@@ -57,6 +57,29 @@ pub struct App {
     bounce_listener: Option<(tokio::net::TcpListener, Arc<ReturnPaths>)>,
 }
 
+/// Liveness and readiness, on their own pool.
+fn health(pools: &Pools, config: &RunConfig, metrics: &Arc<Metrics>, shutdown: &Shutdown) -> Arc<Health> {
+    Arc::new(Health::new(
+        pools.health.clone(),
+        config.rights(),
+        Arc::clone(metrics),
+        shutdown.stop.clone(),
+        config.liveness_bound(),
+    ))
+}
+
+/// Writes what every statement reads of this replica's configuration: whether outcomes keep
+/// callbacks, and each kind's secret fields and payload retention.
+async fn publish_settings(store: &store::Store, config: &RunConfig) -> anyhow::Result<()> {
+    let on = config.callbacks.is_some();
+    store::callbacks::switch(store, on)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot switch the delivery callbacks {}: {e} (the role needs UPDATE (callbacks) ON outbox_installation: docs/src/deployment.md)", if on { "on" } else { "off" }))?;
+    store::kind_policies::publish(store, &config.kinds.policies())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot write the kinds' secret fields and payload retention to outbox_kind_policies: {e} (docs/src/deployment.md lists the role's rights)"))
+}
+
 impl App {
     /// Loads the templates, connects, and checks the schema: everything that can be
     /// wrong is found here, before the first message is claimed.
@@ -68,13 +91,11 @@ impl App {
         let http_addr = listener.local_addr()?;
         let admin_addr = match &admin_listener {
             Some(listener) => Some(listener.local_addr()?),
-            None => (config.admin_token.is_some() || config.feedback.any()).then_some(http_addr),
+            None => (config.admin_auth.is_some() || config.feedback.any()).then_some(http_addr),
         };
         let pools = Pools::open(&config.database).await?;
         let message_ids = message_ids(&pools.dispatch, &config).await?;
-        store::callbacks::switch(&pools.dispatch, config.callbacks.is_some())
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot switch the delivery callbacks {}: {e} (the role needs UPDATE (callbacks) ON outbox_installation: docs/src/deployment.md)", if config.callbacks.is_some() { "on" } else { "off" }))?;
+        publish_settings(&pools.dispatch, &config).await?;
         let (return_paths, bounce_listener) = bind_bounce_listener(&config, &message_ids).await?;
         let renderer = renderer(&config, message_ids.clone(), return_paths)?;
         let kinds: Vec<String> = renderer.kinds().map(str::to_owned).collect();
@@ -96,13 +117,7 @@ impl App {
             Arc::clone(&metrics),
         )
         .listening_on(pools.listen.clone());
-        let health = Arc::new(Health::new(
-            pools.health.clone(),
-            config.rights(),
-            Arc::clone(&metrics),
-            shutdown.stop.clone(),
-            config.liveness_bound(),
-        ));
+        let health = health(&pools, &config, &metrics, &shutdown);
         Ok(Self {
             pools,
             dispatcher,
@@ -157,11 +172,13 @@ impl App {
     /// Retention, the sampler and the recorder's upkeep, each started again if it fails.
     fn spawn_supervised(&self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
-        if let Retention::For(retention) = self.config.retention {
-            let (pool, metrics, stop) = (
+        let payloads = self.config.kinds.policies().iter().any(|p| p.payload_retention.is_some());
+        if self.config.retention != Retention::Keep || payloads {
+            let (pool, metrics, stop, retention) = (
                 self.pools.surface.clone(),
                 Arc::clone(&self.metrics),
                 stop.clone(),
+                self.config.retention,
             );
             tasks.push(tokio::spawn(supervise(
                 BackgroundTask::Retention,
@@ -280,7 +297,7 @@ impl App {
             );
         }
         info!(address = %self.http_addr, "serving /metrics, /livez and /readyz");
-        match (self.admin_addr, self.config.admin_token.is_some()) {
+        match (self.admin_addr, self.config.admin_auth.is_some()) {
             (Some(address), true) => {
                 info!(%address, "serving the admin page (/admin) and API (/api/v1)");
             }

@@ -1,5 +1,6 @@
 //! The command line: subcommands, and the one place where errors become exit codes.
 
+use crate::store::admin::Operator;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -29,6 +30,7 @@ macro_rules! outln {
 }
 
 mod cancel;
+mod erase;
 mod dead_letters;
 mod doctor;
 mod messages;
@@ -74,6 +76,9 @@ pub enum Command {
     Pauses(pauses::PausesArgs),
     /// Withdraw a message by id or key, or pending messages by filter (counted first).
     Cancel(Box<cancel::CancelArgs>),
+    /// Erase an address: cancel its pending messages, remove its messages' payloads, and
+    /// replace it by a one-way mark everywhere outboxd keeps it.
+    Erase(Box<erase::EraseArgs>),
     /// Render one email exactly as it would be sent, without a database or SMTP server.
     Preview(preview::PreviewArgs),
     /// Check a deployment: one line per check (ok, warn or fail); exits 1 when any fails.
@@ -164,18 +169,7 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Migrate(args) => migrate(args).await,
         Command::Run(args) => app::App::build(args.validate()?).await?.run().await,
-        Command::Demo(mut args) => {
-            // Dropped when the demo ends: its throwaway PostgreSQL, if it needed one.
-            let own = match args.database.database_url {
-                Some(_) => None,
-                None => app::demo_database().await?,
-            };
-            if let Some(cluster) = &own {
-                args.database.database_url = Some(cluster.url());
-            }
-            args.database = args.database.or_demo_database();
-            app::demo(args.validate()?).await
-        }
+        Command::Demo(args) => demo(*args).await,
         Command::DeadLetters(args) => dead_letters::command(args).await,
         Command::Preview(args) => preview::run(args),
         Command::Doctor(args) => doctor::run(*args).await,
@@ -217,9 +211,24 @@ pub async fn execute(command: Command) -> anyhow::Result<()> {
             .await
         }
         Command::Cancel(args) => cancel::command(*args).await,
+        Command::Erase(args) => erase::command(*args).await,
         Command::Stats(args) => stats(args).await,
         Command::Enqueue(args) => enqueue(args).await,
     }
+}
+
+/// `outboxd demo`: on the database given, or on a throwaway PostgreSQL of its own.
+async fn demo(mut args: RunArgs) -> anyhow::Result<()> {
+    // Dropped when the demo ends: its throwaway PostgreSQL, if it needed one.
+    let own = match args.database.database_url {
+        Some(_) => None,
+        None => app::demo_database().await?,
+    };
+    if let Some(cluster) = &own {
+        args.database.database_url = Some(cluster.url());
+    }
+    args.database = args.database.or_demo_database();
+    app::demo(args.validate()?).await
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
@@ -316,9 +325,10 @@ async fn with_database<T>(
 }
 
 /// Who runs the CLI, for the audit table.
-pub(super) fn cli_actor() -> String {
-    std::env::var("USER")
+pub(super) fn cli_actor() -> Operator {
+    let name = std::env::var("USER")
         .ok()
         .filter(|u| !u.is_empty())
-        .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"))
+        .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"));
+    Operator::named(name)
 }

@@ -2,7 +2,7 @@
 //! then validated as a whole into typed settings before anything starts. The settings
 //! types belong to the modules they configure; this module only builds them.
 
-use crate::http::auth::AdminHosts;
+use crate::http::auth::{AdminAuth, AdminHosts};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use crate::render::{DkimKey, RenderLimits};
 use crate::text::debug_showing_only;
 use crate::unsubscribe::OneClick;
 
+mod admin;
 mod database;
 mod deliverability;
 mod dkim;
@@ -41,10 +42,11 @@ pub(crate) use database::MIN_CONNECTIONS;
 pub use deliverability::DeliverabilityArgs;
 pub use kinds::{KindArgs, KindBook};
 pub use smtp::SmtpArgs;
+pub use admin::AdminArgs;
 pub use bounces::BounceArgs;
 pub use callbacks::CallbackArgs;
 pub use unsubscribe::UnsubscribeArgs;
-use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK, parse_admin_hosts};
+use values::{DAY, HOUR, MONTH, SECOND, TEN_MINUTES, WEEK};
 pub use values::{parse_bytes, parse_duration_up_to, parse_retention};
 
 /// The sender used when none is configured; only sensible without SMTP.
@@ -161,22 +163,6 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOXD_LISTEN", default_value = "0.0.0.0:9898")]
     pub listen: SocketAddr,
 
-    /// Turns on the admin page (/admin) and API (/api/v1) and is required by them: as a
-    /// Bearer token for the API, as the HTTP Basic password for the page.
-    #[arg(long, env = "OUTBOXD_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
-
-    /// Serve the admin page and API on this address instead of OUTBOXD_LISTEN
-    /// (e.g. 127.0.0.1:9899 to keep them off the address Prometheus scrapes).
-    #[arg(long, env = "OUTBOXD_ADMIN_LISTEN")]
-    pub admin_listen: Option<SocketAddr>,
-
-    /// Host names the admin page and API answer to, besides IP addresses and localhost
-    /// (comma-separated, e.g. admin.example.com; * for any): a request naming another
-    /// host gets 421, so that a page reached through DNS rebinding cannot use them.
-    #[arg(long, env = "OUTBOXD_ADMIN_HOSTS", default_value = "", value_parser = parse_admin_hosts)]
-    pub admin_hosts: AdminHosts,
-
     /// Delete dispatched and discarded rows older than this (e.g. 7d, 12h); 0 keeps them forever.
     /// Dead letters that are not discarded are never deleted.
     #[arg(long, env = "OUTBOXD_RETENTION", default_value = "7d", value_parser = parse_retention)]
@@ -201,6 +187,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub callbacks: CallbackArgs,
+
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 debug_showing_only!(RunArgs as args {
@@ -210,7 +199,8 @@ debug_showing_only!(RunArgs as args {
     batch_size,
     smtp = args.smtp,
     from,
-    admin_token = args.admin_token.as_ref().map(|_| "***"),
+    admin_token = args.admin.admin_token.as_ref().map(|_| "***"),
+    admin_read_token = args.admin.admin_read_token.as_ref().map(|_| "***"),
 });
 
 /// Everything `outboxd run` needs, checked.
@@ -226,8 +216,8 @@ pub struct RunConfig {
     pub listen: SocketAddr,
     pub sample_interval: Duration,
     pub shutdown_timeout: Duration,
-    /// `None`: the admin page and API are off.
-    pub admin_token: Option<SecretString>,
+    /// The admin surface's tokens; `None`: the admin page and API are off.
+    pub admin_auth: Option<Arc<AdminAuth>>,
     pub admin_listen: Option<SocketAddr>,
     pub admin_hosts: AdminHosts,
     pub retention: Retention,
@@ -260,6 +250,7 @@ impl RunConfig {
         crate::store::Rights {
             auto_pause: self.auto_pause.is_some(),
             callbacks: self.callbacks.is_some(),
+            payload_retention: self.kinds.policies().iter().any(|p| p.payload_retention.is_some()),
         }
     }
 }
@@ -288,7 +279,7 @@ impl RunArgs {
         let max_attachment_bytes = self
             .deliverability
             .attachment_bound(self.max_message_bytes)?;
-        let admin_token = self.admin_token()?;
+        let admin_auth = self.admin.auth(self.listen)?;
         self.kinds.check_auto_pause_lists()?;
         let dkim = self.deliverability.dkim()?;
         let kinds = self.kind_book(&from, &dkim)?;
@@ -307,9 +298,9 @@ impl RunArgs {
             },
             listen: self.listen,
             sample_interval: self.sample_interval,
-            admin_token,
-            admin_listen: self.admin_listen,
-            admin_hosts: self.admin_hosts.clone(),
+            admin_auth,
+            admin_listen: self.admin.admin_listen,
+            admin_hosts: self.admin.admin_hosts.clone(),
             retention: self.retention,
             shutdown_timeout: self.shutdown_timeout,
             dkim,
@@ -359,28 +350,6 @@ impl RunArgs {
         };
         from.parse()
             .with_context(|| format!("invalid --from / OUTBOXD_FROM {from:?}"))
-    }
-
-    /// `None`: the admin page and API are off.
-    fn admin_token(&self) -> anyhow::Result<Option<SecretString>> {
-        let admin_token = match self.admin_token.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(token) if token.len() < 16 => bail!(
-                "--admin-token / OUTBOXD_ADMIN_TOKEN is too short: use at least 16 characters (e.g. `openssl rand -hex 24`)"
-            ),
-            Some(token) => Some(SecretString::from(token.to_owned())),
-        };
-        if self.admin_listen.is_some() && admin_token.is_none() {
-            bail!(
-                "--admin-listen / OUTBOXD_ADMIN_LISTEN is set but OUTBOXD_ADMIN_TOKEN is not: the admin surface is off without a token"
-            );
-        }
-        if self.admin_listen.is_some() && self.admin_listen == Some(self.listen) {
-            bail!(
-                "--admin-listen / OUTBOXD_ADMIN_LISTEN must differ from --listen / OUTBOXD_LISTEN"
-            );
-        }
-        Ok(admin_token)
     }
 
     /// The bulk lane's own relays need bulk kinds to send, and its own pace needs them.

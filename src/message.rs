@@ -16,7 +16,9 @@ pub use message_id::{InstallationTag, MessageIds, Named};
 pub use return_path::{MIN_SECRET_CHARS as MIN_BOUNCE_SECRET_CHARS, ReturnPaths};
 /// A message as a producer hands it over, and its checks: the producer crate's, so that an
 /// application enqueueing with it and outboxd refuse the same.
-pub use outboxd_producer::{CancelAnswer, InvalidMessage, Kind, NewMessage, Tag};
+pub use outboxd_producer::{
+    CancelAnswer, InvalidMessage, Kind, MAX_SECRET_FIELDS, NewMessage, SecretField, Tag,
+};
 pub(crate) use outcome::actions;
 pub use outcome::{Delivery, FailureType, Outcome, ReleaseReason, RetryPolicy, truncate_error};
 pub use pause::{

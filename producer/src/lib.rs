@@ -27,6 +27,7 @@
 mod message;
 mod recall;
 pub mod schema;
+mod secret;
 pub mod template;
 mod trace;
 
@@ -36,6 +37,7 @@ pub use message::{
 };
 pub use recall::{CancelAnswer, ReplaceAnswer, Replaced};
 pub use schema::{InvalidSchema, Schema};
+pub use secret::{MAX_SECRET_FIELDS, MAX_SECRET_NAME_CHARS, MAX_SECRET_PATH_NAMES, SecretField};
 pub use trace::current_traceparent;
 
 use std::sync::Arc;
@@ -76,6 +78,12 @@ pub enum RecallError {
     /// [`Outbox::replace`] finds the message to replace by its idempotency key: give one.
     #[error("a replace needs an idempotency key: it finds the message to replace by it")]
     NoKey,
+    /// `outbox_replace` keeps the secret fields the message was enqueued with: declare them
+    /// for the kind (`secret_fields` in its `kind.toml`) instead.
+    #[error(
+        "a replace cannot name secret fields of its own: declare them in the kind's kind.toml (secret_fields)"
+    )]
+    SecretFields,
 }
 
 /// The statements, as templates: `{{schema}}` marks outboxd's objects.
@@ -175,6 +183,7 @@ impl Outbox {
                 .bind(message.expires_at())
                 .bind(message.idempotency_key())
                 .bind((!message.tags().is_empty()).then(|| message.tags()))
+                .bind(secret_fields(&message))
                 .fetch_optional(executor)
                 .await?;
         id.ok_or(EnqueueError::KeyInFlight)
@@ -239,6 +248,9 @@ impl Outbox {
         if message.idempotency_key().is_none() {
             return Err(RecallError::NoKey);
         }
+        if !message.secret_fields().is_empty() {
+            return Err(RecallError::SecretFields);
+        }
         let traceparent = message
             .traceparent()
             .map(str::to_owned)
@@ -259,6 +271,12 @@ impl Outbox {
         let answer = ReplaceAnswer::parse(&answer).ok_or(RecallError::UnknownAnswer(answer))?;
         Ok(Replaced { id, answer })
     }
+}
+
+/// A message's own secret fields as the table's column takes them: null for none.
+fn secret_fields(message: &NewMessage) -> Option<Vec<&str>> {
+    let fields = message.secret_fields();
+    (!fields.is_empty()).then(|| fields.iter().map(SecretField::as_str).collect())
 }
 
 /// Inserts `message` into `outbox_messages` with `executor`, usually the caller's

@@ -3,6 +3,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::secret::{MAX_SECRET_FIELDS, MAX_SECRET_NAME_CHARS, MAX_SECRET_PATH_NAMES, SecretField};
+
 /// The longest kind name the table accepts.
 pub const MAX_KIND_CHARS: usize = 100;
 
@@ -30,6 +32,7 @@ pub struct NewMessage {
     idempotency_key: Option<String>,
     traceparent: Option<String>,
     tags: Vec<String>,
+    secret_fields: Vec<SecretField>,
 }
 
 /// The highest priority the table accepts.
@@ -70,6 +73,7 @@ impl NewMessage {
             idempotency_key: None,
             traceparent: None,
             tags: Vec::new(),
+            secret_fields: Vec::new(),
         })
     }
 
@@ -143,6 +147,29 @@ impl NewMessage {
         Ok(self)
     }
 
+    /// Payload fields whose values outboxd never shows and scrubs from the stored payload
+    /// once the message ends, besides those its kind declares (`secret_fields` in its
+    /// `kind.toml`): at most [`MAX_SECRET_FIELDS`], each a [`SecretField`] path. They
+    /// replace any given before; one given twice is kept once.
+    pub fn with_secret_fields<I, T>(mut self, fields: I) -> Result<Self, InvalidMessage>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        let mut kept: Vec<SecretField> = Vec::new();
+        for field in fields {
+            let field = SecretField::parse(field.into())?;
+            if !kept.contains(&field) {
+                kept.push(field);
+            }
+            if kept.len() > MAX_SECRET_FIELDS {
+                return Err(InvalidMessage::TooManySecretFields(kept.len()));
+            }
+        }
+        self.secret_fields = kept;
+        Ok(self)
+    }
+
     /// Which email to render.
     pub fn kind(&self) -> &Kind {
         &self.kind
@@ -175,6 +202,11 @@ impl NewMessage {
 
     pub fn tags(&self) -> &[String] {
         &self.tags
+    }
+
+    /// The payload fields this message keeps secret besides its kind's.
+    pub fn secret_fields(&self) -> &[SecretField] {
+        &self.secret_fields
     }
 }
 
@@ -228,6 +260,12 @@ pub enum InvalidMessage {
     Tag(String),
     #[error("a message carries at most {MAX_TAGS} tags, got {0} or more")]
     TooManyTags(usize),
+    #[error(
+        "a secret field must be a path of 1 to {MAX_SECRET_PATH_NAMES} names joined by '.', each 1 to {MAX_SECRET_NAME_CHARS} characters of A-Z, a-z, 0-9, '_' or '-', got {0:?}"
+    )]
+    SecretField(String),
+    #[error("a message names at most {MAX_SECRET_FIELDS} secret fields, got {0} or more")]
+    TooManySecretFields(usize),
 }
 
 /// Where in `value` (at `path`) a string or a key first holds a NUL, as `payload.items[2]`.

@@ -43,12 +43,12 @@ impl App {
     /// The HTTP servers: metrics and probes, and the admin surface with them or apart.
     pub(super) fn spawn_http(&mut self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
-        let admin = self.config.admin_token.as_ref().map(|token| {
+        let admin = self.config.admin_auth.as_ref().map(|auth| {
             http::admin_router(
                 self.pools.surface.clone(),
                 self.pools.lookup.clone(),
                 Arc::clone(&self.metrics),
-                token,
+                Arc::clone(auth),
                 self.kinds.clone(),
                 self.config.admin_hosts.clone(),
             )

@@ -2,6 +2,7 @@
 //! (counted, and cancelled only with `--yes`), directly in the database, each change audited
 //! like the API's.
 
+use crate::store::admin::Operator;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
@@ -86,7 +87,7 @@ pub(super) async fn command(args: CancelArgs) -> anyhow::Result<()> {
     .await
 }
 
-async fn run(pool: &Store, cancel: Cancel, actor: &str) -> anyhow::Result<()> {
+async fn run(pool: &Store, cancel: Cancel, actor: &Operator) -> anyhow::Result<()> {
     match cancel {
         Cancel::One(target) => {
             let answer = cancel::cancel(pool, &target, actor).await?;

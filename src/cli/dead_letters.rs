@@ -139,13 +139,20 @@ async fn apply(
         outln!("{} message {id}", action.past_tense())?;
         vec![*id]
     } else {
-        let changed = admin::apply(pool, action, &selection, &cli_actor()).await?;
+        let applied = admin::apply(pool, action, &selection, &cli_actor()).await?;
         outln!(
             "{} {} dead letters ({selection})",
             action.past_tense(),
-            changed.len()
+            applied.changed.len()
         )?;
-        changed
+        if !applied.not_retryable.is_empty() {
+            eprintln!(
+                "warning: {} dead letters were not retried (ids {:?}): their secret fields were scrubbed when they ended; their application must enqueue them anew",
+                applied.not_retryable.len(),
+                applied.not_retryable
+            );
+        }
+        applied.changed
     };
     // The action is done: what it left undone is told if it can be read, and never fails it.
     match admin::left_undone(pool, action, &changed).await {

@@ -2,6 +2,7 @@
 //! address or under a tag, and each message's timeline, as the API's `GET /api/v1/messages`
 //! gives them.
 
+use crate::store::admin::Operator;
 use clap::Args;
 
 use crate::message::Tag;
@@ -57,7 +58,7 @@ pub async fn run(
     pool: &crate::store::Store,
     lookup: Lookup,
     args: &MessagesArgs,
-    actor: &str,
+    actor: &Operator,
 ) -> anyhow::Result<()> {
     let (found, pending_searched_all) = match lookup {
         Lookup::Search(search) => {

@@ -1,6 +1,7 @@
 //! `outboxd pause`, `outboxd resume` and `outboxd pauses`: paused kinds, directly in the
 //! database, each change audited like the API's.
 
+use crate::store::admin::Operator;
 use clap::Args;
 
 use crate::config::DatabaseArgs;
@@ -43,7 +44,7 @@ pub fn checked_pause(args: &PauseArgs) -> anyhow::Result<NewPause> {
     NewPause::new(&args.kind, &args.reason).map_err(anyhow::Error::msg)
 }
 
-pub async fn pause(pool: &crate::store::Store, new: &NewPause, actor: &str) -> anyhow::Result<()> {
+pub async fn pause(pool: &crate::store::Store, new: &NewPause, actor: &Operator) -> anyhow::Result<()> {
     let pause = pauses::pause(pool, &new.kind, &new.reason, actor).await?;
     outln!(
         "paused {} (since {}): {}",
@@ -58,7 +59,7 @@ pub fn checked_resume(args: &ResumeArgs) -> anyhow::Result<Kind> {
     Kind::parse(&args.kind).map_err(anyhow::Error::from)
 }
 
-pub async fn resume(pool: &crate::store::Store, kind: &Kind, actor: &str) -> anyhow::Result<()> {
+pub async fn resume(pool: &crate::store::Store, kind: &Kind, actor: &Operator) -> anyhow::Result<()> {
     if !pauses::resume(pool, kind, actor).await? {
         anyhow::bail!("{kind} is not paused");
     }

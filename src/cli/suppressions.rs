@@ -1,6 +1,7 @@
 //! `outboxd suppressions list|add|remove`: the suppression list, directly in the database,
 //! each change audited like the API's.
 
+use crate::store::admin::Operator;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 
@@ -69,7 +70,7 @@ pub enum SuppressionsCommand {
 pub async fn run(
     pool: &crate::store::Store,
     command: SuppressionsCommand,
-    actor: &str,
+    actor: &Operator,
 ) -> anyhow::Result<()> {
     match command {
         SuppressionsCommand::List {

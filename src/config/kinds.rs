@@ -14,7 +14,10 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::dispatch::ExpireAfter;
-use crate::message::{Kind, Lane, Lanes, parse_kinds};
+use crate::message::{Kind, Lane, Lanes, SecretField, parse_kinds};
+use crate::store::kind_policies::KindPolicy;
+use files::{parse_file, read_kind_files};
+use values::{mailbox, parse_lifetime, parse_payload_retention, secret_fields};
 use crate::render::{BUILTIN_KIND_FILES, KIND_FILE, KindSender};
 
 /// The largest `kind.toml` read.
@@ -30,6 +33,8 @@ struct KindFile {
     reply_to: Option<String>,
     expire_after: Option<String>,
     auto_pause: Option<bool>,
+    secret_fields: Option<Vec<String>>,
+    payload_retention: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -55,6 +60,10 @@ pub struct KindSettings {
     pub expire_after: Option<Duration>,
     /// `Some(true)`: judged by the automatic pause; `Some(false)`: never paused by it.
     pub auto_pause: Option<bool>,
+    /// Payload fields never shown and scrubbed when a message ends.
+    pub secret_fields: Vec<SecretField>,
+    /// How long after a message ends its payload is kept, when less than its row.
+    pub payload_retention: Option<Duration>,
     /// The `kind.toml` read (`built-in` for the binary's), or none.
     pub file: Option<String>,
 }
@@ -69,6 +78,8 @@ impl Default for KindSettings {
             reply_to: None,
             expire_after: None,
             auto_pause: None,
+            secret_fields: Vec::new(),
+            payload_retention: None,
             file: None,
         }
     }
@@ -100,6 +111,21 @@ impl KindSettings {
                 )
             ),
             format!("auto_pause: {auto_pause}"),
+            format!(
+                "secret_fields: {}",
+                if self.secret_fields.is_empty() {
+                    "none".to_owned()
+                } else {
+                    self.secret_fields.iter().map(SecretField::as_str).collect::<Vec<_>>().join(", ")
+                }
+            ),
+            format!(
+                "payload_retention: {}",
+                self.payload_retention.map_or_else(
+                    || "as long as the row (OUTBOXD_RETENTION)".to_owned(),
+                    |d| humantime::format_duration(d).to_string()
+                )
+            ),
             format!(
                 "from the file: {}",
                 self.file.as_deref().unwrap_or("none (defaults and variables)")
@@ -247,6 +273,20 @@ impl KindBook {
         self.kinds_where(|s| s.essential)
     }
 
+    /// Each kind's secret fields and payload retention, for `outbox_kind_policies`: the
+    /// kinds that declare either.
+    pub fn policies(&self) -> Vec<KindPolicy> {
+        self.0
+            .iter()
+            .filter(|(_, s)| !s.secret_fields.is_empty() || s.payload_retention.is_some())
+            .map(|(kind, s)| KindPolicy {
+                kind: kind.clone(),
+                secret_fields: s.secret_fields.clone(),
+                payload_retention: s.payload_retention,
+            })
+            .collect()
+    }
+
     /// The kinds the automatic pause judges.
     pub fn auto_paused(&self) -> BTreeSet<Kind> {
         self.kinds_where(|s| s.auto_pause == Some(true))
@@ -261,53 +301,6 @@ impl KindBook {
     }
 }
 
-/// Every `<kind>/kind.toml` below `dir`: its kind, its path and its text.
-fn read_kind_files(dir: &Path) -> anyhow::Result<Vec<(Kind, String, String)>> {
-    let mut found = Vec::new();
-    let unreadable = || format!("cannot read {}", dir.display());
-    let mut folders = std::fs::read_dir(dir)
-        .with_context(unreadable)?
-        .map(|entry| entry.map(|entry| entry.path()))
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(unreadable)?;
-    // In name order: the first of several bad files is the same one at every start.
-    folders.sort();
-    for folder in folders {
-        let path = folder.join(KIND_FILE);
-        if !folder.is_dir() || !path.is_file() {
-            continue;
-        }
-        let name = folder.file_name().unwrap_or_default().to_string_lossy();
-        if name.starts_with('.') {
-            continue;
-        }
-        let shown = path.display().to_string();
-        let kind = Kind::parse(&name).with_context(|| format!("{shown}: not a kind's folder"))?;
-        if !folder.join("subject.txt").is_file() {
-            bail!("{shown}: the kind has no subject.txt beside it");
-        }
-        found.push((kind, shown.clone(), read_bounded(&path, &shown)?));
-    }
-    Ok(found)
-}
-
-/// A small text file, refused past [`MAX_KIND_FILE_BYTES`].
-fn read_bounded(path: &Path, shown: &str) -> anyhow::Result<String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {shown}"))?;
-    let mut text = String::new();
-    file.take(MAX_KIND_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {shown} as UTF-8 text"))?;
-    if text.len() as u64 > MAX_KIND_FILE_BYTES {
-        bail!("{shown}: longer than {MAX_KIND_FILE_BYTES} bytes");
-    }
-    Ok(text)
-}
-
-fn parse_file(path: &str, text: &str) -> anyhow::Result<KindFile> {
-    toml::from_str(text).map_err(|e| anyhow::anyhow!("{path}: {}", e.message()))
-}
 
 /// A kind's settings from its file (if any) and the variables, which must agree.
 fn merge(
@@ -337,24 +330,7 @@ fn merge(
         (Some(LaneKey::Bulk), _) | (None, true) => Lane::Bulk,
         _ => Lane::Transactional,
     };
-    let lifetime = file
-        .expire_after
-        .as_deref()
-        .map(|text| parse_lifetime(text).with_context(|| at("expire_after")))
-        .transpose()?;
-    let variable_lifetime = variables
-        .expire_after
-        .as_ref()
-        .and_then(|e| e.lifetime(kind.as_str()));
-    let expire_after = match (lifetime, variable_lifetime) {
-        (Some(file), Some(variable)) if file != variable => bail!(
-            "OUTBOXD_EXPIRE_AFTER gives {kind} {}, but {} {}: say it in one place",
-            humantime::format_duration(variable),
-            at("expire_after ="),
-            humantime::format_duration(file)
-        ),
-        (file, variable) => file.or(variable),
-    };
+    let expire_after = expire_after(kind, file.expire_after.as_deref(), variables, &at)?;
     let essential = file.essential.unwrap_or(false);
     // An essential kind is mailed to people who complained, so it gathers complaints: the
     // automatic pause would stop it (a password reset) for everyone.
@@ -366,15 +342,57 @@ fn merge(
         None if essential => Some(false),
         judged => judged,
     };
+    let (secret_fields, payload_retention) = payload_settings(&file, &at)?;
     Ok(KindSettings {
         lane,
         essential,
+        secret_fields,
+        payload_retention,
         from: mailbox(file.from.as_deref(), || at("from"))?,
         reply_to: mailbox(file.reply_to.as_deref(), || at("reply_to"))?,
         expire_after,
         auto_pause,
         file: path,
     })
+}
+
+/// A kind's lifetime, from its file and `OUTBOXD_EXPIRE_AFTER`, which must agree.
+fn expire_after(
+    kind: &Kind,
+    file: Option<&str>,
+    variables: &KindArgs,
+    at: &dyn Fn(&str) -> String,
+) -> anyhow::Result<Option<Duration>> {
+    let lifetime = file
+        .map(|text| parse_lifetime(text).with_context(|| at("expire_after")))
+        .transpose()?;
+    let variable_lifetime = variables
+        .expire_after
+        .as_ref()
+        .and_then(|e| e.lifetime(kind.as_str()));
+    Ok(match (lifetime, variable_lifetime) {
+        (Some(file), Some(variable)) if file != variable => bail!(
+            "OUTBOXD_EXPIRE_AFTER gives {kind} {}, but {} {}: say it in one place",
+            humantime::format_duration(variable),
+            at("expire_after ="),
+            humantime::format_duration(file)
+        ),
+        (file, variable) => file.or(variable),
+    })
+}
+
+/// A kind's secret fields and payload retention, from its file alone.
+fn payload_settings(
+    file: &KindFile,
+    at: &dyn Fn(&str) -> String,
+) -> anyhow::Result<(Vec<SecretField>, Option<Duration>)> {
+    let fields = secret_fields(file.secret_fields.clone(), || at("secret_fields"))?;
+    let retention = file
+        .payload_retention
+        .as_deref()
+        .map(|text| parse_payload_retention(text).with_context(|| at("payload_retention")))
+        .transpose()?;
+    Ok((fields, retention))
 }
 
 /// Whether the automatic pause judges the kind, from its file and the two variables.
@@ -401,23 +419,8 @@ fn auto_pause(
     }
 }
 
-/// A lifetime as `OUTBOXD_EXPIRE_AFTER` takes one: more than 0s, at most a year.
-fn parse_lifetime(text: &str) -> anyhow::Result<Duration> {
-    let lifetime = humantime::parse_duration(text.trim())
-        .map_err(|e| anyhow::anyhow!("{text:?}: {e}"))?;
-    if lifetime.is_zero() || lifetime > Duration::from_secs(366 * 86_400) {
-        bail!("{text:?}: the lifetime must be more than 0s and at most a year");
-    }
-    Ok(lifetime)
-}
-
-fn mailbox(text: Option<&str>, at: impl Fn() -> String) -> anyhow::Result<Option<Mailbox>> {
-    text.map(|text| {
-        text.parse::<Mailbox>()
-            .map_err(|e| anyhow::anyhow!("{} {text:?}, not an address: {e}", at()))
-    })
-    .transpose()
-}
+mod files;
+mod values;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::background::retention::Retention;
-use crate::http::auth::AdminHosts;
 
 /// A domain name as outboxd writes one (letters, digits, `.` and `-`), or why not.
 pub fn domain_name(domain: &str) -> Result<String, String> {
@@ -73,10 +72,6 @@ pub fn parse_duration_up_to<const MAX_SECONDS: u64>(value: &str) -> Result<Durat
         ));
     }
     Ok(duration)
-}
-
-pub(super) fn parse_admin_hosts(text: &str) -> Result<AdminHosts, String> {
-    AdminHosts::parse(text)
 }
 
 /// `0` keeps rows forever; anything else is a duration such as `7d` or `12h`.

@@ -145,16 +145,18 @@ async fn list(
 /// Any message, in any state (pending, dispatched, dead_lettered, discarded, expired).
 async fn show_any(
     State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!(message(&state, &id).await?)))
+    Ok(Json(json!(message(&state, &actor, &id).await?)))
 }
 
 async fn show(
     State(state): State<AdminState>,
+    Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let message = message(&state, &id).await?;
+    let message = message(&state, &actor, &id).await?;
     match message.state {
         MessageState::DeadLettered | MessageState::Discarded => Ok(Json(json!(message))),
         _ => Err(ApiError::not_found(format!(
@@ -164,12 +166,18 @@ async fn show(
     }
 }
 
-/// The message the path names, or why there is none to show.
-async fn message(state: &AdminState, raw_id: &str) -> Result<MessageDetail, ApiError> {
+/// The message the path names as `actor` may see it, or why there is none to show.
+async fn message(
+    state: &AdminState,
+    actor: &Actor,
+    raw_id: &str,
+) -> Result<MessageDetail, ApiError> {
     let id = parse_id(raw_id)?;
-    admin::message(&state.pool, id)
+    let mut message = admin::message(&state.pool, id)
         .await?
-        .ok_or_else(|| ActionError::NotFound(id).into())
+        .ok_or_else(|| ApiError::from(ActionError::NotFound(id)))?;
+    actor.withhold(&mut message);
+    Ok(message)
 }
 
 /// `recipient` or `tag`, `limit` and `after`, checked, for the message lookup and the page.
@@ -256,14 +264,18 @@ pub(super) async fn look_up(
         &query.search,
         query.after,
         query.limit,
-        &actor.0,
+        &actor.operator,
     )
     .await;
     let duration_ms = started.elapsed().as_millis();
+    let found = found.map(|mut page| {
+        page.messages.iter_mut().for_each(|m| actor.withhold(m));
+        page
+    });
     let result = match &found {
         Ok(page) => {
             info!(
-                actor = %actor.0,
+                actor = %actor.operator,
                 found = page.messages.len(),
                 pending_searched_all = page.pending_searched_all,
                 duration_ms,
@@ -272,7 +284,7 @@ pub(super) async fn look_up(
             LookupResult::Answered
         }
         Err(e) => {
-            warn!(actor = %actor.0, error = %e, duration_ms, "recipient lookup refused");
+            warn!(actor = %actor.operator, error = %e, duration_ms, "recipient lookup refused");
             match e {
                 LookupError::Busy(_) => LookupResult::Busy,
                 LookupError::TimedOut => LookupResult::TimedOut,
@@ -300,8 +312,8 @@ async fn one(
     action: Action,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    admin::apply_one(&state.pool, action, id, &actor.0).await?;
-    info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
+    admin::apply_one(&state.pool, action, id, &actor.operator).await?;
+    info!(actor = %actor.operator, action = action.as_str(), outbox.id = id, "admin action");
     let warnings = warnings(&state, action, &[id]).await;
     Ok(Json(
         json!({"id": id, action.past_tense(): 1, "warnings": warnings}),
@@ -385,10 +397,20 @@ async fn bulk(
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let selection = request.selection()?;
-    let changed = admin::apply(&state.pool, action, &selection, &actor.0).await?;
-    info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
-    let warnings = warnings(&state, action, &changed).await;
-    Ok(Json(
-        json!({action.past_tense(): changed.len(), "warnings": warnings}),
-    ))
+    let applied = admin::apply(&state.pool, action, &selection, &actor.operator).await?;
+    let changed = &applied.changed;
+    info!(actor = %actor.operator, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
+    let mut warnings = warnings(&state, action, changed).await;
+    if !applied.not_retryable.is_empty() {
+        warnings.push(format!(
+            "{} dead letters were not retried: their secret fields were scrubbed when they ended; their application must enqueue them anew (ids {:?})",
+            applied.not_retryable.len(),
+            applied.not_retryable
+        ));
+    }
+    let mut answer = json!({action.past_tense(): changed.len(), "warnings": warnings});
+    if !applied.not_retryable.is_empty() {
+        answer["not_retryable"] = json!(applied.not_retryable);
+    }
+    Ok(Json(answer))
 }

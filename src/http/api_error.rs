@@ -88,6 +88,11 @@ impl From<ActionError> for ApiError {
                 code: "not_dead_lettered",
                 message: error.to_string(),
             },
+            ActionError::PayloadGone(_) => Self {
+                status: StatusCode::CONFLICT,
+                code: "payload_gone",
+                message: error.to_string(),
+            },
             ActionError::Database(e) => e.into(),
         }
     }

@@ -1,55 +1,84 @@
 //! Access to the admin surface: a Bearer token for the API, HTTP Basic (the token as the
-//! password) for the page, and a CSRF token for the page's forms. Comparisons are
-//! constant-time over digests, so neither content nor length leaks through timing.
+//! password) for the page, and a CSRF token for the page's forms. The admin token may do
+//! everything, the read-only token only read (`tokens`): a change asked with it is refused
+//! with 403. Comparisons are constant-time over digests, so neither content nor length
+//! leaks through timing.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use ring::{digest, hmac};
-use secrecy::{ExposeSecret, SecretString};
+use ring::hmac;
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
 
-/// Who did an admin action, as recorded in the audit table.
-#[derive(Debug, Clone)]
-pub struct Actor(pub String);
+use super::tokens::{Access, Matched, TokenSet};
+use crate::store::admin::Operator;
+use crate::store::messages::{MessageDetail, MessageState, StoredPayload};
+
+/// Who made a request: the operator the audit trail names (with the token's name), what
+/// the token lets them do, and the key of their page's CSRF tokens.
+#[derive(Clone)]
+pub struct Actor {
+    pub operator: Operator,
+    pub access: Access,
+    csrf_key: hmac::Key,
+}
+
+impl Actor {
+    fn new(name: String, matched: Matched) -> Self {
+        Self {
+            operator: Operator {
+                name,
+                token: Some(matched.name),
+            },
+            access: matched.access,
+            csrf_key: matched.csrf_key,
+        }
+    }
+
+    /// Whether the token may change things.
+    pub fn may_change(&self) -> bool {
+        self.access == Access::Admin
+    }
+
+    /// Withholds what this actor may not see: a read-only token sees no payload of an
+    /// ended message (`null`; a pending one's shows, its secret fields masked).
+    pub fn withhold(&self, message: &mut MessageDetail) {
+        if !self.may_change() && message.state != MessageState::Pending {
+            message.payload = StoredPayload(serde_json::Value::Null);
+        }
+    }
+}
 
 /// How long a CSRF token stays good: it is issued for the current window and accepted in
 /// the next, so a page may sit open for at least this long before a button is pressed.
 const CSRF_WINDOW_SECONDS: u64 = 3600;
 
+/// The admin surface's tokens: at least one set is given.
+#[derive(Debug)]
 pub struct AdminAuth {
-    token_digest: digest::Digest,
-    /// Derived from the token, so every replica behind a load balancer agrees on the CSRF
-    /// tokens it signs.
-    csrf_key: hmac::Key,
+    admin: Option<TokenSet>,
+    read: Option<TokenSet>,
 }
 
 impl AdminAuth {
-    pub fn new(token: &SecretString) -> Self {
-        let token = token.expose_secret().as_bytes();
-        let root = hmac::Key::new(hmac::HMAC_SHA256, token);
-        let csrf_key = hmac::Key::new(
-            hmac::HMAC_SHA256,
-            hmac::sign(&root, b"outboxd admin csrf").as_ref(),
-        );
-        Self {
-            token_digest: digest::digest(&digest::SHA256, token),
-            csrf_key,
-        }
+    pub fn new(admin: Option<TokenSet>, read: Option<TokenSet>) -> Self {
+        Self { admin, read }
     }
 
-    fn matches(&self, presented: &str) -> bool {
-        let presented = digest::digest(&digest::SHA256, presented.as_bytes());
-        presented.as_ref().ct_eq(self.token_digest.as_ref()).into()
+    /// The token `presented` is, if any.
+    fn matches(&self, presented: &str) -> Option<Matched> {
+        let admin = self.admin.as_ref().and_then(|set| set.matches(presented));
+        let read = self.read.as_ref().and_then(|set| set.matches(presented));
+        admin.or(read)
     }
 
-    /// The CSRF token for this actor's forms now: bound to the actor (the Basic user name)
-    /// and to the hour, so it is neither shared by everyone nor good forever.
+    /// The CSRF token for this actor's forms now: bound to the actor (the Basic user name),
+    /// their token and the hour, so it is neither shared by everyone nor good forever.
     pub fn csrf_token(&self, actor: &Actor) -> String {
-        self.csrf_for(actor, csrf_window(std::time::SystemTime::now()))
+        csrf_for(actor, csrf_window(std::time::SystemTime::now()))
     }
 
     /// Whether a form's token is this actor's, from this window or the one before.
@@ -58,26 +87,21 @@ impl AdminAuth {
         [window, window.saturating_sub(1)].into_iter().any(|w| {
             presented
                 .as_bytes()
-                .ct_eq(self.csrf_for(actor, w).as_bytes())
+                .ct_eq(csrf_for(actor, w).as_bytes())
                 .into()
         })
     }
 
-    fn csrf_for(&self, actor: &Actor, window: u64) -> String {
-        let message = format!("{}\0{window}", actor.0);
-        crate::text::hex(hmac::sign(&self.csrf_key, message.as_bytes()).as_ref())
-    }
-
-    fn bearer(&self, headers: &HeaderMap) -> bool {
+    fn bearer(&self, headers: &HeaderMap) -> Option<Matched> {
         headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|token| self.matches(token.trim()))
+            .and_then(|token| self.matches(token.trim()))
     }
 
-    /// The Basic user name when the password is the token.
-    fn basic(&self, headers: &HeaderMap) -> Option<String> {
+    /// The Basic user name and the token, when the password is one.
+    fn basic(&self, headers: &HeaderMap) -> Option<(String, Matched)> {
         let encoded = headers
             .get(header::AUTHORIZATION)?
             .to_str()
@@ -88,8 +112,14 @@ impl AdminAuth {
             .ok()?;
         let decoded = String::from_utf8(decoded).ok()?;
         let (user, password) = decoded.split_once(':')?;
-        self.matches(password).then(|| actor_name(user, "admin"))
+        let matched = self.matches(password)?;
+        Some((actor_name(user, "admin"), matched))
     }
+}
+
+fn csrf_for(actor: &Actor, window: u64) -> String {
+    let message = format!("{}\0{window}", actor.operator.name);
+    crate::text::hex(hmac::sign(&actor.csrf_key, message.as_bytes()).as_ref())
 }
 
 fn csrf_window(now: std::time::SystemTime) -> u64 {
@@ -110,17 +140,19 @@ fn actor_name(raw: &str, fallback: &str) -> String {
 }
 
 /// API requests need `Authorization: Bearer <token>`; `X-Outboxd-Actor` names the caller.
+/// The read-only token may only read: any other method is refused with 403, but for the
+/// POSTs that read (a count of pending messages by filter).
 pub async fn require_bearer(
     State(auth): State<Arc<AdminAuth>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    if !auth.bearer(request.headers()) {
+    let Some(matched) = auth.bearer(request.headers()) else {
         let mut response = (
             StatusCode::UNAUTHORIZED,
             axum::Json(serde_json::json!({"error": {
                 "code": "unauthorized",
-                "message": "send the admin token as `Authorization: Bearer <OUTBOXD_ADMIN_TOKEN>`"
+                "message": "send an admin token as `Authorization: Bearer <OUTBOXD_ADMIN_TOKEN>` (or OUTBOXD_ADMIN_READ_TOKEN, to read)"
             }})),
         )
             .into_response();
@@ -129,7 +161,7 @@ pub async fn require_bearer(
             HeaderValue::from_static("Bearer realm=\"outboxd\""),
         );
         return response;
-    }
+    };
     let actor = request
         .headers()
         .get("x-outboxd-actor")
@@ -138,21 +170,41 @@ pub async fn require_bearer(
             || "api".to_owned(),
             |name| format!("api:{}", actor_name(name, "anonymous")),
         );
-    request.extensions_mut().insert(Actor(actor));
+    let actor = Actor::new(actor, matched);
+    if !actor.may_change() && !reads(request.method(), request.uri().path()) {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(serde_json::json!({"error": {
+                "code": "read_only",
+                "message": "this token may only read: a change needs OUTBOXD_ADMIN_TOKEN"
+            }})),
+        )
+            .into_response();
+    }
+    request.extensions_mut().insert(actor);
     next.run(request).await
 }
 
-/// Page requests need HTTP Basic with the token as the password, so a browser works with
-/// no login form; the user name is recorded as the actor.
+/// Whether a request only reads.
+fn reads(method: &Method, path: &str) -> bool {
+    matches!(*method, Method::GET | Method::HEAD) || path == READING_POST
+}
+
+/// The one POST that only reads: a count by filter (its filter is a JSON body).
+const READING_POST: &str = "/api/v1/pending/count";
+
+/// Page requests need HTTP Basic with a token as the password, so a browser works with
+/// no login form; the user name is recorded as the actor. The read-only token's POSTs
+/// (every form changes something) are refused with 403.
 pub async fn require_basic(
     State(auth): State<Arc<AdminAuth>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(user) = auth.basic(request.headers()) else {
+    let Some((user, matched)) = auth.basic(request.headers()) else {
         let mut response = (
             StatusCode::UNAUTHORIZED,
-            "outboxd admin: sign in with any user name and OUTBOXD_ADMIN_TOKEN as the password\n",
+            "outboxd admin: sign in with any user name and OUTBOXD_ADMIN_TOKEN (or OUTBOXD_ADMIN_READ_TOKEN) as the password\n",
         )
             .into_response();
         response.headers_mut().insert(
@@ -161,7 +213,15 @@ pub async fn require_basic(
         );
         return response;
     };
-    request.extensions_mut().insert(Actor(user));
+    let actor = Actor::new(user, matched);
+    if !actor.may_change() && !matches!(*request.method(), Method::GET | Method::HEAD) {
+        return (
+            StatusCode::FORBIDDEN,
+            "outboxd admin: this token may only read; a change needs OUTBOXD_ADMIN_TOKEN\n",
+        )
+            .into_response();
+    }
+    request.extensions_mut().insert(actor);
     next.run(request).await
 }
 

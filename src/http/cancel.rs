@@ -56,8 +56,8 @@ async fn cancel_one(
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let target = request.target()?;
-    let answer = cancel::cancel(&state.pool, &target, &actor.0).await?;
-    info!(actor = %actor.0, action = "cancel", answer = answer.as_str(), "admin action");
+    let answer = cancel::cancel(&state.pool, &target, &actor.operator).await?;
+    info!(actor = %actor.operator, action = "cancel", answer = answer.as_str(), "admin action");
     Ok(Json(json!({ "answer": answer.as_str() })))
 }
 
@@ -75,9 +75,9 @@ async fn cancel_pending(
     body: Result<Json<PendingFilter>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(filter) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let done = cancel::cancel_pending(&state.pool, &filter, &actor.0).await?;
+    let done = cancel::cancel_pending(&state.pool, &filter, &actor.operator).await?;
     info!(
-        actor = %actor.0,
+        actor = %actor.operator,
         action = "cancel",
         filter = %filter.describe(),
         cancelled = done.cancelled,

@@ -4,7 +4,9 @@
 pub mod api;
 mod api_error;
 pub mod auth;
+pub mod tokens;
 mod cancel;
+mod erase;
 pub mod page;
 pub mod pauses;
 pub mod server;
@@ -15,7 +17,6 @@ pub mod webhooks;
 use std::sync::Arc;
 
 use crate::store::Store;
-use secrecy::SecretString;
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -79,11 +80,10 @@ pub fn admin_router(
     pool: Store,
     lookups: Store,
     metrics: Arc<Metrics>,
-    token: &SecretString,
+    auth: Arc<auth::AdminAuth>,
     kinds: Vec<String>,
     hosts: auth::AdminHosts,
 ) -> Router {
-    let auth = Arc::new(auth::AdminAuth::new(token));
     let state = AdminState {
         pool,
         lookups,
@@ -95,6 +95,7 @@ pub fn admin_router(
         .merge(suppressions::routes())
         .merge(pauses::routes())
         .merge(cancel::routes())
+        .merge(erase::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&auth),
             auth::require_bearer,

@@ -257,7 +257,8 @@ async fn render(
     let notice_error = notice.is_some_and(|n| n.starts_with("Could not"));
     let (kind, tag, filter_query) = filters(list);
     let html = environment().get_template("admin.html")?.render(context! {
-        actor => actor.0.as_str(),
+        actor => actor.operator.name.as_str(),
+        may_change => actor.may_change(),
         now => now.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
         notice => notice,
         notice_error,
@@ -302,7 +303,7 @@ async fn audit_rows(
     let audit = admin::audit_log(pool, 20).await?;
     Ok(audit
         .into_iter()
-        .map(|a| context! { at => a.at.to_rfc3339(), ago => ago(a.at, now), actor => a.actor, action => a.action, target => a.target, rows => a.rows, detail => a.detail })
+        .map(|a| context! { at => a.at.to_rfc3339(), ago => ago(a.at, now), actor => a.actor, token => a.token, action => a.action, target => a.target, rows => a.rows, detail => a.detail })
         .collect())
 }
 
@@ -400,16 +401,20 @@ async fn one(
     let (Ok(id), Some(action)) = (id.parse::<i64>(), parse_action(&action)) else {
         return plain(StatusCode::NOT_FOUND, "no such action\n".into());
     };
-    match admin::apply_one(&state.pool, action, id, &actor.0).await {
+    match admin::apply_one(&state.pool, action, id, &actor.operator).await {
         Ok(()) => {
-            info!(actor = %actor.0, action = action.as_str(), outbox.id = id, "admin action");
+            info!(actor = %actor.operator, action = action.as_str(), outbox.id = id, "admin action");
             let said = format!("{} message {id}.", done(action));
             back(
                 &form.kind,
                 &with_warnings(&state, action, &[id], said).await,
             )
         }
-        Err(e @ (ActionError::NotFound(_) | ActionError::NotDeadLettered { .. })) => {
+        Err(
+            e @ (ActionError::NotFound(_)
+            | ActionError::NotDeadLettered { .. }
+            | ActionError::PayloadGone(_)),
+        ) => {
             back(&form.kind, &format!("Could not {}: {e}.", action.as_str()))
         }
         Err(ActionError::Database(e)) => database_unavailable(&e),
@@ -434,11 +439,18 @@ async fn bulk(
         kind: form.kind,
         error_class: form.error_class,
     };
-    match admin::apply(&state.pool, action, &selection, &actor.0).await {
-        Ok(changed) => {
-            info!(actor = %actor.0, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
-            let said = format!("{} {} messages ({selection}).", done(action), changed.len());
-            back("", &with_warnings(&state, action, &changed, said).await)
+    match admin::apply(&state.pool, action, &selection, &actor.operator).await {
+        Ok(applied) => {
+            let changed = &applied.changed;
+            info!(actor = %actor.operator, action = action.as_str(), target = %selection, rows = changed.len(), "admin action");
+            let mut said = format!("{} {} messages ({selection}).", done(action), changed.len());
+            if !applied.not_retryable.is_empty() {
+                said.push_str(&format!(
+                    " {} were not retried: their secret fields were scrubbed when they ended; their application must enqueue them anew.",
+                    applied.not_retryable.len()
+                ));
+            }
+            back("", &with_warnings(&state, action, changed, said).await)
         }
         Err(e) => database_unavailable(&e),
     }

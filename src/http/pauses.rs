@@ -33,8 +33,8 @@ async fn pause(
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let new = NewPause::new(&kind, &request.reason).map_err(ApiError::bad_request)?;
-    let pause = pauses::pause(&state.pool, &new.kind, &new.reason, &actor.0).await?;
-    info!(actor = %actor.0, action = "pause", kind = %new.kind, reason = %new.reason, "admin action");
+    let pause = pauses::pause(&state.pool, &new.kind, &new.reason, &actor.operator).await?;
+    info!(actor = %actor.operator, action = "pause", kind = %new.kind, reason = %new.reason, "admin action");
     Ok(Json(json!(pause)))
 }
 
@@ -44,8 +44,8 @@ async fn resume(
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let kind = Kind::parse(&kind).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if pauses::resume(&state.pool, &kind, &actor.0).await? {
-        info!(actor = %actor.0, action = "resume", kind = %kind, "admin action");
+    if pauses::resume(&state.pool, &kind, &actor.operator).await? {
+        info!(actor = %actor.operator, action = "resume", kind = %kind, "admin action");
         Ok(Json(json!({ "kind": kind.as_str(), "resumed": true })))
     } else {
         Err(ApiError::not_found(format!("{kind} is not paused")))

@@ -123,8 +123,8 @@ async fn add(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let entry = request.entry(Utc::now()).map_err(ApiError::bad_request)?;
-    suppressions::add(&state.pool, &entry, &actor.0).await?;
-    info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
+    suppressions::add(&state.pool, &entry, &actor.operator).await?;
+    info!(actor = %actor.operator, action = "suppress", reason = entry.reason.as_str(), "admin action");
     let stored = suppressions::get(&state.pool, &entry.address).await?;
     Ok((
         StatusCode::CREATED,
@@ -149,8 +149,8 @@ async fn remove(
         .map(|scope| scope.parse::<Scope>())
         .transpose()
         .map_err(ApiError::bad_request)?;
-    if suppressions::remove(&state.pool, &address, scope, &actor.0).await? {
-        info!(actor = %actor.0, action = "unsuppress", "admin action");
+    if suppressions::remove(&state.pool, &address, scope, &actor.operator).await? {
+        info!(actor = %actor.operator, action = "unsuppress", "admin action");
         Ok(StatusCode::NO_CONTENT)
     } else {
         let scope = scope.map_or_else(String::new, |s| format!(" ({s})"));

@@ -14,6 +14,31 @@ use super::NOTIFY_CHANNEL;
 pub use super::messages::{MessageDetail, MessageState, message};
 use super::timeline;
 
+/// Who acts on outboxd's data: the name its audit trail and timelines keep, and, through
+/// the admin surface, the name of the token used (`OUTBOXD_ADMIN_TOKEN_NAME`, with the
+/// token's fingerprint: docs/src/admin.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    pub name: String,
+    pub token: Option<String>,
+}
+
+impl Operator {
+    /// One who used no admin token: the CLI's user, outboxd itself.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            token: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
 /// A dead letter as listed: no payload.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct DeadLetter {
@@ -102,6 +127,10 @@ pub enum ActionError {
     NotFound(i64),
     #[error("message {id} is {state}, not dead-lettered")]
     NotDeadLettered { id: i64, state: MessageState },
+    #[error(
+        "message {0} cannot be retried: its secret fields were scrubbed (or its payload removed) when it ended, so it can no longer be sent as it was; its application must enqueue it anew"
+    )]
+    PayloadGone(i64),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -112,6 +141,8 @@ pub struct AuditEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
     pub actor: String,
+    /// The admin token's name, for a change made through the admin surface.
+    pub token: Option<String>,
     pub action: String,
     pub target: String,
     pub rows: i32,
@@ -144,14 +175,23 @@ pub async fn groups(store: &Store) -> Result<Vec<Group>, sqlx::Error> {
     store.all(store.query_as(Sql::DeadLetterGroups)).await
 }
 
+/// What a retry or a discard did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub changed: Vec<i64>,
+    /// Dead letters a retry left as they were: their payload is no longer what was to be
+    /// sent (secret fields scrubbed, or removed), so their application must enqueue anew.
+    pub not_retryable: Vec<i64>,
+}
+
 /// Retries or discards the selected dead letters in one transaction with its audit entry,
-/// and wakes the dispatchers after a retry. Returns the ids it changed.
+/// and wakes the dispatchers after a retry.
 pub async fn apply(
     store: &Store,
     action: Action,
     selection: &Selection,
-    actor: &str,
-) -> Result<Vec<i64>, sqlx::Error> {
+    actor: &Operator,
+) -> Result<Applied, sqlx::Error> {
     let (ids, kind, class, all) = match selection {
         Selection::Ids(ids) => (Some(ids.as_slice()), None, None, false),
         Selection::Kind(kind) => (None, Some(kind.as_str()), None, false),
@@ -166,17 +206,20 @@ pub async fn apply(
         Action::Discard => Sql::DiscardDeadLetters,
     };
     let update = store
-        .query_scalar(sql)
+        .query_as::<(i64, bool)>(sql)
         .bind(ids)
         .bind(kind)
         .bind(class)
         .bind(all);
     let update = match action {
         Action::Retry => update,
-        Action::Discard => update.bind(actor),
+        Action::Discard => update.bind(actor.name.as_str()),
     };
-    let changed: Vec<i64> = update.fetch_all(&mut *tx).await?;
-    timeline::record_operator_action(store, &mut tx, &changed, action.past_tense(), actor).await?;
+    let rows: Vec<(i64, bool)> = update.fetch_all(&mut *tx).await?;
+    let (changed, not_retryable): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, c)| *c);
+    let changed: Vec<i64> = changed.into_iter().map(|(id, _)| id).collect();
+    let not_retryable = not_retryable.into_iter().map(|(id, _)| id).collect();
+    timeline::record_operator_action(store, &mut tx, &changed, action.past_tense(), &actor.name).await?;
     audit(
         store,
         &mut tx,
@@ -191,7 +234,10 @@ pub async fn apply(
         wake_dispatchers(store, &mut tx).await?;
     }
     tx.commit().await?;
-    Ok(changed)
+    Ok(Applied {
+        changed,
+        not_retryable,
+    })
 }
 
 /// Retries or discards one dead letter, telling a missing row from one in another state.
@@ -199,11 +245,14 @@ pub async fn apply_one(
     store: &Store,
     action: Action,
     id: i64,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<(), ActionError> {
-    let changed = apply(store, action, &Selection::Ids(vec![id]), actor).await?;
-    if !changed.is_empty() {
+    let applied = apply(store, action, &Selection::Ids(vec![id]), actor).await?;
+    if !applied.changed.is_empty() {
         return Ok(());
+    }
+    if !applied.not_retryable.is_empty() {
+        return Err(ActionError::PayloadGone(id));
     }
     match message(store, id).await? {
         None => Err(ActionError::NotFound(id)),
@@ -228,15 +277,15 @@ pub async fn left_undone(
 pub(super) async fn audit(
     store: &Store,
     tx: &mut Transaction<'_, Postgres>,
-    actor: &str,
+    actor: &Operator,
     action: &str,
     target: &str,
     rows: usize,
     detail: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     let rows = i32::try_from(rows).unwrap_or(i32::MAX);
-    let entry = store.query(Sql::Audit).bind(actor).bind(action);
-    let entry = entry.bind(target).bind(rows).bind(detail);
+    let entry = store.query(Sql::Audit).bind(actor.name.as_str()).bind(action);
+    let entry = entry.bind(target).bind(rows).bind(detail).bind(actor.token.as_deref());
     write_in(tx, entry).await.map(drop)
 }
 

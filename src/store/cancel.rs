@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
 
-use super::admin::audit;
+use super::admin::{Operator, audit};
 use super::statement::Sql;
 use super::statements::Store;
 use crate::message::{CancelAnswer, PendingFilter};
@@ -43,14 +43,14 @@ impl CancelTarget {
 pub async fn cancel(
     store: &Store,
     target: &CancelTarget,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<CancelAnswer, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let answer: String = match target {
         CancelTarget::Id(id) => store.query_scalar(Sql::CancelById).bind(id),
         CancelTarget::Key(key) => store.query_scalar(Sql::CancelByKey).bind(key.as_str()),
     }
-    .bind(actor)
+    .bind(actor.name.as_str())
     .fetch_one(&mut *tx)
     .await?;
     let answer = CancelAnswer::parse(&answer)
@@ -101,7 +101,7 @@ pub async fn count_pending(store: &Store, filter: &PendingFilter) -> Result<Pend
 pub async fn cancel_pending(
     store: &Store,
     filter: &PendingFilter,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<BulkCancelled, sqlx::Error> {
     let mut total = BulkCancelled::default();
     let mut after: (Option<DateTime<Utc>>, Option<i64>) = (None, None);
@@ -112,7 +112,7 @@ pub async fn cancel_pending(
             .bind(CANCEL_BATCH)
             .bind(after.0)
             .bind(after.1)
-            .bind(actor)
+            .bind(actor.name.as_str())
             .fetch_one(&mut *tx)
             .await?;
         let changed = usize::try_from(batch.cancelled + batch.in_flight).unwrap_or(usize::MAX);

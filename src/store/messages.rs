@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sqlx::{FromRow, PgConnection};
 
-use super::admin::audit;
+use super::admin::{Operator, audit};
 use crate::message::Tag;
 use super::statement::Sql;
 use super::statements::{Bound, Store, begin_bounded_on};
@@ -108,6 +108,12 @@ pub struct MessageDetail {
     /// [`crate::message::ClaimedPayload`]), so that such a row can still be shown.
     #[sqlx(try_from = "String")]
     pub payload: StoredPayload,
+    /// Its secret fields (its kind's and its own): their values show as `"[secret]"`.
+    pub secret_fields: Vec<String>,
+    /// When its secret fields were scrubbed from the stored payload (it ended).
+    pub secrets_scrubbed_at: Option<DateTime<Utc>>,
+    /// When payload retention or an erasure removed the payload (its recipients are kept).
+    pub payload_removed_at: Option<DateTime<Utc>>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub error_class: Option<String>,
@@ -224,7 +230,7 @@ pub async fn find(
     search: &Search,
     after: Option<i64>,
     limit: i64,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<RecipientPage, LookupError> {
     let pool = store.pool();
     let busy = || LookupError::Busy(pool.options().get_max_connections());
@@ -260,7 +266,7 @@ async fn lookup(
     search: &Search,
     after: Option<i64>,
     limit: i64,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<RecipientPage, sqlx::Error> {
     let bounds = [
         Bound::Statement(LOOKUP_TIMEOUT),

@@ -14,9 +14,11 @@ pub mod cancel;
 pub mod circuits;
 mod claim;
 mod connect;
+pub mod erase;
 pub mod inspect;
 pub mod installation;
 mod kept;
+pub mod kind_policies;
 mod listen;
 pub mod messages;
 mod migrations;
@@ -46,7 +48,7 @@ pub use outcomes::{
 pub use prune::Prunable;
 pub use rights::Rights;
 #[cfg(feature = "testing")]
-pub use rights::{AUTO_PAUSE_RIGHTS, CALLBACK_RIGHTS, RUN_RIGHTS, Right};
+pub use rights::{AUTO_PAUSE_RIGHTS, CALLBACK_RIGHTS, PAYLOAD_RETENTION_RIGHTS, RUN_RIGHTS, Right};
 pub use sample::{Sample, sample};
 pub use schema_state::{SchemaError, check_ready, check_schema};
 pub use statement::RenderError;

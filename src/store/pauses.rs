@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
 
-use super::admin::{audit, remove_by_key, wake_dispatchers};
+use super::admin::{Operator, audit, remove_by_key, wake_dispatchers};
 use super::statement::Sql;
 use super::statements::{Bound, Store};
 use crate::message::{AUTOMATIC_ACTOR, Kind, MAX_PAUSE_REASON_CHARS, RecentSends};
@@ -36,14 +36,14 @@ pub async fn pause(
     store: &Store,
     kind: &Kind,
     reason: &str,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<Pause, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let pause: Pause = store
         .query_as(Sql::PauseKind)
         .bind(kind.as_str())
         .bind(reason)
-        .bind(actor)
+        .bind(actor.name.as_str())
         .fetch_one(&mut *tx)
         .await?;
     audit(store, &mut tx, actor, "pause", kind.as_str(), 1, Some(reason)).await?;
@@ -54,7 +54,7 @@ pub async fn pause(
 /// Resumes `kind` for an operator, with the audit entry; false when it was not paused.
 /// The notification without a due time tells every replica's claim to scan its due index
 /// from the start again: the kind's rows were skipped, and its floor may have passed them.
-pub async fn resume(store: &Store, kind: &Kind, actor: &str) -> Result<bool, sqlx::Error> {
+pub async fn resume(store: &Store, kind: &Kind, actor: &Operator) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let resumed = remove_by_key(store, &mut tx, Sql::ResumeKind, kind.as_str()).await? > 0;
     if resumed {
@@ -111,7 +111,7 @@ pub async fn pause_automatically(
     audit(
         store,
         &mut tx,
-        AUTOMATIC_ACTOR,
+        &Operator::named(AUTOMATIC_ACTOR),
         "auto_pause",
         kind,
         1,

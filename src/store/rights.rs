@@ -72,6 +72,17 @@ pub const RUN_RIGHTS: &[Right] = &[
         privilege: "EXECUTE",
         is_function: true,
     },
+    // The masks of secret fields: every statement that ends a message may call them.
+    Right {
+        object: "outbox_masked(jsonb, text[])",
+        privilege: "EXECUTE",
+        is_function: true,
+    },
+    Right {
+        object: "outbox_secret_fields_of(text, text[])",
+        privilege: "EXECUTE",
+        is_function: true,
+    },
 ];
 
 /// The rights the automatic pause adds (`OUTBOXD_AUTO_PAUSE_KINDS`): it reads a kind's last
@@ -87,12 +98,17 @@ pub const AUTO_PAUSE_RIGHTS: &[Right] = &[
 /// a column's right, which `outboxd run` asks for at start.)
 pub const CALLBACK_RIGHTS: &[Right] = &[table("outbox_callbacks", "UPDATE")];
 
+/// The rights payload retention adds (a kind's `payload_retention`): it records how far
+/// each kind's sweep has gone.
+pub const PAYLOAD_RETENTION_RIGHTS: &[Right] = &[table("outbox_kind_policies", "UPDATE")];
+
 /// The rights readiness checks: [`RUN_RIGHTS`], and those of the features the
 /// configuration turns on, so that a role short of one is told before the feature fails.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rights {
     pub auto_pause: bool,
     pub callbacks: bool,
+    pub payload_retention: bool,
 }
 
 impl Rights {
@@ -108,7 +124,12 @@ impl Rights {
         } else {
             &[]
         };
-        RUN_RIGHTS.iter().chain(auto_pause).chain(callbacks)
+        let payloads = if self.payload_retention {
+            PAYLOAD_RETENTION_RIGHTS
+        } else {
+            &[]
+        };
+        RUN_RIGHTS.iter().chain(auto_pause).chain(callbacks).chain(payloads)
     }
 }
 

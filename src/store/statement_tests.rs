@@ -70,6 +70,10 @@ const OBJECTS: &[&str] = &[
     "outbox_cancel",
     "outbox_cancel_id",
     "outbox_callbacks",
+    "outbox_kind_policies",
+    "outbox_masked",
+    "outbox_secret_fields_of",
+    "outbox_erasure_mark",
 ];
 
 fn mail() -> outboxd_producer::Schema {

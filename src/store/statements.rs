@@ -235,7 +235,15 @@ impl Store {
         &self,
         bound: Bound,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin_with(begin_with_bounds(&[bound])).await
+        self.begin_bounded_many(&[bound]).await
+    }
+
+    /// [`Store::begin_bounded`] with several bounds.
+    pub(crate) async fn begin_bounded_many(
+        &self,
+        bounds: &[Bound],
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.pool.begin_with(begin_with_bounds(bounds)).await
     }
 
     /// Inserts a message in the caller's transaction (or on any executor), so that it is

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{FromRow, PgExecutor};
 
-use super::admin::{audit, remove_by_key};
+use super::admin::{Operator, audit, remove_by_key};
 use super::statement::Sql;
 use super::statements::{Bound, Store};
 use super::claim::listing;
@@ -170,9 +170,9 @@ pub async fn get(store: &Store, address: &Address) -> Result<Vec<Suppression>, s
 
 /// Adds an address (or replaces its entry) for an operator, with the audit entry, in one
 /// transaction.
-pub async fn add(store: &Store, entry: &NewSuppression, actor: &str) -> Result<(), sqlx::Error> {
+pub async fn add(store: &Store, entry: &NewSuppression, actor: &Operator) -> Result<(), sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    upsert(store, &mut *tx, entry, Some(actor)).await?;
+    upsert(store, &mut *tx, entry, Some(&actor.name)).await?;
     let scope = Some(entry.scope.as_str());
     audit(store, &mut tx, actor, "suppress", entry.address.as_str(), 1, scope).await?;
     tx.commit().await
@@ -184,7 +184,7 @@ pub async fn remove(
     store: &Store,
     address: &Address,
     scope: Option<Scope>,
-    actor: &str,
+    actor: &Operator,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let mut removed = 0;

@@ -673,7 +673,8 @@ async fn the_page_lists_dead_letters_and_its_forms_need_the_csrf_token() {
     assert!(!db.row(id).await.dead);
     let page = get_with(&addr, "/admin", &auth).await;
     assert!(
-        page.body.contains("<td>ops</td><td>retry</td>"),
+        page.body.contains("<td>ops <span class=\"muted\">admin#")
+            && page.body.contains("</span></td><td>retry</td>"),
         "the audit shows the action"
     );
     let bad_page = get_with(&addr, "/admin?limit=0", &auth).await;
@@ -898,7 +899,7 @@ async fn bad_admin_options_are_refused() {
         (vec!["--admin-token", "short"], "too short"),
         (
             vec!["--admin-listen", "127.0.0.1:9999"],
-            "OUTBOXD_ADMIN_TOKEN is not",
+            "neither OUTBOXD_ADMIN_TOKEN nor OUTBOXD_ADMIN_READ_TOKEN is",
         ),
         (vec!["--retention", "a week"], "--retention"),
     ] {

@@ -164,8 +164,10 @@ async fn a_claim_reads_a_suppression_list_of_a_thousand_addresses_once_for_its_w
         "the claim did not read the list: {}",
         plan.0
     );
+    // The entries kept as an erased address's mark are read only once there are some: until
+    // then that scan's branch never runs (0 loops).
     assert!(
-        reads.iter().all(|loops| *loops == 1),
+        reads.iter().all(|loops| *loops <= 1) && reads.iter().filter(|l| **l == 1).count() == 1,
         "the list was read {reads:?} times, not once: {}",
         plan.0
     );

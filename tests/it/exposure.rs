@@ -231,7 +231,9 @@ async fn readiness_names_each_right_the_role_lacks() {
              GRANT SELECT ON outbox_schema_migrations TO {role}; \
              REVOKE EXECUTE ON FUNCTION outbox_on_the_calendar(timestamptz) FROM PUBLIC; \
              REVOKE EXECUTE ON FUNCTION outbox_recipient_keys(jsonb) FROM PUBLIC; \
-             REVOKE EXECUTE ON FUNCTION outbox_single_recipient_key(jsonb) FROM PUBLIC",
+             REVOKE EXECUTE ON FUNCTION outbox_single_recipient_key(jsonb) FROM PUBLIC; \
+             REVOKE EXECUTE ON FUNCTION outbox_masked(jsonb, text[]) FROM PUBLIC; \
+             REVOKE EXECUTE ON FUNCTION outbox_secret_fields_of(text, text[]) FROM PUBLIC",
         )
         .await;
     let grant = |right: &outboxd::store::Right, verb: &str| {

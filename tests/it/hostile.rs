@@ -350,7 +350,7 @@ async fn rows_from_before_the_checks_are_read_repaired_and_sent() {
 
 #[tokio::test]
 async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_calendar() {
-    use outboxd::store::admin::{Action, Selection, apply};
+    use outboxd::store::admin::{Action, Operator, Selection, apply};
     let db = TestDb::new().await;
     drop_time_checks(&db).await;
     // Dead letters never come back to the claim that repairs a row's times: the operators'
@@ -371,15 +371,20 @@ async fn an_operator_can_retry_and_discard_old_dead_letters_with_times_off_the_c
         &db.store,
         Action::Retry,
         &Selection::Ids(vec![ids[0]]),
-        "ops",
+        &Operator::named("ops"),
     )
     .await
     .expect("retried");
-    assert_eq!(requeued, [ids[0]]);
-    let discarded = apply(&db.store, Action::Discard, &Selection::All, "ops")
-        .await
-        .expect("discarded");
-    assert_eq!(discarded, [ids[1]]);
+    assert_eq!(requeued.changed, [ids[0]]);
+    let discarded = apply(
+        &db.store,
+        Action::Discard,
+        &Selection::All,
+        &Operator::named("ops"),
+    )
+    .await
+    .expect("discarded");
+    assert_eq!(discarded.changed, [ids[1]]);
     // Both rows now pass every check.
     on_each_time_check(&db, "VALIDATE").await;
 }
@@ -445,7 +450,9 @@ async fn a_negative_count_of_throttled_releases_buys_no_extra_free_releases() {
 
 #[tokio::test]
 async fn dead_letters_with_odd_fields_a_producer_wrote_can_be_listed_looked_at_and_retried() {
-    use outboxd::store::admin::{Action, Selection, apply, groups, list_dead_letters, message};
+    use outboxd::store::admin::{
+        Action, Operator, Selection, apply, groups, list_dead_letters, message,
+    };
     let db = TestDb::new().await;
     // Columns that are outboxd's own, but that an insert can still set: a time the driver
     // cannot read back, and an end reason without its discard.
@@ -475,9 +482,15 @@ async fn dead_letters_with_odd_fields_a_producer_wrote_can_be_listed_looked_at_a
             .expect("the row is read")
             .expect("the row exists");
     }
-    let mut requeued = apply(&db.store, Action::Retry, &Selection::All, "ops")
-        .await
-        .expect("one odd row does not hold up the others");
+    let mut requeued = apply(
+        &db.store,
+        Action::Retry,
+        &Selection::All,
+        &Operator::named("ops"),
+    )
+    .await
+    .expect("one odd row does not hold up the others")
+    .changed;
     requeued.sort_unstable();
     assert_eq!(requeued, ids);
 }

@@ -283,7 +283,7 @@ async fn a_replayed_notification_does_not_undo_an_operators_removal() {
         &db.store,
         &outboxd::suppression::Address::parse("ann@example.com").unwrap(),
         None,
-        "ops",
+        &outboxd::store::admin::Operator::named("ops"),
     )
     .await
     .unwrap();

@@ -157,7 +157,19 @@ fn each_kind_of_bad_kind_file_and_each_contradiction_is_refused_at_start() {
         "--from",
         "Acme <no-reply@example.com>",
     ];
-    let cases: [(&str, &[&str], &str); 7] = [
+    let cases: [(&str, &[&str], &str); 11] = [
+        (
+            "secret_fields = [\"reset url\"]\n",
+            &[],
+            "a secret field must be a path",
+        ),
+        ("secret_fields = [\"code\", \"code\"]\n", &[], "code twice"),
+        ("payload_retention = \"30s\"\n", &[], "at least 1m"),
+        (
+            "payload_retention = \"a day\"\n",
+            &[],
+            "says payload_retention",
+        ),
         ("lanes = \"bulk\"\n", &[], "unknown field `lanes`"),
         (
             "lane = \"newsletter\"\n",

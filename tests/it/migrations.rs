@@ -377,3 +377,37 @@ async fn the_callbacks_migration_runs_while_an_application_holds_the_outbox_tabl
     db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }
+
+#[tokio::test]
+async fn the_secret_fields_migration_gives_up_behind_an_open_insert_and_rewrites_nothing() {
+    let db = TestDb::empty().await;
+    let before = migrated_up_to(&db, "secret fields").await;
+    // A role that records outcomes, as the book grants it before this migration.
+    let role = format!("scrubber_{}", std::process::id());
+    db.exec(format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role}; GRANT UPDATE ON outbox_messages TO {role}"
+    ))
+    .await;
+    let open = refused_behind_an_open_insert(&db, before).await;
+    open.commit().await.unwrap();
+    let file = "SELECT relfilenode::bigint FROM pg_class WHERE relname = $1";
+    let before: i64 = db.scalar(file, "outbox_messages").await;
+    outboxd_migrate(&db);
+    assert_eq!(versions(&db, "outbox_schema_migrations").await, ours());
+    let after: i64 = db.scalar(file, "outbox_messages").await;
+    assert_eq!(before, after, "the table was not rewritten");
+    // Whoever records outcomes writes the kinds' policies at start; everyone reads them.
+    let rights: (bool, bool, bool, bool) = sqlx::query_as(
+        "SELECT has_table_privilege($1, 'outbox_kind_policies', 'INSERT'), \
+                has_table_privilege($1, 'outbox_kind_policies', 'UPDATE'), \
+                has_table_privilege($1, 'outbox_kind_policies', 'DELETE'), \
+                has_table_privilege('public', 'outbox_kind_policies', 'SELECT')",
+    )
+    .bind(&role)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rights, (true, true, true, true));
+    db.exec(format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}

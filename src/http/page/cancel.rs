@@ -41,9 +41,9 @@ pub(super) async fn one(
     Path(id): Path<i64>,
     PostedForm { actor, form: _ }: PostedForm<OneCancelForm>,
 ) -> Response {
-    match cancel::cancel(&state.pool, &CancelTarget::Id(id), &actor.0).await {
+    match cancel::cancel(&state.pool, &CancelTarget::Id(id), &actor.operator).await {
         Ok(answer) => {
-            info!(actor = %actor.0, action = "cancel", id, answer = answer.as_str(), "admin action");
+            info!(actor = %actor.operator, action = "cancel", id, answer = answer.as_str(), "admin action");
             back_to(&[], &format!("Message {id}: {}.", answer.as_str()))
         }
         Err(e) => database_unavailable(&e),
@@ -73,7 +73,8 @@ pub(super) async fn count(
     let nonce = style_nonce();
     let rendered = environment().get_template("pending.html").and_then(|t| {
         t.render(context! {
-            actor => actor.0.as_str(),
+            actor => actor.operator.name.as_str(),
+            may_change => actor.may_change(),
             matching => counted.matching,
             in_flight => counted.in_flight,
             filter => filter.describe(),
@@ -97,9 +98,9 @@ pub(super) async fn pending(
         Ok(filter) => filter,
         Err(e) => return back_to(&[], &format!("Could not cancel: {e}.")),
     };
-    match cancel::cancel_pending(&state.pool, &filter, &actor.0).await {
+    match cancel::cancel_pending(&state.pool, &filter, &actor.operator).await {
         Ok(done) => {
-            info!(actor = %actor.0, action = "cancel", filter = %filter.describe(), cancelled = done.cancelled, in_flight = done.in_flight, "admin action");
+            info!(actor = %actor.operator, action = "cancel", filter = %filter.describe(), cancelled = done.cancelled, in_flight = done.in_flight, "admin action");
             back_to(
                 &[],
                 &format!(

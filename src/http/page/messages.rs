@@ -67,7 +67,10 @@ pub(super) async fn one(
         );
     };
     match messages::message(&state.pool, id).await {
-        Ok(Some(message)) => show(&state, &actor, &[message], &Searched::default()),
+        Ok(Some(mut message)) => {
+            actor.withhold(&mut message);
+            show(&state, &actor, &[message], &Searched::default())
+        }
         Ok(None) => plain(StatusCode::NOT_FOUND, format!("no message {id}\n")),
         Err(e) => database_unavailable(&e),
     }
@@ -105,7 +108,8 @@ fn show(
         .get_template("messages.html")
         .and_then(|template| {
             template.render(context! {
-                actor => actor.0.as_str(),
+                actor => actor.operator.name.as_str(),
+                may_change => actor.may_change(),
                 now => Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
                 recipient,
                 tag,
@@ -146,6 +150,11 @@ fn message_view(message: &MessageDetail) -> Value {
         recipients => message.recipients.join(", "),
         state => message.state.as_str(),
         tags => message.tags.clone(),
+        payload_shown => !message.payload.0.is_null(),
+        payload => serde_json::to_string_pretty(&message.payload.0).unwrap_or_default(),
+        secret_fields => message.secret_fields.clone(),
+        secrets_scrubbed_at => message.secrets_scrubbed_at.map(|t| t.to_rfc3339()),
+        payload_removed_at => message.payload_removed_at.map(|t| t.to_rfc3339()),
         events,
     }
 }

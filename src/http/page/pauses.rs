@@ -56,9 +56,9 @@ pub(super) async fn pause(
         Ok(new) => new,
         Err(e) => return back_to(&[], &format!("Could not pause: {e}.")),
     };
-    match pauses::pause(&state.pool, &new.kind, &new.reason, &actor.0).await {
+    match pauses::pause(&state.pool, &new.kind, &new.reason, &actor.operator).await {
         Ok(pause) => {
-            info!(actor = %actor.0, action = "pause", kind = %pause.kind, reason = %pause.reason, "admin action");
+            info!(actor = %actor.operator, action = "pause", kind = %pause.kind, reason = %pause.reason, "admin action");
             back_to(
                 &[],
                 &format!(
@@ -79,9 +79,9 @@ pub(super) async fn resume(
         Ok(kind) => kind,
         Err(e) => return back_to(&[], &format!("Could not resume: {e}.")),
     };
-    match pauses::resume(&state.pool, &kind, &actor.0).await {
+    match pauses::resume(&state.pool, &kind, &actor.operator).await {
         Ok(true) => {
-            info!(actor = %actor.0, action = "resume", %kind, "admin action");
+            info!(actor = %actor.operator, action = "resume", %kind, "admin action");
             back_to(&[], &format!("Resumed {kind}."))
         }
         Ok(false) => back_to(&[], &format!("Could not resume: {kind} is not paused.")),

@@ -99,9 +99,9 @@ pub(super) async fn add(
         Ok(entry) => entry,
         Err(e) => return back(&format!("Could not suppress: {e}.")),
     };
-    match suppressions::add(&state.pool, &entry, &actor.0).await {
+    match suppressions::add(&state.pool, &entry, &actor.operator).await {
         Ok(()) => {
-            info!(actor = %actor.0, action = "suppress", reason = entry.reason.as_str(), "admin action");
+            info!(actor = %actor.operator, action = "suppress", reason = entry.reason.as_str(), "admin action");
             back(&format!(
                 "Suppressed the address ({}, {}); search the list below to see it.",
                 entry.reason,
@@ -120,9 +120,9 @@ pub(super) async fn remove(
         Ok(address) => address,
         Err(e) => return back(&format!("Could not remove: {e}.")),
     };
-    match suppressions::remove(&state.pool, &address, form.scope, &actor.0).await {
+    match suppressions::remove(&state.pool, &address, form.scope, &actor.operator).await {
         Ok(true) => {
-            info!(actor = %actor.0, action = "unsuppress", "admin action");
+            info!(actor = %actor.operator, action = "unsuppress", "admin action");
             back("Removed the address from the suppression list.")
         }
         Ok(false) => back("Could not remove: the address is not suppressed."),

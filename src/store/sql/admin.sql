@@ -31,22 +31,31 @@ ORDER BY g.count DESC, g.kind, g.error_class
 
 -- fragment: selected_dead_letters
 -- Of an `UPDATE` of dead letters: those a selection names ($1 ids, $2 kind, $3 error class,
--- $4 all of them), and their ids returned. Nothing is selected unless one is given.
+-- $4 all of them). Nothing is selected unless one is given.
 WHERE {{dead_letter}}
   AND ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR kind = $2)
   AND ($3::text IS NULL OR coalesce(error_class, 'unknown') = $3)
   AND ($1::bigint[] IS NOT NULL OR $2::text IS NOT NULL OR $4)
-RETURNING id
 
 -- name: retry_dead_letters
--- The selected dead letters back to pending: attempts reset, due now.
+-- The selected dead letters back to pending: attempts reset, due now; except those whose
+-- payload is no longer what was to be sent (its secret fields scrubbed, or removed), which
+-- are returned unchanged (`retried` false): their application must enqueue them anew.
 -- $1 ids (bigint[]), $2 kind (text), $3 error_class (text), $4 all (bool)
 -- Index: outbox_messages_pkey for ids, else outbox_messages_dead_letter_idx.
-UPDATE {{schema}}outbox_messages
-SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now(),
-    locked_until = NULL, locked_by = NULL, claim_token = NULL, end_reason = NULL,
-    {{times_on_the_calendar}}
-{{selected_dead_letters}}
+WITH selected AS MATERIALIZED (
+    SELECT id, secrets_scrubbed_at IS NULL AND payload_removed_at IS NULL AS retryable
+    FROM {{schema}}outbox_messages
+    {{selected_dead_letters}}
+    FOR NO KEY UPDATE
+), retried AS (
+    UPDATE {{schema}}outbox_messages AS m
+    SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now(),
+        locked_until = NULL, locked_by = NULL, claim_token = NULL, end_reason = NULL,
+        {{times_on_the_calendar}}
+    FROM selected AS s WHERE m.id = s.id AND s.retryable
+)
+SELECT id, retryable AS changed FROM selected ORDER BY id
 
 -- name: discard_dead_letters
 -- The selected dead letters kept, marked discarded, out of the dead-letter view.
@@ -58,6 +67,7 @@ SET discarded_at = now(), discarded_by = $5,
     next_attempt_at = {{schema}}outbox_on_the_calendar(next_attempt_at),
     {{times_on_the_calendar}}
 {{selected_dead_letters}}
+RETURNING id, true AS changed
 
 -- name: wake_dispatchers
 -- Tells every dispatcher's LISTEN that rows are due now (after a retry).
@@ -67,10 +77,11 @@ SELECT pg_notify($1, '')
 
 -- name: audit
 -- One operator action, kept in the audit trail.
--- $1 actor (text), $2 action (text), $3 target (text), $4 rows (int4), $5 detail (text)
+-- $1 actor (text), $2 action (text), $3 target (text), $4 rows (int4), $5 detail (text),
+-- $6 token (text: the admin token's name, null for the CLI and outboxd itself)
 -- Index: none, an insert.
-INSERT INTO {{schema}}outbox_admin_audit (actor, action, target, rows, detail)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO {{schema}}outbox_admin_audit (actor, action, target, rows, detail, token)
+VALUES ($1, $2, $3, $4, $5, $6)
 
 -- name: audit_log
 -- The most recent actions that change something: lookups, which change nothing and come by
@@ -78,6 +89,6 @@ VALUES ($1, $2, $3, $4, $5)
 -- messages).
 -- $1 limit (bigint)
 -- Index: outbox_admin_audit_pkey, backwards.
-SELECT id, at, actor, action, target, rows, detail FROM {{schema}}outbox_admin_audit
+SELECT id, at, actor, token, action, target, rows, detail FROM {{schema}}outbox_admin_audit
 WHERE action <> 'lookup' /* word: audit.lookup */
 ORDER BY id DESC LIMIT $1

@@ -40,7 +40,8 @@ WHERE {{pending_filter}}
 -- Cancels the next batch of pending messages a filter matches, in due order after the
 -- keyset ($7, $8): those no replica holds end with end_reason 'cancelled'; those a replica
 -- holds are marked, as `outbox_cancel_id` marks them. Rows another transaction has locked
--- are skipped (the caller's next pass takes them). Returns the batch's last key and counts.
+-- are skipped (the caller's next pass takes them). A cancelled message's secret fields
+-- are scrubbed. Returns the batch's last key and counts.
 -- $1 kind (text), $2 tag (text), $3 created_before (timestamptz), $4 created_after
 -- (timestamptz), $5 recipient_domain (text): the filter (`pending_filter`), each null for any.
 -- $6 batch (bigint): the most rows a statement changes. $7 after due
@@ -65,7 +66,12 @@ WITH batch AS MATERIALIZED (
         discarded_by = CASE WHEN b.in_flight THEN NULL ELSE $9 END,
         locked_until = CASE WHEN b.in_flight THEN m.locked_until END,
         locked_by = CASE WHEN b.in_flight THEN m.locked_by END,
-        claim_token = CASE WHEN b.in_flight THEN m.claim_token END
+        claim_token = CASE WHEN b.in_flight THEN m.claim_token END,
+        payload = CASE WHEN NOT b.in_flight AND {{has_secrets(m)}} THEN {{masked_payload(m)}}
+                       ELSE m.payload END,
+        secrets_scrubbed_at = CASE WHEN NOT b.in_flight AND {{has_secrets(m)}}
+                                        AND {{masked_payload(m)}} IS DISTINCT FROM m.payload
+                                   THEN now() END
     FROM batch AS b
     WHERE m.id = b.id
     RETURNING m.id, b.in_flight

@@ -98,9 +98,8 @@ WITH paused AS (
            END AS looked_up
     FROM claimed AS c
 ), listed AS MATERIALIZED (
-    SELECT address, reason, scope FROM ({{suppression_entries}}) AS entries
-    WHERE address IN (SELECT unnest(looked_up) FROM looked)
-      AND {{active_suppression()}}
+    SELECT key AS address, reason, scope
+    FROM ({{listed_entries(SELECT unnest(looked_up) FROM looked)}}) AS entries
 )
 SELECT c.id, c.kind, c.attempts, c.traceparent, c.created_at, c.expires_at, c.priority,
        c.throttled_releases, c.cancel_requested, c.payload, c.payload_bytes, c.reclaimed, c.due_at, c.claimed_at,

@@ -50,6 +50,22 @@ SELECT address, lane, reason, source, detail, message_id, created_at, created_by
        suppressed_until
 FROM {{schema}}outbox_lane_suppressions
 
+-- fragment: listed_entries
+-- The entries in force of the suppression list for the addresses the argument (a query
+-- yielding addresses in the list's form) yields, each as `key` with its reason and scope:
+-- those listed by the address, and, once an erasure kept an entry as its address's one-way
+-- mark (`outbox_installation.marked_suppressions`, migration 32), those listed by the
+-- address's mark. Until then the second half is a one-time filter that reads nothing.
+SELECT e.address AS key, e.reason, e.scope FROM ({{suppression_entries}}) AS e
+WHERE e.address IN ({{argument}}) AND {{active_suppression(e.)}}
+UNION ALL
+SELECT k.key, e.reason, e.scope
+FROM (SELECT DISTINCT q.x AS key FROM ({{argument}}) AS q(x)) AS k
+CROSS JOIN LATERAL (SELECT * FROM ({{suppression_entries}}) AS s
+                    WHERE s.address = {{schema}}outbox_erasure_mark(k.key)) AS e
+WHERE (SELECT i.marked_suppressions FROM {{schema}}outbox_installation AS i)
+  AND {{active_suppression(e.)}}
+
 -- fragment: replaced_for_good
 -- Of an `ON CONFLICT (address) DO UPDATE` on the suppression list by a report that
 -- suppresses for good (a hard bounce, a complaint, an unsubscribe): the existing entries it
@@ -81,11 +97,17 @@ lower(btrim(CASE WHEN strpos({{argument}}, '<') > 0
                  ELSE {{argument}} END) COLLATE "C") COLLATE "default"
 
 -- fragment: message_columns
--- What an operator sees of a message, for a `FROM outbox_messages` to follow. Its times are
--- read through `outbox_on_the_calendar` (migration 12): a producer may have written any
--- time, and one the driver cannot read back must not take an operator's view of the row
--- down.
-SELECT id, kind, payload::text AS payload, {{recipients_column}},
+-- What an operator sees of a message, for a `FROM outbox_messages AS m` to follow. Its
+-- times are read through `outbox_on_the_calendar` (migration 12): a producer may have
+-- written any time, and one the driver cannot read back must not take an operator's view
+-- of the row down. Its secret fields' values are masked (migration 32).
+SELECT id, kind,
+       (CASE WHEN {{has_secrets(m)}} THEN {{masked_payload(m)}} ELSE payload END)::text AS payload,
+       CASE WHEN {{has_secrets(m)}} THEN {{schema}}outbox_secret_fields_of(kind, secret_fields)
+            ELSE ARRAY[]::text[] END AS secret_fields,
+       {{schema}}outbox_on_the_calendar(secrets_scrubbed_at) AS secrets_scrubbed_at,
+       {{schema}}outbox_on_the_calendar(payload_removed_at) AS payload_removed_at,
+       {{recipients_column}},
        CASE WHEN dispatched_at IS NOT NULL THEN 'dispatched'
             WHEN dead_lettered_at IS NULL THEN 'pending'
             WHEN end_reason IS NOT NULL THEN end_reason
@@ -118,3 +140,16 @@ WHERE {{pending}}
 ORDER BY next_attempt_at, id
 LIMIT {{argument}}
 FOR NO KEY UPDATE SKIP LOCKED
+
+-- fragment: has_secrets
+-- Whether the message named by the argument has secret fields (migration 32): its own, or
+-- its kind's. The subquery runs once a statement; each row then costs a hash lookup.
+({{argument}}.secret_fields IS NOT NULL
+ OR {{argument}}.kind IN (SELECT p.kind FROM {{schema}}outbox_kind_policies AS p
+                          WHERE p.secret_fields <> '{}'))
+
+-- fragment: masked_payload
+-- The payload of the message named by the argument, each of its secret fields' values
+-- "[secret]": what every reader shows, and what is kept once the message ends.
+{{schema}}outbox_masked({{argument}}.payload,
+                        {{schema}}outbox_secret_fields_of({{argument}}.kind, {{argument}}.secret_fields))

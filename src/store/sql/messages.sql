@@ -5,7 +5,7 @@
 -- $1 id (bigint)
 -- Index: outbox_messages_pkey.
 {{message_columns}}
-FROM {{schema}}outbox_messages WHERE id = $1
+FROM {{schema}}outbox_messages AS m WHERE id = $1
 
 -- name: messages_by_recipient
 -- The recipient lookup, newest first. The matches are gathered first, whole
@@ -45,7 +45,7 @@ WITH ended AS MATERIALIZED (
     ORDER BY id DESC LIMIT $3
 )
 {{message_columns}}
-FROM {{schema}}outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
+FROM {{schema}}outbox_messages AS m WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
 
 -- name: messages_by_tag
 -- The messages a producer tagged `$1`, in any state, newest first, read from the tags' rows
@@ -60,7 +60,7 @@ WITH chosen AS (
     ORDER BY message_id DESC LIMIT $3
 )
 {{message_columns}}
-FROM {{schema}}outbox_messages WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
+FROM {{schema}}outbox_messages AS m WHERE id IN (SELECT id FROM chosen) ORDER BY id DESC
 
 -- name: more_pending_than
 -- Whether more than $1 rows are pending, read from the due index as the lookup reads them:

@@ -55,7 +55,18 @@ relay = CASE WHEN o.action = 'sent' /* word: action.sent */ THEN o.relay ELSE m.
 next_attempt_at = CASE WHEN o.action IN ('retry' /* word: action.retry */, 'release' /* word: action.release */)
                        THEN now() + make_interval(secs => o.delay_secs)
                        ELSE m.next_attempt_at END,
+payload = CASE WHEN {{outcome_ends}} AND {{has_secrets(m)}} THEN {{masked_payload(m)}}
+               ELSE m.payload END,
+secrets_scrubbed_at = CASE WHEN {{outcome_ends}} AND {{has_secrets(m)}}
+                                AND {{masked_payload(m)}} IS DISTINCT FROM m.payload THEN now()
+                           ELSE m.secrets_scrubbed_at END,
 locked_until = NULL, locked_by = NULL, claim_token = NULL
+
+-- fragment: outcome_ends
+-- Whether the outcome `o` ends its message `m`: sent, dead, ended unsent, or withdrawn
+-- while claimed. Its secret fields are scrubbed then.
+(o.action IN ('sent' /* word: action.sent */, 'dead' /* word: action.dead */, {{ended_unsent}})
+ OR {{cancelled_in_flight}})
 
 -- fragment: ended_unsent
 -- The actions that end a message unsent, not for a failure: also its `end_reason`.

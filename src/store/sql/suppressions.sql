@@ -13,8 +13,7 @@ FROM ({{suppression_entries}}) AS entries
 -- and the scope of each entry: the dispatcher's lookup of addresses the claim did not read.
 -- $1 addresses (text[])
 -- Index: outbox_suppressions_pkey; outbox_lane_suppressions_pkey.
-SELECT address, reason, scope FROM ({{suppression_entries}}) AS entries
-WHERE address = ANY($1) AND {{active_suppression()}}
+SELECT key AS address, reason, scope FROM ({{listed_entries(SELECT unnest($1::text[]))}}) AS entries
 
 -- name: suppressed_recipients_of
 -- The recipients of some messages that are suppressed now, with each entry's scope, the

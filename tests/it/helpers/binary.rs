@@ -145,6 +145,11 @@ impl Outboxd {
         }
     }
 
+    /// What it has written to stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.lock().expect("stderr kept").clone()
+    }
+
     /// Waits for the process to exit; returns its exit status and stderr.
     pub fn wait(mut self, within: Duration) -> (std::process::ExitStatus, String) {
         let status = poll_until_blocking(within, "outboxd to exit", || {
