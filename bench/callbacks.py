@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The drain with delivery callbacks on (OUTBOXD_CALLBACK_URL) beside the same drain with them
 off, alternated: what keeping a callback in the outcome statement and sending it costs the
-delivery rate. The endpoint is a small asyncio server in this process that answers 204 at
-once (an application's endpoint would be elsewhere); the table also says how long after
+delivery rate. The endpoint is bench/callback_endpoint.js, a Node.js server in a process of
+its own that answers 204 at once (an application's endpoint would be on another machine; on
+this one it takes a share of the same cores, shown in the table); the table also says how long after
 the drain the last callback was taken.
 
     python3 bench/callbacks.py                 # 3 rounds of 50 000 messages each way
@@ -13,11 +14,10 @@ table for BENCHMARKS.md. Nothing here asserts a time.
 """
 
 import argparse
-import asyncio
 import os
 import subprocess
 import sys
-import threading
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (bench/run.py: the harness)
@@ -26,36 +26,25 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwAAAAAAAAAAA="
 
 
 class Endpoint:
-    """An HTTP/1.1 endpoint that reads each request and answers 204, counting them."""
+    """bench/callback_endpoint.js in a process of its own: answers 204 and counts."""
 
     def __init__(self):
         self.port = run.free_port()
-        self.taken = 0
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        ready.wait()
+        script = os.path.join(run.ROOT, "bench", "callback_endpoint.js")
+        self.proc = subprocess.Popen(["node", script, str(self.port)], stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit("the callback endpoint did not start (is node installed?)")
 
-    def _serve(self, ready):
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", self.port))
-        ready.set()
-        self.loop.run_until_complete(server.serve_forever())
+    @property
+    def taken(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/count", timeout=5) as answer:
+            return int(answer.read())
 
-    async def _client(self, reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                self.taken += 1
-                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
+    def cpu_seconds(self):
+        return run.process_cpu_seconds(self.proc.pid)
+
+    def stop(self):
+        run.terminate(self.proc)
 
 
 def one_drain(messages, callbacks, endpoint):
@@ -65,8 +54,9 @@ def one_drain(messages, callbacks, endpoint):
         if callbacks:
             flags += ["--callback-url", f"http://127.0.0.1:{endpoint.port}/callbacks"]
             env["OUTBOXD_CALLBACK_SECRET"] = SECRET
-        before = endpoint.taken
+        before, endpoint_cpu = endpoint.taken, endpoint.cpu_seconds()
         result = run.run_drain(url, messages, flags, env=env)
+        result["endpoint_cpu"] = endpoint.cpu_seconds() - endpoint_cpu
         result["callbacks"] = callbacks
         if callbacks:
             # What the drain left to send when it ended (the sender stops with the replica).
@@ -95,12 +85,13 @@ def main():
             rates[callbacks].append(r["rate"])
             rows.append([f"{n + 1}", "on" if callbacks else "off", f"{r['rate']:.0f}",
                          f"{1000 * r['cpu'] / r['messages']:.3f}", f"{r['others']['postgres']:.1f}",
-                         str(r.get("taken", "–")), str(r.get("left", "–")), r["dead"]])
+                         f"{r['endpoint_cpu']:.1f}" if callbacks else "–", str(r.get("taken", "–")), str(r.get("left", "–")), r["dead"]])
+    endpoint.stop()
     median = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
     run.table(f"Callbacks: {args.messages} messages drained with callbacks off and on, alternated, "
-              f"{' '.join(run.TUNED)}; endpoint answering 204 in this process",
+              f"{' '.join(run.TUNED)}; endpoint bench/callback_endpoint.js",
               ["round", "callbacks", "msg/s", "outboxd CPU ms/msg", "PostgreSQL CPU s",
-               "callbacks taken during the drain", "callbacks left when it ended", "dead letters"], rows)
+               "endpoint CPU s", "callbacks taken during the drain", "callbacks left when it ended", "dead letters"], rows)
     print(f"median msg/s: off {median[False]:.0f}, on {median[True]:.0f} "
           f"({100 * median[True] / median[False]:.0f}% of off)")
 

@@ -1,5 +1,6 @@
 //! Wiring: builds the dispatcher from a validated configuration and runs it until a signal.
 
+use crate::backlog::Backlog;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +56,8 @@ pub struct App {
     message_ids: MessageIds,
     /// The bounce listener's socket, bound, and the return paths it reads.
     bounce_listener: Option<(tokio::net::TcpListener, Arc<ReturnPaths>)>,
+    /// Whether the dispatcher drains a backlog, which the callback sender yields to.
+    backlog: Arc<Backlog>,
 }
 
 /// Liveness and readiness, on their own pool.
@@ -108,6 +111,7 @@ impl App {
         ));
         metrics.notifications_working(pools.listen.is_some());
         let mailer = Arc::new(mailer);
+        let backlog = Arc::new(Backlog::default());
         let dispatcher = Dispatcher::new(
             pools.dispatch.clone(),
             Arc::new(renderer),
@@ -116,11 +120,13 @@ impl App {
             shutdown.clone(),
             Arc::clone(&metrics),
         )
-        .listening_on(pools.listen.clone());
+        .listening_on(pools.listen.clone())
+        .reporting_backlog_to(Arc::clone(&backlog));
         let health = health(&pools, &config, &metrics, &shutdown);
         Ok(Self {
             pools,
             dispatcher,
+            backlog,
             mailer,
             metrics,
             health,
@@ -248,11 +254,12 @@ impl App {
     /// The delivery callbacks' sender, when they are on, started again if it fails.
     fn spawn_callbacks(&self, stop: &CancellationToken) -> Option<tokio::task::JoinHandle<()>> {
         let settings = self.config.callbacks.clone()?;
-        let (pool, metrics, tag, stop) = (
+        let (pool, metrics, tag, stop, backlog) = (
             self.pools.surface.clone(),
             Arc::clone(&self.metrics),
             self.message_ids.tag().as_str().to_owned(),
             stop.clone(),
+            Arc::clone(&self.backlog),
         );
         Some(tokio::spawn(supervise(
             BackgroundTask::Callbacks,
@@ -264,6 +271,7 @@ impl App {
                     Arc::clone(&settings),
                     tag.clone(),
                     Arc::clone(&metrics),
+                    Arc::clone(&backlog),
                     stop.clone(),
                 )
             },

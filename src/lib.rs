@@ -29,6 +29,7 @@ macro_rules! modules {
 modules!(
     app,
     background,
+    backlog,
     bounces,
     callbacks,
     cli,

@@ -14,6 +14,7 @@ use super::floor::{ClaimFloor, Floors};
 use super::pace::{Paces, Plan, Planned};
 use super::recipients::Suppressed;
 use super::{DispatchError, DispatchSettings};
+use crate::backlog::Backlog;
 use crate::message::{ClaimedBatch, Lane};
 use crate::render::{Renderer, envelope_keys};
 use crate::store::{ClaimRequest, KeptConnection};
@@ -33,6 +34,8 @@ pub(super) struct Claimer {
     settings: DispatchSettings,
     /// Where the loop listens for the insert trigger's notifications, which move the floor.
     listen: Listen,
+    /// Told of each full claim, for the work that yields to a drain.
+    backlog: Arc<Backlog>,
 }
 
 /// Where the dispatcher listens: nowhere past a transaction pooler.
@@ -60,7 +63,13 @@ impl Claimer {
             },
             database,
             settings,
+            backlog: Arc::default(),
         }
+    }
+
+    /// Tells `backlog` of each full claim.
+    pub fn report_backlog_to(&mut self, backlog: Arc<Backlog>) {
+        self.backlog = backlog;
     }
 
     /// Listens on `pool` instead of the claim's own (a direct connection past a transaction
@@ -114,6 +123,9 @@ impl Claimer {
             )
             .await;
         self.adapt_claim_size(full);
+        if full {
+            self.backlog.claimed_full();
+        }
         if claimed.messages.is_empty() {
             return Ok(Claiming::NothingDue);
         }

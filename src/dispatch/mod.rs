@@ -201,4 +201,12 @@ impl Dispatcher {
         self.claimer.listen_on(pool);
         self
     }
+
+    /// Tells `backlog` whenever a claim comes back full (a drain), for the work that yields
+    /// to one.
+    #[must_use]
+    pub fn reporting_backlog_to(mut self, backlog: Arc<crate::backlog::Backlog>) -> Self {
+        self.claimer.report_backlog_to(backlog);
+        self
+    }
 }
