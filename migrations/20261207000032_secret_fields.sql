@@ -8,8 +8,8 @@
 --   ends a message (outboxd's, and a producer's `outbox_cancel`) scrubs the same fields,
 --   and every reader masks them, whichever program reads.
 -- * `outbox_messages.secret_fields`: more secret fields, one message's (its producer's).
--- * `outbox_messages.secrets_scrubbed_at`: when the secret fields were scrubbed (the
---   message cannot be retried: its payload is no longer what was sent).
+-- * `outbox_messages.secrets_scrubbed_at`: when a message with secret fields ended and
+--   they were scrubbed (it cannot be retried: its payload is no longer what was sent).
 -- * `outbox_messages.payload_removed_at`: when retention or an erasure removed the payload
 --   (what is left: its recipient lists, an erased address marked).
 -- * `outbox_masked(payload, fields)`: the payload with each field's value "[secret]".
@@ -178,8 +178,7 @@ BEGIN
         discarded_by = by_, cancel_requested_at = now(), cancelled_by = by_,
         locked_until = NULL, locked_by = NULL, claim_token = NULL,
         payload = outbox_masked(m.payload, fields),
-        secrets_scrubbed_at = CASE WHEN outbox_masked(m.payload, fields) IS DISTINCT FROM m.payload
-                                   THEN now() END
+        secrets_scrubbed_at = CASE WHEN cardinality(fields) > 0 THEN now() END
     WHERE id = m.id;
     INSERT INTO outbox_message_events (message_id, event, actor) VALUES (m.id, 'cancelled', by_);
     INSERT INTO outbox_callbacks (message_id, event, detail)

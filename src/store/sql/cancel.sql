@@ -69,9 +69,7 @@ WITH batch AS MATERIALIZED (
         claim_token = CASE WHEN b.in_flight THEN m.claim_token END,
         payload = CASE WHEN NOT b.in_flight AND {{has_secrets(m)}} THEN {{masked_payload(m)}}
                        ELSE m.payload END,
-        secrets_scrubbed_at = CASE WHEN NOT b.in_flight AND {{has_secrets(m)}}
-                                        AND {{masked_payload(m)}} IS DISTINCT FROM m.payload
-                                   THEN now() END
+        secrets_scrubbed_at = CASE WHEN NOT b.in_flight AND {{has_secrets(m)}} THEN now() END
     FROM batch AS b
     WHERE m.id = b.id
     RETURNING m.id, b.in_flight

@@ -57,8 +57,7 @@ next_attempt_at = CASE WHEN o.action IN ('retry' /* word: action.retry */, 'rele
                        ELSE m.next_attempt_at END,
 payload = CASE WHEN {{outcome_ends}} AND {{has_secrets(m)}} THEN {{masked_payload(m)}}
                ELSE m.payload END,
-secrets_scrubbed_at = CASE WHEN {{outcome_ends}} AND {{has_secrets(m)}}
-                                AND {{masked_payload(m)}} IS DISTINCT FROM m.payload THEN now()
+secrets_scrubbed_at = CASE WHEN {{outcome_ends}} AND {{has_secrets(m)}} THEN now()
                            ELSE m.secrets_scrubbed_at END,
 locked_until = NULL, locked_by = NULL, claim_token = NULL
 
