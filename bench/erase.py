@@ -48,8 +48,10 @@ def load(url, total, erased):
     run.psql(url, f"""
         INSERT INTO outbox_message_events (message_id, event, detail)
         SELECT id, 'retry', '450 4.2.0 <{ADDRESS}>: mailbox busy' FROM outbox_messages
-        WHERE payload->>'to' = '{ADDRESS}';
-        VACUUM ANALYZE outbox_messages; VACUUM ANALYZE outbox_message_events;""")
+        WHERE payload->>'to' = '{ADDRESS}'""")
+    # VACUUM runs outside a transaction: a statement of its own each.
+    run.psql(url, "VACUUM ANALYZE outbox_messages")
+    run.psql(url, "VACUUM ANALYZE outbox_message_events")
 
 
 class Sampler:
@@ -132,9 +134,11 @@ def main():
     said = dict(line.split(": ", 1) for line in erased["said"].splitlines() if ": " in line)
     run.table(f"Erasure: {args.erased} messages to one address among {args.total} sent ({size}), "
               f"while a replica drains {args.drain} others",
-              ["drain alone msg/s", "drain beside the erasure msg/s", "erasure s", "longest erase transaction s",
+              ["drain alone msg/s", "drain beside the erasure msg/s", "erasure s",
+               "longest erase transaction ms (its own)", "longest seen by the 20 ms sampler ms",
                "ended messages erased", "text columns searched", "columns still holding the address"],
-              [[f"{alone:.0f}", f"{beside:.0f}", f"{erased['seconds']:.1f}", f"{erased['longest']:.2f}",
+              [[f"{alone:.0f}", f"{beside:.0f}", f"{erased['seconds']:.1f}",
+                said.get("longest transaction", "?").replace(" ms", ""), f"{1000 * erased['longest']:.0f}",
                 said.get("ended messages erased", "?"), str(columns), str(left)]])
 
 

@@ -42,6 +42,7 @@ pub(super) async fn command(args: EraseArgs) -> anyhow::Result<()> {
         outln!("pending messages cancelled: {}", erased.pending_cancelled)?;
         outln!("ended messages erased: {}", erased.messages_erased)?;
         outln!("audit entries and pauses rewritten: {}", erased.audit_entries)?;
+        outln!("longest transaction: {} ms", erased.longest_transaction_ms)?;
         outln!(
             "suppression list: {}",
             if erased.suppressions_marked > 0 {

@@ -5,7 +5,7 @@
 //! address that opted out must stay opted out), or moved to its mark, which the claim
 //! honours. docs/src/payloads.md says what is kept, and why.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -52,6 +52,9 @@ pub struct Erased {
     pub audit_entries: i64,
     /// Suppression list entries moved to the mark (0 when kept).
     pub suppressions_marked: i64,
+    /// The longest of its transactions, from BEGIN to COMMIT: the longest any row lock of
+    /// it was held, in milliseconds.
+    pub longest_transaction_ms: u64,
 }
 
 #[derive(FromRow)]
@@ -95,16 +98,17 @@ pub async fn erase(
     let shared = (key, mark.as_str(), pattern.as_str());
     erase_pending(store, shared, actor, &mut erased).await?;
     loop {
-        let changed: i64 = bounded_scalar(store, Sql::EraseEnded, shared, |q| q.bind(BATCH)).await?;
+        let changed = bounded_scalar(store, Sql::EraseEnded, shared, &mut erased, |q| q.bind(BATCH))
+            .await?;
         erased.messages_erased += changed;
         if changed < BATCH {
             break;
         }
     }
-    erased.audit_entries = erase_audit(store, shared).await?;
+    erased.audit_entries = erase_audit(store, shared, &mut erased).await?;
     if suppressions == SuppressionChoice::Mark {
         erased.suppressions_marked =
-            bounded_scalar(store, Sql::MarkSuppressions, shared, |q| q).await?;
+            bounded_scalar(store, Sql::MarkSuppressions, shared, &mut erased, |q| q).await?;
     }
     let mut tx = store.pool().begin().await?;
     let rows = erased.pending_cancelled + erased.messages_erased;
@@ -131,13 +135,24 @@ async fn bounded_scalar<'q>(
     store: &Store,
     sql: Sql,
     (key, mark, pattern): Shared<'q>,
+    erased: &mut Erased,
     more: impl FnOnce(Scalar<'q>) -> Scalar<'q>,
 ) -> Result<i64, sqlx::Error> {
+    let began = Instant::now();
     let mut tx = bounded(store).await?;
     let query = store.query_scalar(sql).bind(key).bind(mark).bind(pattern);
     let value = more(query).fetch_one(&mut *tx).await?;
     tx.commit().await?;
+    erased.took(began);
     Ok(value)
+}
+
+impl Erased {
+    /// Keeps the longest transaction's time.
+    fn took(&mut self, began: Instant) {
+        let ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.longest_transaction_ms = self.longest_transaction_ms.max(ms);
+    }
 }
 
 async fn bounded(store: &Store) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
@@ -155,6 +170,7 @@ async fn erase_pending(
 ) -> Result<(), sqlx::Error> {
     let mut after: (Option<DateTime<Utc>>, Option<i64>) = (None, None);
     loop {
+        let began = Instant::now();
         let mut tx = bounded(store).await?;
         let walk: PendingWalk = store
             .query_as(Sql::ErasePending)
@@ -168,6 +184,7 @@ async fn erase_pending(
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
+        erased.took(began);
         erased.pending_cancelled += walk.cancelled;
         erased.in_flight += walk.in_flight;
         if walk.walked < BATCH {
@@ -178,17 +195,21 @@ async fn erase_pending(
 }
 
 /// Marks the address in the audit trail, a range of ids at a time, and in the pauses.
-async fn erase_audit(store: &Store, shared: Shared<'_>) -> Result<i64, sqlx::Error> {
+async fn erase_audit(
+    store: &Store,
+    shared: Shared<'_>,
+    erased: &mut Erased,
+) -> Result<i64, sqlx::Error> {
     let (first, last): (i64, i64) = store.one(store.query_as(Sql::AuditIds)).await?;
     let mut changed = 0;
     let mut from = first;
     while from <= last {
         let to = from.saturating_add(AUDIT_BATCH - 1);
-        let rows = bounded_execute(store, Sql::EraseAudit, shared, Some((from, to))).await?;
+        let rows = bounded_execute(store, Sql::EraseAudit, shared, Some((from, to)), erased).await?;
         changed += rows;
         from = to.saturating_add(1);
     }
-    changed += bounded_execute(store, Sql::ErasePauses, shared, None).await?;
+    changed += bounded_execute(store, Sql::ErasePauses, shared, None, erased).await?;
     Ok(changed)
 }
 
@@ -197,7 +218,9 @@ async fn bounded_execute(
     sql: Sql,
     (key, mark, pattern): Shared<'_>,
     range: Option<(i64, i64)>,
+    erased: &mut Erased,
 ) -> Result<i64, sqlx::Error> {
+    let began = Instant::now();
     let mut tx = bounded(store).await?;
     let query = store.query(sql).bind(key).bind(mark).bind(pattern);
     let query = match range {
@@ -206,6 +229,7 @@ async fn bounded_execute(
     };
     let done = query.execute(&mut *tx).await?;
     tx.commit().await?;
+    erased.took(began);
     Ok(i64::try_from(done.rows_affected()).unwrap_or(i64::MAX))
 }
 

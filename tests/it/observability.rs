@@ -895,3 +895,99 @@ async fn enqueue_records_the_callers_trace_context() {
         .await;
     assert_eq!(none, None);
 }
+
+/// Prometheus's own linter reads a live `/metrics` after traffic of every kind: sends,
+/// retries, dead letters, suppressions, expiries, cancels, callbacks, lookups.
+#[tokio::test]
+async fn promtool_finds_nothing_to_say_of_a_live_metrics_page() {
+    let db = TestDb::new().await;
+    let smtp = SmtpServer::start();
+    let receiver = crate::helpers::CallbackReceiver::start();
+    let url = receiver.url();
+    let outboxd = Outboxd::sending_to(
+        &db.url,
+        &smtp.url(),
+        &[
+            "--callback-url",
+            &url,
+            "--sample-interval",
+            "200ms",
+            "--admin-token",
+            crate::admin::TOKEN,
+        ],
+        &[("OUTBOXD_CALLBACK_SECRET", crate::helpers::CALLBACK_SECRET)],
+    )
+    .await;
+    db.exec(
+        "INSERT INTO outbox_suppressions (address, reason, source) VALUES ('gone@example.com', 'manual', 'operator')",
+    )
+    .await;
+    for to in [
+        "ada@example.com",
+        "reject-1@example.com",
+        "gone@example.com",
+        "defer-1@example.com",
+    ] {
+        db.verification_to(to).await;
+    }
+    db.exec(
+        "INSERT INTO outbox_messages (kind, payload, expires_at) \
+         VALUES ('account_verification', '{\"to\": \"late@example.com\", \"name\": \"L\", \"verify_url\": \"u\"}', now() - interval '1 minute'); \
+         INSERT INTO outbox_messages (kind, payload, idempotency_key, not_before) \
+         VALUES ('account_verification', '{\"to\": \"cy@example.com\", \"name\": \"C\", \"verify_url\": \"u\"}', 'later', now() + interval '1 hour')",
+    )
+    .await;
+    let cancelled: String = db.scalar("SELECT outbox_cancel($1)", "later").await;
+    assert_eq!(cancelled, "cancelled");
+    crate::admin::api(
+        &outboxd.http,
+        "GET",
+        "/api/v1/messages?recipient=ada@example.com",
+        None,
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "every kind of outcome recorded",
+        || async {
+            db.count("dispatched").await >= 1
+                && db.count("dead").await >= 1
+                && db.count("expired").await == 1
+                && db
+                    .scalar::<i64, _>(
+                        "SELECT count(*) FROM outbox_messages WHERE end_reason = $1",
+                        "suppressed",
+                    )
+                    .await
+                    == 1
+        },
+    )
+    .await;
+    // The recorder's counters and the sampler's gauges have caught up.
+    eventually(Duration::from_secs(10), "the counters read", || async {
+        let (_, body) = http_get(&outboxd.http, "/metrics").await;
+        body.contains("outbox_messages_cancelled_total")
+            && body.contains("outbox_callbacks_pending")
+    })
+    .await;
+    let (status, body) = http_get(&outboxd.http, "/metrics").await;
+    assert_eq!(status, 200);
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package `prometheus`)");
+    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), body.as_bytes()).unwrap();
+    let output = promtool.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && said.trim().is_empty(),
+        "promtool says:\n{said}"
+    );
+}
