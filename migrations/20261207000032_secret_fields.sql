@@ -55,7 +55,9 @@ CREATE TABLE outbox_kind_policies (
             AND cardinality(secret_fields) <= 32
             AND array_position(secret_fields, NULL) IS NULL
             AND array_to_string(secret_fields, ',')
-                ~ '^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}(,[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7})*$')),
+                ~ '^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}(,[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7})*$'
+            AND cardinality(regexp_split_to_array(array_to_string(secret_fields, ','), ','))
+                = cardinality(secret_fields))),
     -- How long after its message ends a payload is kept; NULL: as long as the row.
     payload_retention interval    CHECK (payload_retention > interval '0'),
     -- Payload retention's progress: messages that ended before this are done.
@@ -67,8 +69,8 @@ COMMENT ON TABLE outbox_kind_policies IS
     'Each kind''s secret payload fields and payload retention, as its kind.toml says; written by outboxd run at start.';
 
 -- The payload with the value of each field that is there replaced by "[secret]": a
--- field's presence is kept, its value never shown. A path that does not lead to a value
--- (a missing name, a name into an array) changes nothing.
+-- field's presence is kept, its value never shown. A name that is a number picks an
+-- array's element; a path that does not lead to a value changes nothing.
 CREATE FUNCTION outbox_masked(payload jsonb, fields text[]) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -117,7 +119,7 @@ CREATE FUNCTION outbox_erasure_mark(key text) RETURNS text
 ALTER TABLE outbox_admin_audit ADD COLUMN token text;
 
 COMMENT ON COLUMN outbox_admin_audit.token IS
-    'The name of the admin token that made the change (OUTBOXD_ADMIN_TOKEN_NAME), or the CLI''s "cli".';
+    'The name of the admin token that made the change (OUTBOXD_ADMIN_TOKEN_NAME and a fingerprint); NULL for the CLI and outboxd itself.';
 
 -- Everyone may read the policies (field names and durations, no secret): every reader
 -- masks by them, as everyone may read outbox_installation. Whoever may record outcomes

@@ -16,7 +16,8 @@ pub const MAX_SECRET_NAME_CHARS: usize = 64;
 /// A payload field, named by its path: names joined by `.` (`reset_url`, `user.code`), each
 /// 1 to [`MAX_SECRET_NAME_CHARS`] ASCII letters, digits, `_` or `-`, at most
 /// [`MAX_SECRET_PATH_NAMES`] of them, as the table's CHECK takes it
-/// (`migrations/*_secret_fields.sql`). A path into an array names nothing.
+/// (`migrations/*_secret_fields.sql`). A name that is a number picks an array's element
+/// (`links.0`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SecretField(String);
 
@@ -41,11 +42,6 @@ impl SecretField {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// The names along the path.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.split('.')
     }
 }
 

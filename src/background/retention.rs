@@ -22,8 +22,9 @@ const BATCH: i64 = 1000;
 const INTERVAL: Duration = Duration::from_secs(600);
 /// How often payload retention looks: a payload is removed within this of its time.
 const PAYLOAD_INTERVAL: Duration = Duration::from_secs(60);
-/// How far back of its cutoff a payload pass's next one starts again.
-const SWEEP_MARGIN: Duration = Duration::from_secs(600);
+/// How far back of its cutoff a payload pass's next one starts again: an outcome's time is
+/// its statement's start, and its transaction commits a few milliseconds later.
+const SWEEP_MARGIN: Duration = Duration::from_secs(60);
 /// A pause between batches, leaving the database to the dispatcher.
 const PAUSE: Duration = Duration::from_millis(20);
 
@@ -91,9 +92,14 @@ pub async fn remove_payloads_once(
         let Some(seconds) = policy.payload_retention else {
             continue;
         };
-        let kept = chrono::Duration::from_std(Duration::from_secs_f64(seconds))
-            .unwrap_or(chrono::Duration::MAX);
-        let cutoff = now - kept;
+        let cutoff = Duration::try_from_secs_f64(seconds)
+            .ok()
+            .and_then(|kept| chrono::Duration::from_std(kept).ok())
+            .and_then(|kept| now.checked_sub_signed(kept));
+        let Some(cutoff) = cutoff else {
+            warn!(kind = %policy.kind, seconds, "a payload retention outboxd cannot use; its kind is skipped");
+            continue;
+        };
         if policy.payload_swept_until.is_some_and(|swept| swept >= cutoff) {
             continue;
         }

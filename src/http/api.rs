@@ -403,9 +403,8 @@ async fn bulk(
     let mut warnings = warnings(&state, action, changed).await;
     if !applied.not_retryable.is_empty() {
         warnings.push(format!(
-            "{} dead letters were not retried: their secret fields were scrubbed when they ended; their application must enqueue them anew (ids {:?})",
+            "{} dead letters were not retried: their secret fields were scrubbed when they ended; their application must enqueue them anew (`not_retryable` lists them)",
             applied.not_retryable.len(),
-            applied.not_retryable
         ));
     }
     let mut answer = json!({action.past_tense(): changed.len(), "warnings": warnings});

@@ -37,6 +37,17 @@ impl ApiError {
             message: message.into(),
         }
     }
+
+    /// outboxd's own fault (a task that panicked): logged, and said as such.
+    pub(super) fn internal(message: impl Into<String>) -> Self {
+        let message = message.into();
+        tracing::error!(error = %message, "admin API internal error");
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message,
+        }
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -72,7 +72,8 @@ impl AdminAuth {
     fn matches(&self, presented: &str) -> Option<Matched> {
         let admin = self.admin.as_ref().and_then(|set| set.matches(presented));
         let read = self.read.as_ref().and_then(|set| set.matches(presented));
-        admin.or(read)
+        // A token a file rotation put in both sets may only read.
+        read.or(admin)
     }
 
     /// The CSRF token for this actor's forms now: bound to the actor (the Basic user name),

@@ -41,7 +41,13 @@ async fn erase_recipient(
     } else {
         SuppressionChoice::Keep
     };
-    let erased = erase::erase(&state.pool, &address, choice, &actor.operator).await?;
+    // On a task of its own: a client that leaves does not stop an erasure half-way.
+    let (pool, operator) = (state.pool.clone(), actor.operator.clone());
+    let erasure =
+        tokio::spawn(async move { erase::erase(&pool, &address, choice, &operator).await });
+    let erased = erasure
+        .await
+        .map_err(|e| ApiError::internal(format!("the erasure stopped: {e}")))??;
     // The log names the mark, never the address.
     info!(actor = %actor.operator, action = "erase", mark = %erased.mark, messages = erased.messages_erased + erased.pending_cancelled, "admin action");
     Ok(Json(json!(erased)))

@@ -153,11 +153,12 @@ impl TokenSet {
         state.checked = Instant::now();
         let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
         if modified.is_some() && modified != state.modified {
+            // Once a change, read or not: a file that stays bad is told of once.
+            state.modified = modified;
             match read(path).and_then(|(text, _)| parse(text.expose_secret(), &self.name)) {
                 Ok(tokens) => {
                     tracing::info!(tokens = %self.name, count = tokens.len(), "read the admin tokens' file again");
                     state.tokens = Arc::new(tokens);
-                    state.modified = modified;
                 }
                 Err(e) => tracing::warn!(tokens = %self.name, error = %e, "could not read the admin tokens' file again; the tokens read before still hold"),
             }

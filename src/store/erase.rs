@@ -22,9 +22,10 @@ pub(crate) const AUDIT_ERASE: &str = "erase";
 const BATCH: i64 = 500;
 /// Audit entries walked per statement.
 const AUDIT_BATCH: i64 = 10_000;
-/// The longest a batch waits for a row an application's transaction holds, or runs.
+/// The longest a batch waits for a row an application's transaction holds, or runs (so the
+/// longest it holds its own row locks): past either it is tried again, smaller.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
-const STATEMENT_WITHIN: Duration = Duration::from_secs(10);
+const STATEMENT_WITHIN: Duration = Duration::from_secs(1);
 
 /// What to do with the address's suppression list entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,7 +71,7 @@ struct PendingWalk {
 /// local part, nor the head of a longer domain), every ASCII character of it that is not a
 /// letter or a digit escaped, as PostgreSQL's regular expressions take it.
 fn pattern(key: &str) -> String {
-    let mut escaped = String::from(r"(?<![[:alnum:]._%+'-])");
+    let mut escaped = String::from(r"(?<![[:alnum:]._%+-])");
     for c in key.chars() {
         if c.is_ascii() && !c.is_ascii_alphanumeric() {
             escaped.push('\\');
@@ -81,49 +82,109 @@ fn pattern(key: &str) -> String {
     escaped
 }
 
-/// Erases `address` for `actor`, audited under its mark (never the address).
+/// Erases `address` for `actor`, audited under its mark (never the address): once before
+/// it changes anything, so that an erasure stopped part-way is on the record, and once with
+/// what it changed. Each form the address may be written in (its domain in ASCII and in
+/// Unicode) is erased under the one mark.
 pub async fn erase(
     store: &Store,
     address: &Address,
     suppressions: SuppressionChoice,
     actor: &Operator,
 ) -> Result<Erased, sqlx::Error> {
-    let key = address.as_str();
-    let mark: String = store.scalar(store.query_scalar(Sql::ErasureMark).bind(key)).await?;
-    let pattern = pattern(key);
+    let mark: String = store
+        .scalar(store.query_scalar(Sql::ErasureMark).bind(address.as_str()))
+        .await?;
     let mut erased = Erased {
         mark: mark.clone(),
         ..Erased::default()
     };
-    let shared = (key, mark.as_str(), pattern.as_str());
-    erase_pending(store, shared, actor, &mut erased).await?;
-    loop {
-        let changed = bounded_scalar(store, Sql::EraseEnded, shared, &mut erased, |q| q.bind(BATCH))
-            .await?;
-        erased.messages_erased += changed;
-        if changed < BATCH {
-            break;
+    record(store, actor, &erased, "started").await?;
+    for form in forms(address) {
+        let pattern = pattern(&form);
+        let shared = (form.as_str(), mark.as_str(), pattern.as_str());
+        erase_pending(store, shared, actor, &mut erased).await?;
+        erase_ended(store, shared, &mut erased).await?;
+        erased.audit_entries += erase_audit(store, shared, &mut erased).await?;
+        if suppressions == SuppressionChoice::Mark {
+            erased.suppressions_marked +=
+                bounded_scalar(store, Sql::MarkSuppressions, shared, &mut erased, |q| q).await?;
         }
     }
-    erased.audit_entries = erase_audit(store, shared, &mut erased).await?;
-    if suppressions == SuppressionChoice::Mark {
-        erased.suppressions_marked =
-            bounded_scalar(store, Sql::MarkSuppressions, shared, &mut erased, |q| q).await?;
+    record(store, actor, &erased, "done").await?;
+    Ok(erased)
+}
+
+/// The forms an address is written in: its key (the domain in ASCII, as IDNA gives it)
+/// and, for an internationalized domain, the Unicode one.
+fn forms(address: &Address) -> Vec<String> {
+    let key = address.as_str().to_owned();
+    let unicode = key.rsplit_once('@').map(|(local, domain)| {
+        let (domain, _) = idna::domain_to_unicode(domain);
+        format!("{local}@{}", domain.to_ascii_lowercase())
+    });
+    match unicode {
+        Some(unicode) if unicode != key => vec![key, unicode],
+        _ => vec![key],
     }
-    let mut tx = store.pool().begin().await?;
-    let rows = erased.pending_cancelled + erased.messages_erased;
+}
+
+/// The erasure's audit entry: `started`, then `done` with its counts.
+async fn record(
+    store: &Store,
+    actor: &Operator,
+    erased: &Erased,
+    stage: &str,
+) -> Result<(), sqlx::Error> {
     let detail = format!(
-        "{} pending cancelled, {} in flight, {} ended erased, {} audit entries, suppression {}",
+        "{stage}: {} pending cancelled, {} in flight, {} ended erased, {} audit entries, suppression {}",
         erased.pending_cancelled,
         erased.in_flight,
         erased.messages_erased,
         erased.audit_entries,
         if erased.suppressions_marked > 0 { "marked" } else { "kept" }
     );
-    let rows = usize::try_from(rows).unwrap_or(usize::MAX);
-    audit(store, &mut tx, actor, AUDIT_ERASE, &mark, rows, Some(&detail)).await?;
-    tx.commit().await?;
-    Ok(erased)
+    let rows = usize::try_from(erased.pending_cancelled + erased.messages_erased).unwrap_or(usize::MAX);
+    let mut tx = store.pool().begin().await?;
+    audit(store, &mut tx, actor, AUDIT_ERASE, &erased.mark, rows, Some(&detail)).await?;
+    tx.commit().await
+}
+
+/// Whether a batch gave up on its bounds (a lock it waited for, or its own time): it is
+/// tried again, smaller.
+fn over_its_bounds(error: &sqlx::Error) -> bool {
+    let code = error.as_database_error().and_then(|e| e.code());
+    matches!(code.as_deref(), Some("57014" | "55P03"))
+}
+
+/// The next smaller batch after one over its bounds, or the error when it was one row.
+fn smaller(batch: i64, error: sqlx::Error) -> Result<i64, sqlx::Error> {
+    if batch > 1 && over_its_bounds(&error) {
+        Ok(batch / 2)
+    } else {
+        Err(error)
+    }
+}
+
+/// Erases the ended messages to the address, a batch a transaction; a batch over its
+/// bounds is tried again at half its size.
+async fn erase_ended(
+    store: &Store,
+    shared: Shared<'_>,
+    erased: &mut Erased,
+) -> Result<(), sqlx::Error> {
+    let mut batch = BATCH;
+    loop {
+        match bounded_scalar(store, Sql::EraseEnded, shared, erased, |q| q.bind(batch)).await {
+            Ok(changed) => {
+                erased.messages_erased += changed;
+                if changed < batch {
+                    return Ok(());
+                }
+            }
+            Err(e) => batch = smaller(batch, e)?,
+        }
+    }
 }
 
 type Shared<'a> = (&'a str, &'a str, &'a str);
@@ -161,7 +222,8 @@ async fn bounded(store: &Store) -> Result<sqlx::Transaction<'static, sqlx::Postg
         .await
 }
 
-/// Cancels and erases the pending messages to the address, walking the due index once.
+/// Cancels and erases the pending messages to the address, walking the due index once; a
+/// batch over its bounds is tried again at half its size.
 async fn erase_pending(
     store: &Store,
     (key, mark, pattern): Shared<'_>,
@@ -169,25 +231,33 @@ async fn erase_pending(
     erased: &mut Erased,
 ) -> Result<(), sqlx::Error> {
     let mut after: (Option<DateTime<Utc>>, Option<i64>) = (None, None);
+    let mut batch = BATCH;
     loop {
         let began = Instant::now();
         let mut tx = bounded(store).await?;
-        let walk: PendingWalk = store
+        let walked: Result<PendingWalk, sqlx::Error> = store
             .query_as(Sql::ErasePending)
             .bind(key)
             .bind(mark)
             .bind(pattern)
-            .bind(BATCH)
+            .bind(batch)
             .bind(after.0)
             .bind(after.1)
             .bind(actor.name.as_str())
             .fetch_one(&mut *tx)
-            .await?;
+            .await;
+        let walk = match walked {
+            Ok(walk) => walk,
+            Err(e) => {
+                batch = smaller(batch, e)?;
+                continue;
+            }
+        };
         tx.commit().await?;
         erased.took(began);
         erased.pending_cancelled += walk.cancelled;
         erased.in_flight += walk.in_flight;
-        if walk.walked < BATCH {
+        if walk.walked < batch {
             return Ok(());
         }
         after = (walk.last_due, walk.last_id);
@@ -235,11 +305,20 @@ async fn bounded_execute(
 
 #[cfg(test)]
 mod tests {
-    use super::pattern;
+    use super::{forms, pattern};
+    use crate::suppression::Address;
+
+    #[test]
+    fn an_internationalized_address_is_erased_in_both_its_forms() {
+        let address = Address::parse("Ada@Bücher.example").unwrap();
+        assert_eq!(forms(&address), ["ada@xn--bcher-kva.example", "ada@bücher.example"]);
+        let plain = Address::parse("ada@example.com").unwrap();
+        assert_eq!(forms(&plain), ["ada@example.com"]);
+    }
 
     #[test]
     fn the_pattern_escapes_punctuation_and_keeps_letters() {
-        let around = |inner: &str| format!(r"(?<![[:alnum:]._%+'-]){inner}(?![[:alnum:]-])(?!\.[[:alnum:]])");
+        let around = |inner: &str| format!(r"(?<![[:alnum:]._%+-]){inner}(?![[:alnum:]-])(?!\.[[:alnum:]])");
         assert_eq!(pattern("a.b+c@ex-ample.com"), around(r"a\.b\+c\@ex\-ample\.com"));
         assert_eq!(pattern("jörg@example.com"), around(r"jörg\@example\.com"));
     }

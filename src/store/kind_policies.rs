@@ -47,7 +47,7 @@ pub async fn publish(store: &Store, policies: &[KindPolicy]) -> Result<(), sqlx:
 }
 
 /// Whether the table says what `policies` say (both in kind order).
-fn agrees(table: &[PayloadRetention], policies: &[KindPolicy]) -> bool {
+fn agrees(table: &[PublishedPolicy], policies: &[KindPolicy]) -> bool {
     table.len() == policies.len()
         && table.iter().zip(policies).all(|(row, policy)| {
             let fields: Vec<&str> = policy.secret_fields.iter().map(SecretField::as_str).collect();
@@ -57,9 +57,9 @@ fn agrees(table: &[PayloadRetention], policies: &[KindPolicy]) -> bool {
         })
 }
 
-/// A kind with a payload retention, and how far its sweep has gone.
+/// A kind's policy as the table holds it, and how far its payload sweep has gone.
 #[derive(Debug, Clone, FromRow)]
-pub struct PayloadRetention {
+pub struct PublishedPolicy {
     pub kind: String,
     pub secret_fields: Vec<String>,
     /// Seconds; `None`: the payload is kept as long as the row.
@@ -68,7 +68,7 @@ pub struct PayloadRetention {
 }
 
 /// The policies the table holds now.
-pub async fn published(store: &Store) -> Result<Vec<PayloadRetention>, sqlx::Error> {
+pub async fn published(store: &Store) -> Result<Vec<PublishedPolicy>, sqlx::Error> {
     store.all(store.query_as(Sql::KindPolicies)).await
 }
 

@@ -73,8 +73,13 @@ async fn erasing_an_address_leaves_no_trace_of_it_outside_the_suppression_list()
             json!({"to": "ada@example.com", "name": "Ada", "verify_url": "v"}),
         )
         .await;
-    db.exec(format!("UPDATE outbox_messages SET next_attempt_at = now() + interval '1 hour' WHERE id = {pending}"))
-        .await;
+    db.exec(format!(
+        "UPDATE outbox_messages SET next_attempt_at = now() + interval '1 hour', \
+         last_error = '451 4.7.1 <ada@example.com>: try later' WHERE id = {pending}; \
+         INSERT INTO outbox_message_events (message_id, event, detail) \
+         VALUES ({pending}, 'retry', '451 4.7.1 ''ada@example.com'': try later')"
+    ))
+    .await;
     let suppress = json!({"address": "ada@example.com", "reason": "manual", "detail": "asked by ada@example.com"});
     assert_eq!(
         api(&addr, "POST", "/api/v1/suppressions", Some(suppress))

@@ -34,6 +34,23 @@ jsonb_strip_nulls(jsonb_build_object('to', {{erased_recipients(to)}},
 -- replaced by its mark ($2).
 regexp_replace({{argument}}, $3, $2, 'gi')
 
+-- fragment: unmarked_key
+-- An idempotency key that holds the address, replaced whole by its own mark (unique as the
+-- key was, and within the key's 200 characters); any other key as it is.
+CASE WHEN {{argument}} ~* $3 THEN {{schema}}outbox_erasure_mark({{argument}}) ELSE {{argument}} END
+
+-- fragment: unmarked_history
+-- The timelines and callbacks of the messages `changed`, the address marked in them.
+history AS (
+    UPDATE {{schema}}outbox_message_events AS e
+    SET detail = {{unmarked(e.detail)}}, actor = {{unmarked(e.actor)}}
+    WHERE e.message_id IN (SELECT id FROM changed) AND (e.detail ~* $3 OR e.actor ~* $3)
+), history_callbacks AS (
+    UPDATE {{schema}}outbox_callbacks AS c
+    SET detail = {{unmarked(c.detail)}}, last_error = {{unmarked(c.last_error)}}
+    WHERE c.message_id IN (SELECT id FROM changed) AND (c.detail ~* $3 OR c.last_error ~* $3)
+)
+
 -- name: erasure_mark
 -- An address's one-way mark.
 -- $1 key (text)
@@ -70,7 +87,7 @@ WITH walked AS MATERIALIZED (
         payload = CASE WHEN d.in_flight THEN m.payload ELSE {{erased_payload}} END,
         payload_removed_at = CASE WHEN d.in_flight THEN NULL ELSE now() END,
         last_error = {{unmarked(m.last_error)}},
-        idempotency_key = {{unmarked(m.idempotency_key)}},
+        idempotency_key = {{unmarked_key(m.idempotency_key)}},
         locked_until = CASE WHEN d.in_flight THEN m.locked_until END,
         locked_by = CASE WHEN d.in_flight THEN m.locked_by END,
         claim_token = CASE WHEN d.in_flight THEN m.claim_token END
@@ -86,7 +103,7 @@ WITH walked AS MATERIALIZED (
     INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
     SELECT id, 'message.cancelled' /* word: callback.cancelled */, $7
     FROM changed WHERE NOT in_flight AND {{callbacks_on}}
-)
+), {{unmarked_history}}
 SELECT (SELECT next_attempt_at FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_due,
        (SELECT id FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_id,
        (SELECT count(*) FROM walked) AS walked,
@@ -119,18 +136,10 @@ WITH found AS MATERIALIZED (
     SET payload = {{erased_payload}}, payload_removed_at = now(),
         last_error = {{unmarked(m.last_error)}},
         smtp_reply = {{unmarked(m.smtp_reply)}},
-        idempotency_key = {{unmarked(m.idempotency_key)}}
+        idempotency_key = {{unmarked_key(m.idempotency_key)}}
     FROM doomed AS d WHERE m.id = d.id
     RETURNING m.id
-), events AS (
-    UPDATE {{schema}}outbox_message_events AS e
-    SET detail = {{unmarked(e.detail)}}, actor = {{unmarked(e.actor)}}
-    WHERE e.message_id IN (SELECT id FROM changed) AND (e.detail ~* $3 OR e.actor ~* $3)
-), callbacks AS (
-    UPDATE {{schema}}outbox_callbacks AS c
-    SET detail = {{unmarked(c.detail)}}, last_error = {{unmarked(c.last_error)}}
-    WHERE c.message_id IN (SELECT id FROM changed) AND (c.detail ~* $3 OR c.last_error ~* $3)
-)
+), {{unmarked_history}}
 SELECT count(*) FROM changed
 
 -- name: audit_ids
@@ -160,7 +169,9 @@ WHERE $1::text IS NOT NULL AND (reason ~* $3 OR paused_by ~* $3)
 
 -- name: mark_suppressions
 -- Replaces the address's entries of the suppression list by entries of its mark, which the
--- claim honours from then on (`listed_entries`), and says so to every replica's claim.
+-- claim honours from then on (`listed_entries`), and says so to every replica's claim. An
+-- entry of the mark already there (an earlier erasure) is replaced when it would end and
+-- the moved one does not: an opt-out is never weakened.
 -- Returns how many entries it moved.
 -- $1 key (text), $2 mark (text), $3 pattern (text)
 -- Index: outbox_suppressions_pkey; outbox_lane_suppressions_pkey.
@@ -173,7 +184,11 @@ WITH everywhere AS (
     SELECT $2, reason, source, left({{unmarked(detail)}}, 1000), message_id, created_at,
            {{unmarked(created_by)}}, suppressed_until
     FROM everywhere
-    ON CONFLICT (address) DO NOTHING
+    ON CONFLICT (address) DO UPDATE
+    SET reason = excluded.reason, source = excluded.source, detail = excluded.detail,
+        message_id = excluded.message_id, created_at = excluded.created_at,
+        created_by = excluded.created_by, suppressed_until = excluded.suppressed_until
+    WHERE {{replaced_for_good}} OR excluded.suppressed_until IS NULL
 ), lanes AS (
     DELETE FROM {{schema}}outbox_lane_suppressions WHERE address = $1
     RETURNING lane, reason, source, detail, message_id, created_at, created_by, suppressed_until
@@ -183,7 +198,12 @@ WITH everywhere AS (
     SELECT $2, lane, reason, source, left({{unmarked(detail)}}, 1000), message_id, created_at,
            {{unmarked(created_by)}}, suppressed_until
     FROM lanes
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (address, lane) DO UPDATE
+    SET reason = excluded.reason, source = excluded.source, detail = excluded.detail,
+        message_id = excluded.message_id, created_at = excluded.created_at,
+        created_by = excluded.created_by, suppressed_until = excluded.suppressed_until
+    WHERE outbox_lane_suppressions.suppressed_until IS NOT NULL
+       OR excluded.suppressed_until IS NULL
 ), flagged AS (
     UPDATE {{schema}}outbox_installation SET marked_suppressions = true
     WHERE NOT marked_suppressions

@@ -8,7 +8,7 @@
 -- Index: none; the table holds a row per kind that declares one.
 SELECT kind, secret_fields, extract(epoch FROM payload_retention)::float8 AS payload_retention,
        payload_swept_until
-FROM {{schema}}outbox_kind_policies ORDER BY kind
+FROM {{schema}}outbox_kind_policies ORDER BY kind COLLATE "C"
 
 -- name: publish_kind_policies
 -- Makes the table say what this replica's kinds say: a kind no longer declaring either is
