@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""outboxd as a system of hardbyte/postgresql-job-queue-benchmarking (the cross-system queue
+harness): one process per replica that speaks the harness's adapter contract
+(CONTRIBUTING_ADAPTERS.md there), fetched by whoever runs it, never copied here.
+
+- Environment in: DATABASE_URL, SCENARIO, PRODUCER_MODE (fixed or depth-target),
+  PRODUCER_RATE, PRODUCER_PACING (harness: `ENQUEUE n` lines on standard input),
+  PRODUCER_BATCH_MAX, TARGET_DEPTH, WORKER_COUNT (outboxd's SMTP connections),
+  JOB_PAYLOAD_BYTES, SAMPLE_EVERY_S, BENCH_INSTANCE_ID; OUTBOXD_BIN (the binary, default
+  target/release/outboxd).
+- It runs `outboxd migrate`, an smtp-sink of its own (writing every message to a file, so
+  that deliveries are counted by Message-ID) and `outboxd run` against it. A job is an
+  `account_verification` row; it is done when its row is recorded sent.
+- Standard output: one `descriptor` line, then every SAMPLE_EVERY_S (aligned on the clock)
+  the required metrics (claim_p50_ms, claim_p95_ms, claim_p99_ms: insert to recorded send,
+  over 30 s, which is at least the pickup; enqueue_rate; completion_rate; queue_depth)
+  and a ledger by message id from outboxd's own tables and the sink: outboxd_sent,
+  outboxd_dead_letters, outboxd_delivered, outboxd_duplicates, outboxd_lost (rows recorded
+  sent that the sink never took, once it has caught up).
+- SIGTERM: outboxd and the sink stopped, the last samples written, exit 0 within 5 s.
+"""
+
+import datetime as dt
+import json
+import os
+import queue
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psycopg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("OUTBOXD_BIN", os.path.join(ROOT, "target", "release", "outboxd"))
+SYSTEM = "outboxd"
+EVENT_TABLES = ["public.outbox_messages", "public.outbox_message_events"]
+WINDOW_S = 30.0
+# The latencies kept for the percentiles: a bounded reservoir, whatever the rate.
+RESERVOIR = 20_000
+MESSAGE_ID = re.compile(rb"^Message-I[Dd]:\s*(<[^>]+>)", re.MULTILINE)
+
+
+def env_int(name, default):
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+def now_iso():
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def log(*args):
+    print(f"[{SYSTEM}]", *args, file=sys.stderr, flush=True)
+
+
+class Emitter:
+    def __init__(self, instance):
+        self.instance, self.lock = instance, threading.Lock()
+
+    def emit(self, record):
+        record.setdefault("instance_id", self.instance)
+        with self.lock:
+            print(json.dumps(record), flush=True)
+
+    def sample(self, metric, value, window_s):
+        self.emit({"t": now_iso(), "system": SYSTEM, "kind": "adapter", "subject_kind": "adapter",
+                   "subject": "", "metric": metric, "value": value, "window_s": window_s})
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def connect(url):
+    """A connection, tried again while the database is away (a chaos cell restarts it)."""
+    while True:
+        try:
+            return psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError as e:
+            log("database unreachable, again in 0.5 s:", e)
+            time.sleep(0.5)
+
+
+class Sink:
+    """smtp-sink writing every message to a file, and the Message-IDs read from it."""
+
+    def __init__(self, workdir):
+        self.port = free_port()
+        self.dump = os.path.join(workdir, "sink.mbox")
+        cmd = ["smtp-sink"] + (["-u", "postfix"] if os.geteuid() == 0 else [])
+        cmd += ["-D", self.dump, f"127.0.0.1:{self.port}", "1024"]
+        # A session of its own: a signal to the adapter's group is the adapter's to pass on.
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.read_to, self.seen, self.deliveries = 0, set(), 0
+
+    def tally(self):
+        """Deliveries and distinct Message-IDs so far (reads only what was added)."""
+        try:
+            with open(self.dump, "rb") as f:
+                f.seek(self.read_to)
+                chunk = f.read()
+        except FileNotFoundError:
+            return 0, 0
+        cut = chunk.rfind(b"\n") + 1
+        self.read_to += cut
+        for found in MESSAGE_ID.finditer(chunk[:cut]):
+            self.deliveries += 1
+            self.seen.add(found.group(1))
+        return self.deliveries, len(self.seen)
+
+    def stop(self):
+        self.proc.terminate()
+
+
+class Adapter:
+    def __init__(self):
+        self.url = os.environ["DATABASE_URL"]
+        self.instance = env_int("BENCH_INSTANCE_ID", 0)
+        self.out = Emitter(self.instance)
+        self.mode = os.environ.get("PRODUCER_MODE", "fixed")
+        self.rate = env_int("PRODUCER_RATE", 100)
+        self.pacing = os.environ.get("PRODUCER_PACING", "adapter")
+        self.batch_max = env_int("PRODUCER_BATCH_MAX", 128)
+        self.target_depth = env_int("TARGET_DEPTH", 1000)
+        self.workers = env_int("WORKER_COUNT", 16)
+        self.payload_bytes = env_int("JOB_PAYLOAD_BYTES", 256)
+        self.every = env_int("SAMPLE_EVERY_S", 5)
+        self.stop = threading.Event()
+        self.tokens = queue.Queue(maxsize=4096)
+        self.enqueued, self.depth = 0, 0
+        self.latencies, self.latency_lock = [], threading.Lock()
+        self.workdir = tempfile.mkdtemp(prefix="outboxd-adapter-")
+        os.chmod(self.workdir, 0o777)
+
+    def start(self):
+        subprocess.run([BIN, "migrate", "--database-url", self.url], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.sink = Sink(self.workdir)
+        http = free_port()
+        self.outboxd = subprocess.Popen(
+            [BIN, "run", "--database-url", self.url, "--listen", f"127.0.0.1:{http}",
+             "--smtp-url", f"smtp://127.0.0.1:{self.sink.port}", "--from", "Bench <bench@example.com>",
+             "--worker-id", f"harness-{self.instance}", "--batch-size", "400",
+             "--smtp-concurrency", str(max(1, self.workers))],
+            env=dict(os.environ, RUST_LOG=os.environ.get("OUTBOXD_LOG", "warn")),
+            stdout=subprocess.DEVNULL, start_new_session=True)
+        version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
+        self.out.emit({"kind": "descriptor", "system": SYSTEM, "event_tables": EVENT_TABLES,
+                       "extensions": [], "version": version, "schema_version": version,
+                       "db_name": self.url.rsplit("/", 1)[-1], "started_at": now_iso()})
+        threads = [self.producer, self.sampler]
+        if self.pacing == "harness" and self.mode == "fixed":
+            threads.append(self.read_tokens)
+        for target in threads:
+            threading.Thread(target=target, daemon=True).start()
+
+    def read_tokens(self):
+        for line in sys.stdin:
+            if line.startswith("ENQUEUE "):
+                try:
+                    n = int(line.split(" ", 1)[1])
+                except ValueError:
+                    continue
+                if n > 0:
+                    self.tokens.put(n)
+            if self.stop.is_set():
+                return
+
+    def next_batch(self, credit):
+        """How many to insert now, and the credit left, by the producer's mode."""
+        if self.mode == "depth-target":
+            return min(self.batch_max, max(0, self.target_depth - self.depth)), credit
+        if self.pacing == "harness":
+            try:
+                return self.tokens.get(timeout=0.05), credit
+            except queue.Empty:
+                return 0, credit
+        whole = int(credit)
+        return min(whole, self.batch_max), credit - min(whole, self.batch_max)
+
+    def producer(self):
+        conn, credit, last = connect(self.url), 0.0, time.monotonic()
+        pad = "x" * max(0, self.payload_bytes - 120)
+        insert = ("INSERT INTO outbox_messages (kind, payload) "
+                  "SELECT 'account_verification', jsonb_build_object('to', 'u' || g || '@example.com', "
+                  "'name', 'Bench', 'verify_url', 'https://app.example/v/' || g, 'pad', %s::text) "
+                  "FROM generate_series(1, %s) AS g")
+        while not self.stop.is_set():
+            now = time.monotonic()
+            credit += self.rate * (now - last)  # credited on the clock's elapsed time
+            last = now
+            n, credit = self.next_batch(credit)
+            if n <= 0:
+                time.sleep(0.01)
+                continue
+            try:
+                conn.execute(insert, (pad, n))
+                self.enqueued += n
+            except psycopg.Error as e:
+                log("insert failed, reconnecting:", e)
+                conn = connect(self.url)
+
+    def sampler(self):
+        conn, last_at = connect(self.url), None
+        first = (time.time() // self.every + 1) * self.every
+        time.sleep(max(0.0, first - time.time()))
+        enqueued_before = self.enqueued
+        while not self.stop.is_set():
+            tick = time.time()
+            try:
+                last_at, done = self.read_sends(conn, last_at)
+                self.depth = conn.execute(
+                    "SELECT count(*) FROM outbox_messages "
+                    "WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL").fetchone()[0]
+                ledger = self.ledger(conn)
+            except psycopg.Error as e:
+                log("sample failed, reconnecting:", e)
+                conn = connect(self.url)
+                continue
+            enqueued, enqueued_before = self.enqueued - enqueued_before, self.enqueued
+            p50, p95, p99 = self.percentiles(tick)
+            for metric, value in [("claim_p50_ms", p50), ("claim_p95_ms", p95), ("claim_p99_ms", p99)]:
+                self.out.sample(metric, value, WINDOW_S)
+            self.out.sample("enqueue_rate", enqueued / self.every, self.every)
+            self.out.sample("completion_rate", done / self.every, self.every)
+            self.out.sample("queue_depth", self.depth, 0)
+            for metric, value in ledger.items():
+                self.out.sample(metric, value, 0)
+            time.sleep(max(0.0, tick + self.every - time.time()))
+
+    def read_sends(self, conn, since):
+        """Rows recorded sent since the last sample (the ledger's completions), and their
+        insert-to-send times into the reservoir."""
+        rows = conn.execute(
+            "SELECT dispatched_at, extract(epoch FROM dispatched_at - created_at) * 1000 "
+            "FROM outbox_messages WHERE dispatched_at > coalesce(%s, now() - interval '5 seconds') "
+            "ORDER BY dispatched_at", (since,)).fetchall()
+        now = time.time()
+        with self.latency_lock:
+            keep = RESERVOIR / max(len(rows), 1)
+            self.latencies += [(now, ms) for _, ms in rows if random.random() < keep]
+            self.latencies = [(t, ms) for t, ms in self.latencies if t >= now - WINDOW_S][-RESERVOIR:]
+        return (rows[-1][0] if rows else since), len(rows)
+
+    def percentiles(self, now):
+        with self.latency_lock:
+            values = sorted(ms for t, ms in self.latencies if t >= now - WINDOW_S)
+        if not values:
+            return 0.0, 0.0, 0.0
+
+        def q(p):
+            return float(values[min(len(values) - 1, int(round(p * (len(values) - 1))))])
+        return q(0.50), q(0.95), q(0.99)
+
+    def ledger(self, conn):
+        sent, dead = conn.execute(
+            "SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL), "
+            "count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox_messages").fetchone()
+        deliveries, distinct = self.sink.tally()
+        return {"outboxd_sent": sent, "outboxd_dead_letters": dead, "outboxd_delivered": distinct,
+                "outboxd_duplicates": deliveries - distinct, "outboxd_lost": max(0, sent - distinct)}
+
+    def shutdown(self):
+        self.stop.set()
+        self.outboxd.send_signal(signal.SIGTERM)
+        try:
+            self.outboxd.wait(timeout=4)
+        except subprocess.TimeoutExpired:
+            self.outboxd.kill()
+        self.sink.stop()
+
+
+def main():
+    if os.environ.get("SCENARIO", "long_horizon") != "long_horizon":
+        log("only SCENARIO=long_horizon is implemented")
+        return 2
+    adapter = Adapter()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    adapter.start()
+    done.wait()
+    adapter.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
