@@ -13,14 +13,19 @@ harness): one process per replica that speaks the harness's adapter contract
   `account_verification` row; it is done when its row is recorded sent.
 - Standard output: one `descriptor` line, then every SAMPLE_EVERY_S (aligned on the clock)
   the required metrics (claim_p50_ms, claim_p95_ms, claim_p99_ms: insert to recorded send,
-  over 30 s, which is at least the pickup; enqueue_rate; completion_rate; queue_depth)
-  and a ledger by message id from outboxd's own tables and the sink: outboxd_sent,
-  outboxd_dead_letters, outboxd_delivered, outboxd_duplicates, outboxd_lost (rows recorded
-  sent that the sink never took, once it has caught up).
+  over 30 s, which is at least the pickup; enqueue_rate; completion_rate: this replica's
+  sends, by `sent_by`) and, from replica 0 only (the harness's observer), queue_depth and
+  a ledger by message id from outboxd's own tables and every replica's sink:
+  outboxd_sent, outboxd_dead_letters, outboxd_delivered, outboxd_duplicates (a Message-ID
+  taken twice, by any sinks), outboxd_lost (rows recorded sent that no sink took).
 - SIGTERM: outboxd and the sink stopped, the last samples written, exit 0 within 5 s.
+  SIGKILL (the harness's crash cells): outboxd and the sink die with it (PDEATHSIG), as a
+  crashed worker would.
 """
 
+import ctypes
 import datetime as dt
+import glob
 import json
 import os
 import queue
@@ -73,6 +78,11 @@ class Emitter:
                    "subject": "", "metric": metric, "value": value, "window_s": window_s})
 
 
+def die_with_parent():
+    """In a child: killed when the adapter dies, however it dies (PR_SET_PDEATHSIG)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,31 +100,31 @@ def connect(url):
 
 
 class Sink:
-    """smtp-sink writing every message to a file, and the Message-IDs read from it."""
+    """smtp-sink writing every message to a file in the run's spool (one a replica, all
+    read by replica 0's ledger), and the Message-IDs read from them."""
 
-    def __init__(self, workdir):
-        self.port = free_port()
-        self.dump = os.path.join(workdir, "sink.mbox")
+    def __init__(self, spool, instance):
+        self.port, self.spool = free_port(), spool
+        dump = os.path.join(spool, f"sink-{instance}-{os.getpid()}.mbox")
         cmd = ["smtp-sink"] + (["-u", "postfix"] if os.geteuid() == 0 else [])
-        cmd += ["-D", self.dump, f"127.0.0.1:{self.port}", "1024"]
+        cmd += ["-D", dump, f"127.0.0.1:{self.port}", "1024"]
         # A session of its own: a signal to the adapter's group is the adapter's to pass on.
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-        self.read_to, self.seen, self.deliveries = 0, set(), 0
+                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.read_to, self.seen, self.deliveries = {}, set(), 0
 
     def tally(self):
-        """Deliveries and distinct Message-IDs so far (reads only what was added)."""
-        try:
-            with open(self.dump, "rb") as f:
-                f.seek(self.read_to)
+        """Deliveries and distinct Message-IDs so far, in every replica's file (reading only
+        what each file added since)."""
+        for path in glob.glob(os.path.join(self.spool, "sink-*.mbox")):
+            with open(path, "rb") as f:
+                f.seek(self.read_to.get(path, 0))
                 chunk = f.read()
-        except FileNotFoundError:
-            return 0, 0
-        cut = chunk.rfind(b"\n") + 1
-        self.read_to += cut
-        for found in MESSAGE_ID.finditer(chunk[:cut]):
-            self.deliveries += 1
-            self.seen.add(found.group(1))
+            cut = chunk.rfind(b"\n") + 1
+            self.read_to[path] = self.read_to.get(path, 0) + cut
+            for found in MESSAGE_ID.finditer(chunk[:cut]):
+                self.deliveries += 1
+                self.seen.add(found.group(1))
         return self.deliveries, len(self.seen)
 
     def stop(self):
@@ -138,21 +148,28 @@ class Adapter:
         self.tokens = queue.Queue(maxsize=4096)
         self.enqueued, self.depth = 0, 0
         self.latencies, self.latency_lock = [], threading.Lock()
-        self.workdir = tempfile.mkdtemp(prefix="outboxd-adapter-")
-        os.chmod(self.workdir, 0o777)
+        self.worker = f"harness-{self.instance}"
+        # Ids of sends counted in the last seconds: a late commit is counted once.
+        self.counted = {}
 
     def start(self):
         subprocess.run([BIN, "migrate", "--database-url", self.url], check=True,
                        stdout=subprocess.DEVNULL)
-        self.sink = Sink(self.workdir)
+        # The run's spool, by the installation's tag: the harness makes a database a cell.
+        with connect(self.url) as conn:
+            tag = conn.execute("SELECT tag FROM outbox_installation").fetchone()[0]
+        spool = os.path.join(tempfile.gettempdir(), f"outboxd-harness-{tag}")
+        os.makedirs(spool, mode=0o777, exist_ok=True)
+        os.chmod(spool, 0o777)
+        self.sink = Sink(spool, self.instance)
         http = free_port()
         self.outboxd = subprocess.Popen(
             [BIN, "run", "--database-url", self.url, "--listen", f"127.0.0.1:{http}",
              "--smtp-url", f"smtp://127.0.0.1:{self.sink.port}", "--from", "Bench <bench@example.com>",
-             "--worker-id", f"harness-{self.instance}", "--batch-size", "400",
+             "--worker-id", self.worker, "--batch-size", "400",
              "--smtp-concurrency", str(max(1, self.workers))],
             env=dict(os.environ, RUST_LOG=os.environ.get("OUTBOXD_LOG", "warn")),
-            stdout=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
         self.out.emit({"kind": "descriptor", "system": SYSTEM, "event_tables": EVENT_TABLES,
                        "extensions": [], "version": version, "schema_version": version,
@@ -221,7 +238,7 @@ class Adapter:
                 self.depth = conn.execute(
                     "SELECT count(*) FROM outbox_messages "
                     "WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL").fetchone()[0]
-                ledger = self.ledger(conn)
+                ledger = self.ledger(conn) if self.instance == 0 else {}
             except psycopg.Error as e:
                 log("sample failed, reconnecting:", e)
                 conn = connect(self.url)
@@ -232,24 +249,33 @@ class Adapter:
                 self.out.sample(metric, value, WINDOW_S)
             self.out.sample("enqueue_rate", enqueued / self.every, self.every)
             self.out.sample("completion_rate", done / self.every, self.every)
-            self.out.sample("queue_depth", self.depth, 0)
+            if self.instance == 0:
+                self.out.sample("queue_depth", self.depth, 0)
             for metric, value in ledger.items():
                 self.out.sample(metric, value, 0)
             time.sleep(max(0.0, tick + self.every - time.time()))
 
     def read_sends(self, conn, since):
-        """Rows recorded sent since the last sample (the ledger's completions), and their
-        insert-to-send times into the reservoir."""
+        """Rows this replica recorded sent since the last sample (its completions), and
+        their insert-to-send times into the reservoir. A send's time is its statement's
+        start, so a transaction that commits after a sample may carry a time before it: the
+        read goes back a few seconds, and ids already counted are not counted again."""
         rows = conn.execute(
-            "SELECT dispatched_at, extract(epoch FROM dispatched_at - created_at) * 1000 "
-            "FROM outbox_messages WHERE dispatched_at > coalesce(%s, now() - interval '5 seconds') "
-            "ORDER BY dispatched_at", (since,)).fetchall()
+            "SELECT id, dispatched_at, extract(epoch FROM dispatched_at - created_at) * 1000 "
+            "FROM outbox_messages WHERE dispatched_at > coalesce(%s, now()) - interval '5 seconds' "
+            "AND sent_by = %s ORDER BY dispatched_at", (since, self.worker)).fetchall()
         now = time.time()
+        fresh = [(at, ms) for id_, at, ms in rows if id_ not in self.counted]
+        for id_, at, _ in rows:
+            self.counted.setdefault(id_, at)
+        if rows:
+            horizon = rows[-1][1] - dt.timedelta(seconds=10)
+            self.counted = {i: at for i, at in self.counted.items() if at >= horizon}
         with self.latency_lock:
-            keep = RESERVOIR / max(len(rows), 1)
-            self.latencies += [(now, ms) for _, ms in rows if random.random() < keep]
+            keep = RESERVOIR / max(len(fresh), 1)
+            self.latencies += [(now, ms) for _, ms in fresh if random.random() < keep]
             self.latencies = [(t, ms) for t, ms in self.latencies if t >= now - WINDOW_S][-RESERVOIR:]
-        return (rows[-1][0] if rows else since), len(rows)
+        return (rows[-1][1] if rows else since), len(fresh)
 
     def percentiles(self, now):
         with self.latency_lock:
