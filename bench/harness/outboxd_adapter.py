@@ -146,7 +146,7 @@ class Adapter:
         self.every = env_int("SAMPLE_EVERY_S", 5)
         self.stop = threading.Event()
         self.tokens = queue.Queue(maxsize=4096)
-        self.enqueued, self.depth = 0, 0
+        self.enqueued, self.depth, self.depth_read_at = 0, 0, 0.0
         self.latencies, self.latency_lock = [], threading.Lock()
         self.worker = f"harness-{self.instance}"
         # Ids of sends counted in the last seconds: a late commit is counted once.
@@ -192,10 +192,19 @@ class Adapter:
             if self.stop.is_set():
                 return
 
-    def next_batch(self, credit):
-        """How many to insert now, and the credit left, by the producer's mode."""
+    def next_batch(self, credit, conn):
+        """How many to insert now, and the credit left, by the producer's mode. In
+        depth-target mode the depth is read here, every 50 ms at most: the sampler's, every
+        SAMPLE_EVERY_S, would let the producer overshoot the target many times over."""
         if self.mode == "depth-target":
-            return min(self.batch_max, max(0, self.target_depth - self.depth)), credit
+            if time.monotonic() - self.depth_read_at >= 0.05:
+                self.depth = conn.execute(
+                    "SELECT count(*) FROM outbox_messages "
+                    "WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL").fetchone()[0]
+                self.depth_read_at = time.monotonic()
+            wanted = min(self.batch_max, max(0, self.target_depth - self.depth))
+            self.depth += wanted
+            return wanted, credit
         if self.pacing == "harness":
             try:
                 return self.tokens.get(timeout=0.05), credit
@@ -215,11 +224,11 @@ class Adapter:
             now = time.monotonic()
             credit += self.rate * (now - last)  # credited on the clock's elapsed time
             last = now
-            n, credit = self.next_batch(credit)
-            if n <= 0:
-                time.sleep(0.01)
-                continue
             try:
+                n, credit = self.next_batch(credit, conn)
+                if n <= 0:
+                    time.sleep(0.01)
+                    continue
                 conn.execute(insert, (pad, n))
                 self.enqueued += n
             except psycopg.Error as e:

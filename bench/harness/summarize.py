@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-BASELINE = ("baseline", "clean_1")
+BASELINE = ("baseline", "clean_1", "clean")
 STRESS = ("restart", "kills", "exhaustion", "kill", "repeated", "idle_1", "readers_1", "pressure_1", "chaos_1")
 RECOVERY = ("recovery", "recovery_1", "restart_worker")
 
