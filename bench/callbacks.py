@@ -70,13 +70,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=50000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-build", action="store_true")
-    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
+    run.add_binary_arguments(parser)
     args = parser.parse_args()
-    if args.binary:
-        run.BIN = args.binary
-    elif not args.no_build:
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=run.ROOT, check=True)
+    run.use_binary(args)
     endpoint = Endpoint()
     rows, rates = [], {False: [], True: []}
     for n in range(args.rounds):

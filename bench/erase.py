@@ -118,13 +118,9 @@ def main():
     parser.add_argument("--total", type=int, default=10_000_000)
     parser.add_argument("--erased", type=int, default=10_000)
     parser.add_argument("--drain", type=int, default=50_000)
-    parser.add_argument("--no-build", action="store_true")
-    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
+    run.add_binary_arguments(parser)
     args = parser.parse_args()
-    if args.binary:
-        run.BIN = args.binary
-    elif not args.no_build:
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=run.ROOT, check=True)
+    run.use_binary(args)
     with run.database("outboxd_bench_erase") as url:
         load(url, args.total, args.erased)
         alone, _ = drain_beside(url, args.drain, erase=False)

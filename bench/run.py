@@ -287,6 +287,21 @@ def message_size(sample=300):
     return round(sum(sizes) / len(sizes))
 
 
+def add_binary_arguments(parser):
+    """`--binary` and `--no-build`, which every benchmark script takes."""
+    parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
+
+
+def use_binary(args):
+    """Runs `--binary` if given, else the release binary, built unless `--no-build`."""
+    global BIN
+    if args.binary:
+        BIN = args.binary
+    elif not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
+
+
 def table(title, header, rows):
     print(f"\n### {title}\n")
     print("| " + " | ".join(header) + " |")
@@ -1059,14 +1074,9 @@ def main():
     parser.add_argument("--longtx", type=int, default=600, help="seconds the long transaction stays open")
     parser.add_argument("--longtx-window", type=int, default=60, help="seconds per row of the longtx table")
     parser.add_argument("--repeat", type=int, default=3, help="drain runs (the median is reported)")
-    parser.add_argument("--no-build", action="store_true")
-    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
+    add_binary_arguments(parser)
     args = parser.parse_args()
-    global BIN
-    if args.binary:
-        BIN = args.binary
-    if not args.no_build and not args.binary:
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
+    use_binary(args)
     cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read())
     pg = psql(ADMIN_URL, "SHOW server_version")
     print(f"## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")

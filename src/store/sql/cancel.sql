@@ -36,6 +36,21 @@ SELECT count(*) AS matching,
 FROM {{schema}}outbox_messages AS m
 WHERE {{pending_filter}}
 
+-- fragment: cancel_effects
+-- What follows from the rows `changed` (id, in_flight) a bulk withdrawal changed: each
+-- one's timeline event, and a callback for each that ended. The argument is the parameter
+-- that says who withdrew them.
+events AS (
+    INSERT INTO {{schema}}outbox_message_events (message_id, event, actor)
+    SELECT id, CASE WHEN in_flight THEN 'cancel_requested' /* word: event.cancel_requested */
+                    ELSE 'cancelled' /* word: action.cancelled */ END, {{argument}}
+    FROM changed
+), callbacks AS (
+    INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
+    SELECT id, 'message.cancelled' /* word: callback.cancelled */, {{argument}}
+    FROM changed WHERE NOT in_flight AND {{callbacks_on}}
+)
+
 -- name: cancel_pending
 -- Cancels the next batch of pending messages a filter matches, in due order after the
 -- keyset ($7, $8): those no replica holds end with end_reason 'cancelled'; those a replica
@@ -73,16 +88,7 @@ WITH batch AS MATERIALIZED (
     FROM batch AS b
     WHERE m.id = b.id
     RETURNING m.id, b.in_flight
-), events AS (
-    INSERT INTO {{schema}}outbox_message_events (message_id, event, actor)
-    SELECT id, CASE WHEN in_flight THEN 'cancel_requested' /* word: event.cancel_requested */
-                    ELSE 'cancelled' /* word: action.cancelled */ END, $9
-    FROM changed
-), callbacks AS (
-    INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
-    SELECT id, 'message.cancelled' /* word: callback.cancelled */, $9
-    FROM changed WHERE NOT in_flight AND {{callbacks_on}}
-)
+), {{cancel_effects($9)}}
 SELECT (SELECT next_attempt_at FROM batch ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_due,
        (SELECT id FROM batch ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_id,
        (SELECT count(*) FROM batch) AS scanned,

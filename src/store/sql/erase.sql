@@ -94,16 +94,7 @@ WITH walked AS MATERIALIZED (
     FROM doomed AS d
     WHERE m.id = d.id
     RETURNING m.id, d.in_flight
-), events AS (
-    INSERT INTO {{schema}}outbox_message_events (message_id, event, actor)
-    SELECT id, CASE WHEN in_flight THEN 'cancel_requested' /* word: event.cancel_requested */
-                    ELSE 'cancelled' /* word: action.cancelled */ END, $7
-    FROM changed
-), callbacks AS (
-    INSERT INTO {{schema}}outbox_callbacks (message_id, event, detail)
-    SELECT id, 'message.cancelled' /* word: callback.cancelled */, $7
-    FROM changed WHERE NOT in_flight AND {{callbacks_on}}
-), {{unmarked_history}}
+), {{cancel_effects($7)}}, {{unmarked_history}}
 SELECT (SELECT next_attempt_at FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_due,
        (SELECT id FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1) AS last_id,
        (SELECT count(*) FROM walked) AS walked,
