@@ -5,9 +5,7 @@ use clap::CommandFactory as _;
 use outboxd::cli::Cli;
 use serde_json::json;
 
-use crate::helpers::{
-    BlackHole, SmtpServer, TestDb, assert_refused, eventually, outboxd, poll_until_blocking,
-};
+use crate::helpers::{BlackHole, SmtpServer, TestDb, assert_refused, eventually, outboxd};
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
@@ -21,9 +19,21 @@ fn sigterm(child: &Child) {
     assert!(status.success());
 }
 
-fn wait_with_timeout(mut child: Child, within: Duration) -> Output {
-    poll_until_blocking(within, "outboxd to exit", || child.try_wait().unwrap());
-    child.wait_with_output().unwrap()
+/// Waits for `child` to exit while reading its output: a child whose piped output
+/// nobody reads blocks once the pipe is full (64 KiB), and debug logs fill it.
+fn wait_with_timeout(child: Child, within: Duration) -> Output {
+    let pid = child.id().to_string();
+    let (exited, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || exited.send(child.wait_with_output()));
+    match output.recv_timeout(within) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+            panic!("outboxd did not exit within {within:?} of being asked to");
+        }
+    }
 }
 
 #[tokio::test]
