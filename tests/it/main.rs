@@ -49,4 +49,5 @@ mod suppression;
 mod tags;
 mod timeline;
 mod unsubscribe;
+mod upgrades;
 mod webhooks;

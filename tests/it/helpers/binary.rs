@@ -38,8 +38,6 @@ pub async fn app(db: &TestDb, smtp_url: Option<&str>, extra: &[&str]) -> App {
         .expect("app builds")
 }
 
-/// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment, and an
-/// HTTP port of its own unless a test names one (many run at once).
 /// The one line a command that refused to run printed, after checking it failed.
 pub fn refusal(output: &std::process::Output) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -69,8 +67,16 @@ pub fn run_refused(flags: &[&str], says: &str) -> String {
     refusal_saying(&output, says)
 }
 
+/// The binary, with no OUTBOXD_* or DATABASE_URL from the test's own environment, and an
+/// HTTP port of its own unless a test names one (many run at once).
 pub fn outboxd() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+    program(std::path::Path::new(env!("CARGO_BIN_EXE_outboxd")))
+}
+
+/// An outboxd binary at `path` ([`outboxd`]'s or another release's), with the same clean
+/// environment and port.
+pub fn program(path: &std::path::Path) -> Command {
+    let mut command = Command::new(path);
     for (key, _) in std::env::vars() {
         if key.starts_with("OUTBOXD_") || key == "DATABASE_URL" || key == "RUST_LOG" {
             command.env_remove(key);
@@ -120,8 +126,18 @@ impl Outboxd {
 
     /// Starts the binary without waiting for it to be ready.
     pub fn start_unready(db_url: &str, flags: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_program(outboxd(), db_url, flags, envs)
+    }
+
+    /// Starts `run` of the binary `program` ([`program`]) without waiting for it to be ready.
+    pub fn start_program(
+        mut program: Command,
+        db_url: &str,
+        flags: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let http = format!("127.0.0.1:{}", free_port());
-        let mut child = outboxd()
+        let mut child = program
             .args(["run", "--database-url", db_url, "--listen", &http])
             .args(flags)
             .envs(envs.iter().copied())
