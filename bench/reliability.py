@@ -18,6 +18,12 @@ Scenarios:
             for 15 s (past the 10 s lease), 2 replicas
   longtx    a REPEATABLE READ transaction held open for 10 minutes under 200 messages/s
   memory    peak memory draining 500 000 pending messages
+  refuse    the relay answers Gmail's 421 4.7.0 to every command for a minute
+  reset     the relay takes one message in twenty, then resets the connection before the reply
+  pooler    PgBouncer in transaction mode; every backend of the database killed every 5 s
+  webhooks  a drain of 10 000 while 8 connections flood the webhook endpoint with forgeries
+Each fault scenario also writes a row of the ledger at the top of RELIABILITY.md: each
+committed message sent once, twice or more, lost, dead-lettered or still pending.
 Needs what bench/run.py needs, plus aiosmtpd (tests/requirements.txt) and initdb/pg_ctl.
 """
 
@@ -86,11 +92,11 @@ def received(spool):
     return counts
 
 
-def start_outboxd(url, port, flags, worker):
-    return subprocess.Popen([bench.BIN, "run", "--database-url", url, "--listen", "127.0.0.1:0",
+def start_outboxd(url, port, flags, worker, env=None, listen="127.0.0.1:0"):
+    return subprocess.Popen([bench.BIN, "run", "--database-url", url, "--listen", listen,
                              "--smtp-url", f"smtp://127.0.0.1:{port}", "--from", "Reliability <r@example.com>",
                              "--worker-id", worker, *flags],
-                            env=dict(os.environ, RUST_LOG="warn"),
+                            env=dict(os.environ, RUST_LOG="warn", **(env or {})),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -104,10 +110,10 @@ def insert(url, recipients):
                 [(to,) for to in recipients])
 
 
-def settled(url):
-    """Every row sent or dead-lettered."""
+def settled(url, scope="true"):
+    """Every row (of `scope`, an SQL condition) sent or dead-lettered."""
     return bench.psql(url, "SELECT count(*) FROM outbox_messages "
-                           "WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL") == "0"
+                           f"WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND ({scope})") == "0"
 
 
 def wait_until(condition, timeout, what):
@@ -123,6 +129,64 @@ def tally(expected, counts):
     lost = sum(1 for to in expected if counts[to] == 0)
     duplicates = sum(counts[to] - 1 for to in expected if counts[to] > 1)
     return lost, duplicates
+
+
+def ledger(url, committed, spools, fault_over, scope="true"):
+    """Each committed message's fate, by message id: the copies the relays took (their
+    X-Outbox-Id) against its row. `committed` are the recipients the producer's commits
+    named (one message each); `fault_over` is when the fault ended, for the time to drain.
+    Waits for the rows of `scope` (an SQL condition) to settle, at most ten minutes, before
+    counting."""
+    try:
+        wait_until(lambda: settled(url, scope), 600, "the outbox to settle")
+    except SystemExit:
+        pass
+    drained = time.time() - fault_over
+    copies = collections.Counter()
+    for spool in spools:
+        path = os.path.join(spool, "messages.jsonl")
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    copies[json.loads(line)["outbox_id"]] += 1
+    rows = {}
+    for line in bench.psql(url, "SELECT payload->>'to', id, CASE WHEN dead_lettered_at IS NOT NULL "
+                                "THEN 'dead' WHEN dispatched_at IS NULL THEN 'pending' ELSE 'sent' END "
+                                "FROM outbox_messages").splitlines():
+        to, id_, state = line.split("|")
+        rows[to] = (id_, state)
+    fates = collections.Counter()
+    for to in committed:
+        id_, state = rows.get(to, (None, "missing"))
+        taken = copies[id_] if id_ else 0
+        if state in ("dead", "pending"):
+            fates[state] += 1
+        elif taken == 0:
+            fates["lost"] += 1
+        else:
+            fates["once" if taken == 1 else "twice"] += 1
+    pending = fates["pending"]
+    return {"messages": len(committed), "once": fates["once"], "twice": fates["twice"],
+            "lost": fates["lost"], "dead": fates["dead"], "pending": pending,
+            "drained": None if pending else round(drained, 1)}
+
+
+def combined(ledgers):
+    """One ledger of several runs of a scenario: counts added, the longest drain."""
+    total = {k: sum(f[k] for f in ledgers) for k in ("messages", "once", "twice", "lost", "dead", "pending")}
+    drains = [f["drained"] for f in ledgers]
+    total["drained"] = None if None in drains else max(drains)
+    return total
+
+
+LEDGER_HEADER = ["scenario", "messages", "sent once", "sent twice or more", "lost", "dead-lettered",
+                 "pending at the end", "s to drain after the fault"]
+
+
+def ledger_row(name, fates):
+    drained = "never" if fates["drained"] is None else f"{fates['drained']:.1f}"
+    return [f"`{name}`", *(str(fates[k]) for k in ("messages", "once", "twice", "lost", "dead", "pending")),
+            drained]
 
 
 def scenario_kill(args):
@@ -142,14 +206,14 @@ def scenario_kill(args):
             replicas[victim].wait()
             kills += 1
             replicas[victim] = start_outboxd(url, port, flags, f"r{victim}-{kills}")
-        wait_until(lambda: settled(url), 600, "the kill scenario to settle")
+        fates = ledger(url, expected, [spool], time.time())
         wall = time.time() - started
         for proc in replicas:
             proc.terminate()
             proc.wait()
         lost, duplicates = tally(expected, received(spool))
     return [[f"{len(expected)}", f"{kills}", f"{lost}", f"{duplicates}",
-             f"{duplicates / max(kills, 1):.1f}", f"{wall:.0f}"]]
+             f"{duplicates / max(kills, 1):.1f}", f"{wall:.0f}"]], fates
 
 
 def scenario_lease(args):
@@ -163,17 +227,20 @@ def scenario_lease(args):
         started = time.time()
         for r in range(args.rounds):
             insert(url, slow[4 * r:4 * r + 4] + [f"resetafter-r{r}@example.com"])
+        inserted = time.time()
         wait_until(lambda: all(received(spool)[to] for to in slow), 1200, "every slow message")
         # A lease that had been overrun would now run out and its rows go out again.
         time.sleep(6)
         wall = time.time() - started
+        # The resets are never taken: those rows retry until their backoff (1 h) is due.
+        fates = ledger(url, slow, [spool], inserted, scope="payload->>'to' LIKE 'lag%'")
         lost_leases = bench.psql(url, "SELECT count(*) FROM outbox_messages WHERE attempts > 0 "
                                       "AND payload->>'to' LIKE 'lag%'")
         for proc in replicas:
             proc.terminate()
             proc.wait()
         lost, duplicates = tally(slow, received(spool))
-    return [[f"{args.rounds}", f"{len(slow)}", f"{lost}", f"{duplicates}", lost_leases, f"{wall:.0f}"]]
+    return [[f"{args.rounds}", f"{len(slow)}", f"{lost}", f"{duplicates}", lost_leases, f"{wall:.0f}"]], fates
 
 
 def scenario_rowlock(args):
@@ -183,7 +250,7 @@ def scenario_rowlock(args):
     longer."""
     import psycopg
     flags = ["--lease", "10s", "--smtp-timeout", "3s", "--poll-interval", "200ms"]
-    rows = []
+    rows, ledgers = [], []
     for lock_s in (4, 15):
         with bench.database(f"outboxd_reliability_rowlock_{lock_s}") as url, \
                 smtp_server() as (port, spool, _, _), psycopg.connect(url) as conn:
@@ -203,12 +270,14 @@ def scenario_rowlock(args):
                     url, "SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NOT NULL "
                          f"AND payload->>'to' LIKE 'lag1500-l{lock_s}-r{r}-%'"))
                 conn.commit()
+                released = time.time()
                 wait_until(lambda: all(received(spool)[to] for to in batch), 60, "the round's messages")
                 mates += batch[1:]
                 locked.append(batch[0])
             wait_until(lambda: settled(url), 120, "the row-lock scenario to settle")
             # A batch-mate whose lease ran out unrecorded would now go out again.
             time.sleep(11)
+            ledgers.append(ledger(url, mates + locked, [spool], released))
             wall = time.time() - started
             for proc in replicas:
                 proc.terminate()
@@ -218,14 +287,14 @@ def scenario_rowlock(args):
             lost_locked, locked_twice = tally(locked, counts)
         rows.append([f"{lock_s}", f"{args.rounds}", f"{recorded_while_locked} of {len(mates)}",
                      f"{mates_twice}", f"{locked_twice}", f"{lost + lost_locked}", f"{wall:.0f}"])
-    return rows
+    return rows, combined(ledgers)
 
 
 def steady_inserts(url, prefix, rate, stop_at):
     """Inserts `rate` messages a second until `stop_at`; returns the recipients."""
     import psycopg
     sent = []
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, application_name=PRODUCER) as conn:
         n = 0
         start = time.time()
         while time.time() < stop_at:
@@ -238,6 +307,146 @@ def steady_inserts(url, prefix, rate, stop_at):
             sent.append(to)
             n += 1
     return sent
+
+
+PRODUCER = "reliability-producer"
+
+
+def lines_in(spool, name):
+    path = os.path.join(spool, name)
+    return sum(1 for _ in open(path)) if os.path.exists(path) else 0
+
+
+def during_steady_traffic(url, prefix, seconds, fault):
+    """Commits 50 messages a second for `seconds` while `fault()` runs beside them; returns
+    the recipients committed."""
+    import threading
+    result = {}
+    stop_at = time.time() + seconds
+    inserting = threading.Thread(target=lambda: result.setdefault("sent", steady_inserts(url, prefix, 50, stop_at)))
+    inserting.start()
+    fault()
+    inserting.join()
+    return result["sent"]
+
+
+def attempts_and_dead(url):
+    return (bench.psql(url, "SELECT coalesce(sum(attempts), 0) FROM outbox_messages"),
+            bench.psql(url, "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL"))
+
+
+def scenario_refuse(args):
+    """The relay answers every command with Gmail's `421 4.7.0 Try again later, closing
+    connection.` (tests/support/provider_replies.json) for `--refuse` seconds, then takes mail
+    again, while 50 messages a second are committed."""
+    flags = ["--smtp-timeout", "2s", "--lease", "30s"]
+    server = ["--refuse-after", "10", "--refuse-for", str(args.refuse)]
+    with bench.database("outboxd_reliability_refuse") as url, smtp_server(flags=server) as (port, spool, _, _):
+        over = time.time() + 10 + args.refuse
+        proc = start_outboxd(url, port, flags, "r0")
+        sent = during_steady_traffic(url, "q", 10 + args.refuse + 10, lambda: None)
+        fates = ledger(url, sent, [spool], over)
+        attempts, dead = attempts_and_dead(url)
+        proc.terminate()
+        proc.wait()
+        refusals = lines_in(spool, "refused.jsonl")
+    drained = "never" if fates["drained"] is None else f"{fates['drained']:.1f}"
+    return [[f"{args.refuse}", f"{len(sent)}", str(refusals), attempts, dead, drained]], fates
+
+
+def scenario_reset(args):
+    """The relay takes one message in twenty and resets the connection before its reply (the
+    client cannot know it was taken, and sends it again), while 50 messages a second are
+    committed for `--reset` seconds."""
+    flags = ["--smtp-timeout", "2s", "--lease", "30s"]
+    with bench.database("outboxd_reliability_reset") as url, \
+            smtp_server(flags=["--reset-share", "0.05"]) as (port, spool, _, _):
+        proc = start_outboxd(url, port, flags, "r0")
+        sent = during_steady_traffic(url, "x", args.reset, lambda: None)
+        fates = ledger(url, sent, [spool], time.time())
+        attempts, dead = attempts_and_dead(url)
+        proc.terminate()
+        proc.wait()
+        resets = lines_in(spool, "reset.jsonl")
+    return [[f"{len(sent)}", str(resets), str(fates["twice"]), attempts, dead]], fates
+
+
+def terminate_backends(url):
+    """Kills every backend of the database but the producer's (and this query's own)."""
+    return bench.psql(url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           f"WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                           f"AND application_name <> '{PRODUCER}'")
+
+
+def scenario_pooler(args):
+    """outboxd through PgBouncer in transaction mode, its LISTEN connection direct
+    (OUTBOXD_LISTEN_DATABASE_URL, as the book's Deployment page sets it), 50 messages a
+    second committed; every 5 s every backend of the database but the producer's is killed
+    (pg_terminate_backend), PgBouncer's server connections and the LISTEN one alike."""
+    flags = ["--smtp-timeout", "2s", "--lease", "30s"]
+    name = "outboxd_reliability_pooler"
+    with bench.database(name) as url, bench.pgbouncer("transaction") as through, \
+            smtp_server() as (port, spool, _, _):
+        proc = start_outboxd(through(name), port, flags, "r0", env={"OUTBOXD_LISTEN_DATABASE_URL": url})
+        killed = []
+
+        def kill_backends():
+            for _ in range(args.backend_kills):
+                time.sleep(5)
+                killed.append(int(terminate_backends(url)))
+
+        sent = during_steady_traffic(url, "p", 5 * args.backend_kills + 5, kill_backends)
+        fates = ledger(url, sent, [spool], time.time() - 5)
+        attempts, dead = attempts_and_dead(url)
+        proc.terminate()
+        proc.wait()
+    return [[str(len(killed)), str(sum(killed)), f"{len(sent)}", attempts, dead]], fates
+
+
+def listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def scenario_webhooks(args):
+    """A drain of `--flood-pending` messages into aiosmtpd, alone and then while 8
+    connections flood the Standard Webhooks endpoint with well-formed forgeries of 512 KiB
+    (bench/intake.py's `wellformed` attack, each costing its body and an HMAC)."""
+    import threading
+    import intake
+    rows, fates = [], None
+    for flooded in (False, True):
+        with bench.database("outboxd_reliability_webhooks") as url, smtp_server() as (port, spool, _, _):
+            recipients = [f"w{i}@example.com" for i in range(args.flood_pending)]
+            bench.psql(url, "INSERT INTO outbox_messages (kind, payload) SELECT 'account_verification', "
+                            "jsonb_build_object('to', 'w' || i || '@example.com', 'name', 'R', 'verify_url', "
+                            f"'https://x/v') FROM generate_series(0, {args.flood_pending - 1}) AS i")
+            started = time.time()
+            http = bench.free_port()
+            proc = start_outboxd(url, port, ["--webhook-secret", intake.SECRET], "r0", listen=f"127.0.0.1:{http}")
+            stop, answers = threading.Event(), []
+            wait_until(lambda: listening(http), 30, "outboxd to listen")
+            signature = " ".join(["v1," + "A" * 43 + "="] * 320)
+            threads = [threading.Thread(target=intake.flood, args=(http, signature, stop, answers))
+                       for _ in range(8 if flooded else 0)]
+            for t in threads:
+                t.start()
+            wait_until(lambda: settled(url), 600, "the drain")
+            drained = time.time() - started
+            stop.set()
+            for t in threads:
+                t.join()
+            run_fates = ledger(url, recipients, [spool], time.time())
+            proc.terminate()
+            proc.wait()
+        refused = sum(1 for a in answers if a != b"200")
+        rows.append(["8 connections of forgeries" if flooded else "none", f"{args.flood_pending}",
+                     f"{drained:.1f}", f"{args.flood_pending / drained:.0f}", str(len(answers)), str(refused)])
+        fates = run_fates if flooded else fates
+    return rows, fates
 
 
 def scenario_smtp(args):
@@ -257,7 +466,7 @@ def scenario_smtp(args):
         back = time.time()
         start_server()
         inserting.join()
-        wait_until(lambda: settled(url), 600, "the SMTP outage to drain")
+        fates = ledger(url, result["sent"], [spool], back)
         recovered = time.time() - back
         attempts = bench.psql(url, "SELECT coalesce(sum(attempts), 0) FROM outbox_messages")
         dead = bench.psql(url, "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL")
@@ -265,7 +474,7 @@ def scenario_smtp(args):
         proc.wait()
         lost, duplicates = tally(result["sent"], received(spool))
     return [[f"{args.outage}", f"{len(result['sent'])}", f"{lost}", f"{duplicates}", attempts, dead,
-             f"{recovered:.1f}"]]
+             f"{recovered:.1f}"]], fates
 
 
 def scenario_throttle(args):
@@ -288,7 +497,7 @@ def scenario_throttle(args):
             paces.append(float(pace or 0))
             time.sleep(1)
         inserting.join()
-        wait_until(lambda: settled(url), 600, "the throttled backlog to drain")
+        fates = ledger(url, result["sent"], [spool], started + args.throttle)
         wall = time.time() - started
         attempts = bench.psql(url, "SELECT coalesce(sum(attempts), 0) FROM outbox_messages")
         dead = bench.psql(url, "SELECT count(*) FROM outbox_messages WHERE dead_lettered_at IS NOT NULL")
@@ -300,7 +509,7 @@ def scenario_throttle(args):
         lost, duplicates = tally(result["sent"], received(spool))
     lowest = min((p for p in paces if p > 0), default=0)
     return [[f"{args.throttle}", f"{len(result['sent'])}", f"{throttled}", f"{lost}", f"{duplicates}", attempts,
-             dead, f"{limit}", f"{lowest:.1f}", f"{wall:.0f}"]]
+             dead, f"{limit}", f"{lowest:.1f}", f"{wall:.0f}"]], fates
 
 
 def scenario_database(args):
@@ -316,13 +525,13 @@ def scenario_database(args):
         back = time.time()
         start_db()
         after = steady_inserts(url, "after", 50, time.time() + 10)
-        wait_until(lambda: settled(url), 600, "the database outage to drain")
+        sent = before + after
+        fates = ledger(url, sent, [spool], back)
         recovered = time.time() - back
         proc.terminate()
         proc.wait()
-        sent = before + after
         lost, duplicates = tally(sent, received(spool))
-    return [[f"{args.db_outage}", f"{len(sent)}", f"{lost}", f"{duplicates}", f"{recovered:.1f}"]]
+    return [[f"{args.db_outage}", f"{len(sent)}", f"{lost}", f"{duplicates}", f"{recovered:.1f}"]], fates
 
 
 def scenario_memory(args):
@@ -336,7 +545,7 @@ def scenario_memory(args):
             wall = time.time() - started
             rss = proc.peak_rss_mib()
             proc.stop()
-    return [[f"{args.pending}", f"{rss:.1f}", f"{wall:.0f}"]]
+    return [[f"{args.pending}", f"{rss:.1f}", f"{wall:.0f}"]], None
 
 
 def scenario_longtx(args):
@@ -344,7 +553,7 @@ def scenario_longtx(args):
     what a transaction held open does to claims and latency."""
     args.rate, args.longtx_window = 200, 60 if not args.small else 10
     _, header, rows = bench.measure_longtx(args)
-    return [header] + rows
+    return [header] + rows, None
 
 
 def first_arrival_after(spool, since):
@@ -379,7 +588,7 @@ def scenario_failover(args):
         back = time.time()
         start_first()
         inserting.join()
-        wait_until(lambda: settled(url), 600, "the failover run to drain")
+        fates = ledger(url, result["sent"], [spool, fallback_spool], back)
         proc.terminate()
         proc.wait()
         through_fallback = received(fallback_spool)
@@ -388,7 +597,7 @@ def scenario_failover(args):
         returned = first_arrival_after(spool, back)
     seconds = lambda s: "none" if s is None else f"{s:.1f}"
     return [[f"{args.outage}", f"{len(result['sent'])}", f"{lost}", f"{duplicates}",
-             f"{sum(through_fallback.values())}", seconds(failover), seconds(returned)]]
+             f"{sum(through_fallback.values())}", seconds(failover), seconds(returned)]], fates
 
 
 SCENARIOS = {
@@ -404,6 +613,22 @@ SCENARIOS = {
                  ["outage s", "messages", "lost", "duplicates", "through the fallback",
                   "s from the outage to the fallback's first message",
                   "s from the first's return to its first message"], scenario_failover),
+    "refuse": ("Every command answered `421 4.7.0 Try again later, closing connection.` (Gmail's) for a while, "
+               "50 messages a second committed",
+               ["refusing s", "messages", "refusals answered", "attempts counted", "dead letters",
+                "drained s after it took mail again"], scenario_refuse),
+    "reset": ("One message in twenty taken by the relay, then the connection reset before its reply, "
+              "50 messages a second committed",
+              ["messages", "resets", "messages sent twice or more", "attempts counted", "dead letters"],
+              scenario_reset),
+    "pooler": ("Through PgBouncer in transaction mode, every backend killed every 5 s, "
+               "50 messages a second committed",
+               ["backend kills", "backends killed", "messages", "attempts counted", "dead letters"],
+               scenario_pooler),
+    "webhooks": ("A drain while the Standard Webhooks endpoint is flooded with forgeries (8 connections, "
+                 "512 KiB bodies)",
+                 ["flood", "pending", "drained in s", "msg/s", "webhook requests answered", "refused"],
+                 scenario_webhooks),
     "throttle": ("A relay throttling every fourth message under a 50/s limit shared by 2 replicas, "
                  "40 messages a second committed",
                  ["throttling s", "messages", "throttling replies", "lost", "duplicates", "attempts counted",
@@ -426,11 +651,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS))
     parser.add_argument("--small", action="store_true", help="a quick run at a small size; prints only")
-    parser.add_argument("--no-build", action="store_true")
-    parser.add_argument("--binary", help="an outboxd binary to run instead of target/release/outboxd")
+    bench.add_binary_arguments(parser)
     args = parser.parse_args()
-    if args.binary:
-        bench.BIN = args.binary
     args.kill_messages, args.kills = (2000, 3) if args.small else (20_000, 20)
     args.rounds = 2 if args.small else 20
     args.outage = 5 if args.small else 30
@@ -438,25 +660,31 @@ def main():
     args.pending = 20_000 if args.small else 500_000
     args.longtx = 30 if args.small else 600
     args.throttle = 10 if args.small else 60
-    if not args.no_build and not args.binary:
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "outboxd"], cwd=ROOT, check=True)
+    args.refuse = 10 if args.small else 60
+    args.reset = 10 if args.small else 60
+    args.backend_kills = 2 if args.small else 12
+    args.flood_pending = 2000 if args.small else 10_000
+    bench.use_binary(args)
     sections = {}
     for name in args.scenarios:
         title, header, scenario = SCENARIOS[name]
         log(f"== {name}")
-        rows = scenario(args)
+        rows, fates = scenario(args)
         if header is None:
             header, rows = rows[0], rows[1:]
         sections[name] = "\n".join([
             f"<!-- scenario: {name} -->",
-            f"### {title}\n",
+            f"### `{name}`: {title}\n",
             f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n",
+            *([f"<!-- ledger: {json.dumps(fates)} -->"] if fates else []),
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
             *("| " + " | ".join(row) + " |" for row in rows),
             "",
         ])
         print(sections[name], flush=True)
+        if fates:
+            print("| " + " | ".join(ledger_row(name, fates)) + " |", flush=True)
     if not args.small:
         write_sections(sections)
 
@@ -471,8 +699,15 @@ def write_sections(sections):
             name, body = part.split(" -->", 1)
             kept[name] = f"<!-- scenario: {name} -->{body}".rstrip() + "\n"
     kept.update(sections)
+    ledgers = []
+    for name in SCENARIOS:
+        if "<!-- ledger: " in kept.get(name, ""):
+            fates = json.loads(kept[name].split("<!-- ledger: ", 1)[1].split(" -->", 1)[0])
+            ledgers.append(ledger_row(name, fates))
+    table = "\n".join(["| " + " | ".join(LEDGER_HEADER) + " |", "|" + "---|" * len(LEDGER_HEADER),
+                       *("| " + " | ".join(row) + " |" for row in ledgers), "", ""])
     with open(path, "w") as f:
-        f.write(HEADER + "\n".join(kept[name] for name in SCENARIOS if name in kept))
+        f.write(HEADER + table + "\n".join(kept[name] for name in SCENARIOS if name in kept))
     log(f"wrote {', '.join(sections)} in RELIABILITY.md")
 
 
@@ -483,9 +718,17 @@ binary, PostgreSQL and a real SMTP server (aiosmtpd) that misbehaves on cue, on 
 project's 2-core machine. The script writes this file; nothing below is typed in. The same
 faults, smaller, are tests in `tests/it/` (`reliability.rs`, `failures.rs`, `replicas.rs`).
 
-Reading the tables: *lost* counts messages never delivered; *duplicates* counts extra
-deliveries of the same message (delivery is at least once: a send whose outcome was not yet
-written when its process died goes out again after its lease, with the same `Message-ID`).
+Delivery is at least once: a send whose outcome was not written (its process died, or the
+relay's reply never came) goes out again, with the same `Message-ID`.
+
+## The ledger
+
+Every scenario counts its messages the same way, by message id: each message a producer's
+commit created against the copies the relay(s) took (their `X-Outbox-Id`) and its row at the
+end. *Sent once* and *sent twice or more* were taken by a relay; *lost* were recorded sent
+(or have no row) but no relay took them; *dead-lettered* and *pending at the end* are their
+rows' states once the scenario had waited (up to ten minutes) for the outbox to settle; the
+drain is timed from the end of the fault to the last message settled.
 
 """
 

@@ -28,6 +28,14 @@ With --throttle-every N --throttle-for SECONDS every Nth message of the first SE
 --throttle-reply (by default Amazon SES's `454 Throttling failure`), noted with its time in
 SPOOL/throttled.jsonl.
 With --greeting-delay SECONDS every new connection waits that long for its greeting.
+With --refuse-after SECONDS --refuse-for SECONDS every command after the greeting in that
+window (counted from the start) gets the real reply --refuse-reply (a name of
+provider_replies.json, by default Gmail's `421 4.7.0 Try again later, closing connection.`)
+and the connection is closed, as a relay that refuses everything for a while does; noted
+in SPOOL/refused.jsonl.
+With --reset-share P a share P of the messages is taken (spooled, as a relay that queued it)
+and then the connection is reset before the reply: the client cannot know it was taken and
+sends it again. Noted in SPOOL/reset.jsonl.
 
 PIPELINING (RFC 2920) is offered, as by most real servers, unless --no-pipelining; each
 record says whether its MAIL command arrived together with the commands after it.
@@ -48,6 +56,7 @@ import email
 import email.policy
 import json
 import os
+import random
 import re
 import signal
 import ssl
@@ -90,8 +99,13 @@ def documented_reply(local, prefix):
 
 class Handler:
     def __init__(self, spool, defer_all=False, pipelining=True, throttle_every=0, throttle_for=0.0,
-                 accept_rate=0.0, throttle_reply=None):
+                 accept_rate=0.0, throttle_reply=None, refuse=None, reset_share=0.0):
         self.spool = spool
+        self.started_at = time.time()
+        # (after, for, reply): the window of seconds from the start when everything is refused.
+        self.refuse = refuse
+        self.reset_share = reset_share
+        self.random = random.Random(0)
         self.throttle_reply = throttle_reply or "454 4.7.0 Throttling failure: Maximum sending rate exceeded."
         # A relay's sending limit, as providers enforce it: a bucket of a second's worth of
         # messages, refilled at `accept_rate` a second; a message past it is refused 454.
@@ -108,7 +122,23 @@ class Handler:
         self.attempts = {}
         self.lock = threading.Lock()
 
+    def refused(self, server):
+        """The refusal to give now, closing the connection after it, or None."""
+        if not self.refuse:
+            return None
+        after, during, reply = self.refuse
+        if not after <= time.time() - self.started_at < after + during:
+            return None
+        with self.lock:
+            with open(os.path.join(self.spool, "refused.jsonl"), "a") as f:
+                f.write(json.dumps({"at": time.time()}) + "\n")
+        asyncio.get_running_loop().call_later(0.05, server.transport.close)
+        return reply
+
     async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        refusal = self.refused(server)
+        if refusal:
+            return [refusal]
         session.host_name = hostname
         if self.pipelining:
             responses.insert(-1, "250-PIPELINING")
@@ -127,6 +157,9 @@ class Handler:
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
         # Pipelined: RCPT and DATA were already read into the buffer with MAIL.
         envelope.pipelined = b"\n" in bytes(server._reader._buffer)
+        refusal = self.refused(server)
+        if refusal:
+            return refusal
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         return "250 OK"
@@ -232,6 +265,13 @@ class Handler:
             record["queue_id"] = "%X" % (0x1A2B00 + self.queued)
             with open(os.path.join(self.spool, "messages.jsonl"), "a") as f:
                 f.write(json.dumps(record) + "\n")
+            reset = self.reset_share and self.random.random() < self.reset_share
+            if reset:
+                with open(os.path.join(self.spool, "reset.jsonl"), "a") as f:
+                    f.write(json.dumps({"rcpt": envelope.rcpt_tos, "taken": True}) + "\n")
+        if reset:
+            server.transport.abort()
+            return "421 4.4.2 gone"
         return "250 2.0.0 Ok: queued as %s" % record["queue_id"]
 
 
@@ -253,8 +293,18 @@ def main():
     parser.add_argument("--accept-rate", type=float, default=0.0,
                         help="accept this many messages a second (a second's burst), 454 4.7.0 to the rest")
     parser.add_argument("--throttle-reply", help="the reply of --throttle-every (default SES's 454)")
+    parser.add_argument("--refuse-after", type=float, default=0.0,
+                        help="seconds from the start before every command is refused...")
+    parser.add_argument("--refuse-for", type=float, default=0.0, help="...for this many seconds")
+    parser.add_argument("--refuse-reply", default="gmail-4-7-0",
+                        help="the refusal: a reply's name in provider_replies.json")
+    parser.add_argument("--reset-share", type=float, default=0.0,
+                        help="take this share of messages, then reset the connection before the reply")
     args = parser.parse_args()
     os.makedirs(args.spool, exist_ok=True)
+    refuse = None
+    if args.refuse_for:
+        refuse = (args.refuse_after, args.refuse_for, REPLIES[args.refuse_reply]["reply"])
     options = {}
     if args.tls_cert:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -274,7 +324,7 @@ def main():
     SlowGreetingSMTP.greeting_delay = args.greeting_delay
     controller = SlowGreetingController(
         Handler(args.spool, args.defer_all, not args.no_pipelining, args.throttle_every, args.throttle_for,
-                args.accept_rate, args.throttle_reply), hostname="127.0.0.1", port=args.port,
+                args.accept_rate, args.throttle_reply, refuse, args.reset_share), hostname="127.0.0.1", port=args.port,
         ready_timeout=10, **options
     )
     controller.start()
