@@ -146,6 +146,13 @@ async fn each_message_s_timeline_says_which_relay_took_it() {
     first.stop();
     db.insert_many("account_verification", 5).await;
     second.wait_for(5, Duration::from_secs(30)).await;
+    // The relay that took a message is recorded with its outcome, just after the reply.
+    eventually(
+        Duration::from_secs(30),
+        "every outcome recorded",
+        || async { db.count("dispatched").await == 10 },
+    )
+    .await;
     let second_label = label(&second);
     let by_relay: Vec<(String, i64)> =
         sqlx::query_as("SELECT relay, count(*) FROM outbox_messages GROUP BY relay ORDER BY relay")
