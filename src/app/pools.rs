@@ -7,7 +7,7 @@ use sqlx::postgres::PgConnectOptions;
 use tracing::warn;
 
 use crate::config::DatabaseConfig;
-use crate::store::{self, Preparing, Store};
+use crate::store::{self, Preparing, SchemaFit, Store};
 
 /// Connections the dispatcher uses at once: the LISTEN connection, and up to three
 /// statements while a drain overlaps a batch's outcomes, the previous batch's last ones
@@ -67,7 +67,14 @@ impl Pools {
             (None, false) => Some(dispatch.clone()),
             (None, true) => None,
         };
-        store::check_schema(&dispatch).await?;
+        if let SchemaFit::Newer { applied, expected } = store::check_schema(&dispatch).await? {
+            warn!(
+                schema.applied = applied,
+                schema.expected = expected,
+                "the outbox schema is newer than this outboxd: running beside a newer release \
+                 (a rolling upgrade, or one rolled back)"
+            );
+        }
         let open = async |size| -> anyhow::Result<Store> {
             Ok(dispatch.on(open(size).await.map_err(failed)?))
         };

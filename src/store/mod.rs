@@ -50,7 +50,7 @@ pub use rights::Rights;
 #[cfg(feature = "testing")]
 pub use rights::{AUTO_PAUSE_RIGHTS, CALLBACK_RIGHTS, PAYLOAD_RETENTION_RIGHTS, RUN_RIGHTS, Right};
 pub use sample::{Sample, sample};
-pub use schema_state::{SchemaError, check_ready, check_schema};
+pub use schema_state::{SchemaError, SchemaFit, check_ready, check_schema};
 pub use statement::RenderError;
 pub use statements::{Preparing, Store};
 

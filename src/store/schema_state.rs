@@ -19,9 +19,13 @@ pub enum SchemaError {
     )]
     Outdated { applied: i64, expected: i64 },
     #[error(
-        "the outbox schema is at version {applied}, newer than this outboxd knows ({expected}): run a newer outboxd"
+        "the outbox schema is at version {applied}, newer than this outboxd knows ({expected}), and runs only releases that know version {runs_from}: run a newer outboxd"
     )]
-    Newer { applied: i64, expected: i64 },
+    Newer {
+        applied: i64,
+        expected: i64,
+        runs_from: i64,
+    },
     #[error(
         "a migration failed part-way (version {0}): fix it by hand, then run `outboxd migrate`"
     )]
@@ -35,22 +39,45 @@ pub enum SchemaError {
     Database(#[from] sqlx::Error),
 }
 
-/// Fails unless every migration this build embeds, and no other, has been applied. Start-up
-/// and the CLI check this; readiness also checks that outboxd can write
-/// ([`check_ready`]).
-pub async fn check_schema(store: &Store) -> Result<(), SchemaError> {
-    schema_state(store, Rights::default())
-        .await?
-        .schema(Newer::Refused)
+/// How the schema stands to this build, when this build may run on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaFit {
+    /// Every migration this build embeds, and no other.
+    Current,
+    /// Every migration this build embeds, and later ones of a newer release (a rolling
+    /// upgrade's migrate Job ran ahead, or that release was rolled back) that leave it
+    /// able to run: migrations are additive.
+    Newer { applied: i64, expected: i64 },
 }
 
-/// [`check_schema`], and that outboxd can write the table: not a read-only database or
-/// standby, and a role with each of `rights`. One query: readiness runs it often. A schema
-/// newer than this build is ready here: migrations are additive, so a replica keeps
-/// working while a rolling upgrade has migrated ahead of it (it refuses only to start).
+/// Fails unless every migration this build embeds has been applied, and any later one
+/// leaves this build able to run (`outbox_installation.runs_from_schema`, migration 33).
+/// Start-up and the CLI check this; readiness also checks that outboxd can write
+/// ([`check_ready`]).
+pub async fn check_schema(store: &Store) -> Result<SchemaFit, SchemaError> {
+    let fit = schema_state(store, Rights::default()).await?.schema()?;
+    if let SchemaFit::Newer { applied, expected } = fit {
+        let runs_from: Option<i64> = store
+            .scalar(store.query_scalar(Sql::RunsFromSchema))
+            .await?;
+        if let Some(runs_from) = runs_from.filter(|&version| version > expected) {
+            return Err(SchemaError::Newer {
+                applied,
+                expected,
+                runs_from,
+            });
+        }
+    }
+    Ok(fit)
+}
+
+/// [`check_schema`]'s migrations, and that outboxd can write the table: not a read-only
+/// database or standby, and a role with each of `rights`. One query: readiness runs it
+/// often. A schema newer than this build is ready here whatever `runs_from_schema` says:
+/// a replica that is running keeps working while a rolling upgrade replaces it.
 pub async fn check_ready(store: &Store, rights: Rights) -> Result<(), SchemaError> {
     let state = schema_state(store, rights).await?;
-    state.schema(Newer::Accepted)?;
+    state.schema()?;
     match state.not_writable {
         Some(reason) => Err(SchemaError::NotWritable(reason)),
         None => Ok(()),
@@ -87,15 +114,8 @@ async fn schema_state(store: &Store, rights: Rights) -> Result<SchemaState, Sche
     }
 }
 
-/// What to make of a schema newer than this build.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Newer {
-    Refused,
-    Accepted,
-}
-
 impl SchemaState {
-    fn schema(&self, newer: Newer) -> Result<(), SchemaError> {
+    fn schema(&self) -> Result<SchemaFit, SchemaError> {
         if let Some(version) = self.failed.first() {
             return Err(SchemaError::Dirty(*version));
         }
@@ -105,15 +125,15 @@ impl SchemaState {
         ) else {
             return Err(SchemaError::Missing);
         };
-        if applied > expected && newer == Newer::Refused {
-            return Err(SchemaError::Newer { applied, expected });
-        }
         if !MIGRATOR.iter().all(|m| self.applied.contains(&m.version)) {
             return Err(SchemaError::Outdated { applied, expected });
         }
         if !self.table_exists {
             return Err(SchemaError::TableMissing);
         }
-        Ok(())
+        if applied > expected {
+            return Ok(SchemaFit::Newer { applied, expected });
+        }
+        Ok(SchemaFit::Current)
     }
 }

@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 
 use crate::helpers::{
     Dispatching, Outboxd, Scenario, SmtpServer, TestDb, eventually, http_get, outboxd, poll_until,
-    verification,
+    refusal_saying, verification,
 };
 
 /// Open file descriptors of a process.
@@ -355,23 +355,43 @@ fn a_database_url_that_is_not_postgresql_is_refused() {
 }
 
 #[tokio::test]
-async fn run_refuses_a_schema_newer_than_itself() {
+async fn run_starts_on_a_newer_schema_that_leaves_it_able_to_run_and_says_so() {
     let db = TestDb::new().await;
-    db.exec("INSERT INTO outbox_schema_migrations (version, description, success, checksum, execution_time) \
-         VALUES (99990101000000, 'from the future', true, '\\x00', 0)").await;
+    db.exec(FUTURE_MIGRATION).await;
+    let running = Outboxd::start(&db.url, &[], &[]).await;
+    assert!(
+        running.stderr_so_far().contains(
+            "the outbox schema is newer than this outboxd: running beside a newer release"
+        ),
+        "{}",
+        running.stderr_so_far()
+    );
+}
+
+#[tokio::test]
+async fn run_refuses_a_newer_schema_that_runs_only_newer_releases() {
+    let db = TestDb::new().await;
+    db.exec(FUTURE_MIGRATION).await;
+    db.exec("UPDATE outbox_installation SET runs_from_schema = 99990101000000")
+        .await;
     let output = outboxd()
         .args(["run", "--database-url", &db.url, "--listen", "127.0.0.1:0"])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    refusal_saying(
+        &output,
+        "the outbox schema is at version 99990101000000, newer than this outboxd knows",
+    );
     assert!(
-        stderr.contains(
-            "error: the outbox schema is at version 99990101000000, newer than this outboxd"
-        ),
-        "{stderr}"
+        String::from_utf8_lossy(&output.stderr)
+            .contains("runs only releases that know version 99990101000000: run a newer outboxd")
     );
 }
+
+/// A migration of a release from the future, recorded as `outboxd migrate` records one.
+const FUTURE_MIGRATION: &str = "INSERT INTO outbox_schema_migrations \
+     (version, description, success, checksum, execution_time) \
+     VALUES (99990101000000, 'from the future', true, '\\x00', 0)";
 
 #[tokio::test]
 async fn an_applications_role_with_insert_alone_enqueues_though_it_may_execute_no_function_of_outboxd()

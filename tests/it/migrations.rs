@@ -242,6 +242,31 @@ async fn the_installation_tag_migration_runs_while_an_application_holds_the_outb
 }
 
 #[tokio::test]
+async fn the_runs_from_schema_migration_runs_while_an_application_holds_the_outbox_table() {
+    let db = TestDb::empty().await;
+    let migration = migrated_up_to(&db, "runs from schema").await;
+    let mut held = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        ours_up_to(migration + 1).run(&db.pool),
+    )
+    .await
+    .expect("the migration waited on the outbox table")
+    .expect("the runs_from_schema migration");
+    held.rollback().await.unwrap();
+    let runs_from: Option<i64> =
+        sqlx::query_scalar("SELECT runs_from_schema FROM outbox_installation")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(runs_from, None, "every migration so far is additive");
+}
+
+#[tokio::test]
 async fn the_lane_suppressions_migration_runs_while_an_application_holds_the_suppression_list() {
     let db = TestDb::empty().await;
     let lanes_migration = migrated_up_to(&db, "lane suppressions").await;
