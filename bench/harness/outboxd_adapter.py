@@ -6,6 +6,8 @@ harness): one process per replica that speaks the harness's adapter contract
 - Environment in: DATABASE_URL, SCENARIO, PRODUCER_MODE (fixed or depth-target),
   PRODUCER_RATE, PRODUCER_PACING (harness: `ENQUEUE n` lines on standard input),
   PRODUCER_BATCH_MAX, TARGET_DEPTH, WORKER_COUNT (outboxd's SMTP connections),
+  PRODUCER_RATE_CONTROL_FILE (the rate a high-load phase offers: the harness's tokens,
+  which stay at the base rate, are scaled by it),
   JOB_PAYLOAD_BYTES, SAMPLE_EVERY_S, BENCH_INSTANCE_ID; OUTBOXD_BIN (the binary, default
   target/release/outboxd).
 - It runs `outboxd migrate`, an smtp-sink of its own (writing every message to a file, so
@@ -139,6 +141,10 @@ class Adapter:
         self.mode = os.environ.get("PRODUCER_MODE", "fixed")
         self.rate = env_int("PRODUCER_RATE", 100)
         self.pacing = os.environ.get("PRODUCER_PACING", "adapter")
+        # The harness's high-load phases write the offered rate here (base × multiplier);
+        # its pacer keeps sending tokens at the base rate, so the adapter scales them.
+        self.control = os.environ.get("PRODUCER_RATE_CONTROL_FILE")
+        self.offered, self.offered_read_at, self.carry = float(self.rate), 0.0, 0.0
         self.batch_max = env_int("PRODUCER_BATCH_MAX", 128)
         self.target_depth = env_int("TARGET_DEPTH", 1000)
         self.workers = env_int("WORKER_COUNT", 16)
@@ -192,6 +198,17 @@ class Adapter:
             if self.stop.is_set():
                 return
 
+    def offered_rate(self):
+        """The rate the harness offers now: its control file's, read every half second."""
+        if self.control and time.monotonic() - self.offered_read_at >= 0.5:
+            self.offered_read_at = time.monotonic()
+            try:
+                with open(self.control) as f:
+                    self.offered = float(f.read().strip())
+            except (OSError, ValueError):
+                pass
+        return self.offered
+
     def next_batch(self, credit, conn):
         """How many to insert now, and the credit left, by the producer's mode. In
         depth-target mode the depth is read here, every 50 ms at most: the sampler's, every
@@ -207,9 +224,13 @@ class Adapter:
             return wanted, credit
         if self.pacing == "harness":
             try:
-                return self.tokens.get(timeout=0.05), credit
+                tokens = self.tokens.get(timeout=0.05)
             except queue.Empty:
                 return 0, credit
+            self.carry += tokens * self.offered_rate() / max(1, self.rate)
+            whole = int(self.carry)
+            self.carry -= whole
+            return whole, credit
         whole = int(credit)
         return min(whole, self.batch_max), credit - min(whole, self.batch_max)
 
@@ -222,7 +243,7 @@ class Adapter:
                   "FROM generate_series(1, %s) AS g")
         while not self.stop.is_set():
             now = time.monotonic()
-            credit += self.rate * (now - last)  # credited on the clock's elapsed time
+            credit += self.offered_rate() * (now - last)  # credited on the clock's elapsed time
             last = now
             try:
                 n, credit = self.next_batch(credit, conn)
