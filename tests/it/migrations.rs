@@ -60,6 +60,24 @@ async fn migrated_up_to(db: &TestDb, description: &str) -> usize {
     index
 }
 
+/// Migrates `db` up to the migration described as `description`, then runs that one while
+/// an application's migration holds all of `outbox_messages` (ACCESS EXCLUSIVE, as a long
+/// ALTER would), and checks it did not wait on it; its index.
+async fn beside_a_held_outbox_table(db: &TestDb, description: &str) -> usize {
+    let index = migrated_up_to(db, description).await;
+    let mut held = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), ours_up_to(index + 1).run(&db.pool))
+        .await
+        .expect("the migration waited on the outbox table")
+        .unwrap_or_else(|e| panic!("the {description} migration: {e}"));
+    held.rollback().await.unwrap();
+    index
+}
+
 /// Leaves an application's insert uncommitted, runs `outboxd migrate` on `db` (migrated up
 /// to `applied`), and checks that it gave up on its lock timeout with nothing changed; the
 /// open transaction, for the caller to end.
@@ -221,19 +239,7 @@ pub(crate) async fn rows_written_under_the_first_schema_are_delivered_after_migr
 #[tokio::test]
 async fn the_installation_tag_migration_runs_while_an_application_holds_the_outbox_table() {
     let db = TestDb::empty().await;
-    let tag_migration = migrated_up_to(&db, "installation tag").await;
-    // An application's migration holds the whole table, as a long ALTER would.
-    let mut held = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *held)
-        .await
-        .unwrap();
-    let with_the_tag = ours_up_to(tag_migration + 1);
-    tokio::time::timeout(Duration::from_secs(30), with_the_tag.run(&db.pool))
-        .await
-        .expect("the migration waited on the outbox table")
-        .expect("the installation tag migration");
-    held.rollback().await.unwrap();
+    let tag_migration = beside_a_held_outbox_table(&db, "installation tag").await;
     assert_eq!(
         versions(&db, "outbox_schema_migrations").await.len(),
         tag_migration + 1
@@ -244,20 +250,7 @@ async fn the_installation_tag_migration_runs_while_an_application_holds_the_outb
 #[tokio::test]
 async fn the_runs_from_schema_migration_runs_while_an_application_holds_the_outbox_table() {
     let db = TestDb::empty().await;
-    let migration = migrated_up_to(&db, "runs from schema").await;
-    let mut held = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *held)
-        .await
-        .unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        ours_up_to(migration + 1).run(&db.pool),
-    )
-    .await
-    .expect("the migration waited on the outbox table")
-    .expect("the runs_from_schema migration");
-    held.rollback().await.unwrap();
+    beside_a_held_outbox_table(&db, "runs from schema").await;
     let runs_from: Option<i64> =
         sqlx::query_scalar("SELECT runs_from_schema FROM outbox_installation")
             .fetch_one(&db.pool)

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, outboxd, previous_release};
+use crate::helpers::{
+    Outboxd, SmtpServer, TestDb, eventually, outboxd, previous_release, succeeds,
+};
 
 #[tokio::test]
 async fn the_previous_release_keeps_delivering_on_the_migrated_schema_beside_this_one_each_message_once()
@@ -61,13 +63,8 @@ async fn the_previous_release_keeps_delivering_on_the_migrated_schema_beside_thi
 
 /// Runs `outboxd migrate` of `release` on `db`, and checks it succeeded.
 fn migrate(mut release: std::process::Command, db: &TestDb) {
-    let output = release
-        .args(["migrate", "--database-url", &db.url])
-        .output()
-        .expect("outboxd migrate");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeds(
+        release.args(["migrate", "--database-url", &db.url]),
+        "outboxd migrate",
     );
 }

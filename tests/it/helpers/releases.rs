@@ -15,15 +15,8 @@ pub fn previous_release() -> Command {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/support/previous_release.sh"
         );
-        let output = Command::new(script)
-            .output()
-            .expect("run previous_release.sh");
-        assert!(
-            output.status.success(),
-            "building the previous release failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+        let path = succeeds(&mut Command::new(script), "previous_release.sh");
+        PathBuf::from(path.trim())
     });
     program(binary)
 }
