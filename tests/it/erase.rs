@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::admin::{admin_app, api};
-use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, outboxd, succeeds};
+use crate::helpers::{Outboxd, SmtpServer, TestDb, outboxd, succeeds};
 
 /// Every text (text, jsonb, text[]) of outboxd's tables that holds `needle`, but in the
 /// suppression lists, as `table.column: value`.
@@ -266,20 +266,11 @@ async fn a_suppression_kept_as_the_mark_still_stops_mail_to_the_erased_address()
     db.verification_to("bob@example.com").await;
     let received = smtp.wait_for(1, Duration::from_secs(30)).await;
     assert_eq!(received[0].rcpt_tos, ["bob@example.com"]);
-    eventually(
-        Duration::from_secs(10),
-        "Ada's message ends suppressed",
-        || async {
-            db.scalar::<Option<String>, _>(
-                "SELECT end_reason FROM outbox_messages WHERE id = $1",
-                ada,
-            )
-            .await
-            .as_deref()
-                == Some("suppressed")
-        },
-    )
-    .await;
+    assert_eq!(
+        db.ended(ada).await.0.as_deref(),
+        Some("suppressed"),
+        "Ada's"
+    );
 }
 
 #[tokio::test]

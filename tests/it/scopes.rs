@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{Outboxd, SmtpServer, TestDb, eventually, outboxd_as, succeeds, verification};
+use crate::helpers::{Outboxd, SmtpServer, TestDb, outboxd_as, succeeds, verification};
 use crate::webhooks::post_standard;
 
 const SECRET: [u8; 32] = [7; 32];
@@ -31,27 +31,6 @@ fn invoice(to: &str) -> serde_json::Value {
     json!({"to": to, "customer_name": "Ada", "invoice_number": "INV-1", "amount": "1.00",
            "currency": "EUR", "due_date": "2027-01-01",
            "invoice_url": "https://app.example/invoices/1"})
-}
-
-/// The row's end: `suppressed` once every recipient was, with what it says why.
-async fn ended(db: &TestDb, id: i64) -> (Option<String>, Option<String>) {
-    let what = format!("message {id} ended");
-    eventually(Duration::from_secs(30), &what, || async {
-        let end: (Option<String>, Option<String>, bool) = db
-            .one_row(
-                "SELECT end_reason, last_error, dispatched_at IS NOT NULL \
-                 FROM outbox_messages WHERE id = $1",
-                id,
-            )
-            .await;
-        end.0.is_some() || end.2
-    })
-    .await;
-    db.one_row(
-        "SELECT end_reason, last_error FROM outbox_messages WHERE id = $1",
-        id,
-    )
-    .await
 }
 
 #[tokio::test]
@@ -88,13 +67,13 @@ async fn a_complaint_about_bulk_mail_stops_that_lane_only_and_a_hard_bounce_stop
         .enqueue("invoice_notice", invoice("ada@example.com"))
         .await;
     let verification_id = db.verification_to("ada@example.com").await;
-    let (end, error) = ended(&db, invoice_id).await;
+    let (end, error) = db.ended(invoice_id).await;
     assert_eq!(end.as_deref(), Some("suppressed"));
     assert!(
         error.unwrap_or_default().contains("(bulk complaint)"),
         "the reason says the scope"
     );
-    assert_eq!(ended(&db, verification_id).await.0, None, "sent");
+    assert_eq!(db.ended(verification_id).await.0, None, "sent");
     assert!(db.row(verification_id).await.dispatched);
 
     // Bo's mailbox is gone (a hard bounce): neither kind reaches him, essential or not.
@@ -106,7 +85,7 @@ async fn a_complaint_about_bulk_mail_stops_that_lane_only_and_a_hard_bounce_stop
         .await;
     let verification_id = db.verification_to("bo@example.com").await;
     for id in [invoice_id, verification_id] {
-        let (end, error) = ended(&db, id).await;
+        let (end, error) = db.ended(id).await;
         assert_eq!(end.as_deref(), Some("suppressed"), "{error:?}");
         assert!(error.unwrap_or_default().contains("(hard_bounce)"));
     }
@@ -168,10 +147,10 @@ async fn an_essential_kind_reaches_an_address_that_unsubscribed_from_everything(
         )
         .await;
     assert_eq!(
-        ended(&db, verification_id).await.0.as_deref(),
+        db.ended(verification_id).await.0.as_deref(),
         Some("suppressed")
     );
-    assert_eq!(ended(&db, reset_id).await.0, None);
+    assert_eq!(db.ended(reset_id).await.0, None);
     let received = smtp.wait_for(1, Duration::from_secs(30)).await;
     assert_eq!(received[0].rcpt_tos, ["cy@example.com"]);
     assert_eq!(received[0].outbox_id, reset_id.to_string());
@@ -196,7 +175,7 @@ async fn an_essential_kind_reaches_an_address_that_unsubscribed_from_everything(
             json!({"to": "di@example.com", "reset_url": "https://app.example/r"}),
         )
         .await;
-    assert_eq!(ended(&db, bounced).await.0.as_deref(), Some("suppressed"));
+    assert_eq!(db.ended(bounced).await.0.as_deref(), Some("suppressed"));
 }
 
 #[tokio::test]

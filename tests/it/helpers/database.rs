@@ -278,11 +278,23 @@ impl TestDb {
         .unwrap();
     }
 
+    /// Waits until message `id` is sent or ended; its `end_reason` (none once sent) and
+    /// `last_error`, which says why it ended.
+    pub async fn ended(&self, id: i64) -> (Option<String>, Option<String>) {
+        let what = format!("message {id} sent or ended");
+        let row = poll_until(Duration::from_secs(30), &what, || async {
+            let row = self.row(id).await;
+            (row.dispatched || row.end_reason.is_some()).then_some(row)
+        })
+        .await;
+        (row.end_reason, row.last_error)
+    }
+
     pub async fn row(&self, id: i64) -> RowState {
         let row = sqlx::query(
             "SELECT attempts, last_error, dispatched_at IS NOT NULL AS dispatched, \
                     dead_lettered_at IS NOT NULL AS dead, locked_by, \
-                    next_attempt_at > now() AS waiting \
+                    next_attempt_at > now() AS waiting, end_reason \
              FROM outbox_messages WHERE id = $1",
         )
         .bind(id)
@@ -296,6 +308,7 @@ impl TestDb {
             dead: row.get("dead"),
             locked_by: row.get("locked_by"),
             waiting: row.get("waiting"),
+            end_reason: row.get("end_reason"),
         }
     }
 
@@ -387,4 +400,6 @@ pub struct RowState {
     pub locked_by: Option<String>,
     /// next_attempt_at is in the future.
     pub waiting: bool,
+    /// Why the message ended unsent (`suppressed`, `cancelled`, ...), if it did.
+    pub end_reason: Option<String>,
 }
