@@ -40,6 +40,19 @@ fn kinds() -> tempfile::TempDir {
     dir
 }
 
+/// A replica with [`kinds`] and the admin token, sending to `smtp`; keep the directory.
+async fn sending_with_kinds(
+    db: &TestDb,
+    smtp: &SmtpServer,
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, Outboxd) {
+    let templates = kinds();
+    let dir = templates.path().display().to_string();
+    let flags = ["--templates", &dir, "--admin-token", TOKEN];
+    let replica = Outboxd::sending_to(&db.url, &smtp.url(), &flags, env).await;
+    (templates, replica)
+}
+
 fn reset(to: &str) -> Value {
     json!({"to": to, "reset_url": LINK, "name": "Ada"})
 }
@@ -61,15 +74,7 @@ async fn a_secret_link_is_delivered_then_gone_from_the_table_the_api_the_page_th
 {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let templates = kinds();
-    let dir = templates.path().display().to_string();
-    let replica = Outboxd::sending_to(
-        &db.url,
-        &smtp.url(),
-        &["--templates", &dir, "--admin-token", TOKEN],
-        &[("RUST_LOG", "debug")],
-    )
-    .await;
+    let (_templates, replica) = sending_with_kinds(&db, &smtp, &[("RUST_LOG", "debug")]).await;
     let sent = db.enqueue("password_reset", reset("ada@example.com")).await;
     let received = smtp.wait_for(1, Duration::from_secs(30)).await;
     assert!(
@@ -224,15 +229,7 @@ async fn a_producer_marks_a_field_secret_for_one_message_and_a_cancel_scrubs_it_
 async fn a_dead_letter_whose_secrets_were_scrubbed_is_not_retried_and_says_why() {
     let db = TestDb::new().await;
     let smtp = SmtpServer::start();
-    let templates = kinds();
-    let dir = templates.path().display().to_string();
-    let replica = Outboxd::sending_to(
-        &db.url,
-        &smtp.url(),
-        &["--templates", &dir, "--admin-token", TOKEN],
-        &[],
-    )
-    .await;
+    let (_templates, replica) = sending_with_kinds(&db, &smtp, &[]).await;
     let dead = db
         .enqueue("password_reset", reset("reject-me@example.com"))
         .await;
