@@ -65,8 +65,8 @@ class Cluster:
     """A private PostgreSQL where the harness expects its container: 127.0.0.1:15555, role
     `bench`, the harness's postgres.conf."""
 
-    def __init__(self, harness):
-        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+    def __init__(self, harness, bindir=None):
+        bindir = bindir or subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
         if not os.path.exists(os.path.join(bindir, "initdb")):
             versions = sorted(os.listdir("/usr/lib/postgresql"), key=int)
             bindir = f"/usr/lib/postgresql/{versions[-1]}/bin"
@@ -98,7 +98,7 @@ def inside(args, rest):
     sys.path.insert(0, str(harness))
     from bench_harness import adapters, orchestrator  # the harness's own modules
 
-    cluster = Cluster(harness)
+    cluster = Cluster(harness, args.pg_bindir)
 
     def start(_image=None):
         cluster.pg_ctl("start")
@@ -138,12 +138,18 @@ def inside(args, rest):
     finally:
         down()
         shutil.rmtree(cluster.home, ignore_errors=True)
+        # The adapters' spools hold every message their sinks took (gigabytes a cell), read
+        # for the ledger, which is in raw.csv by now.
+        for spool in glob.glob(os.path.join(tempfile.gettempdir(), "outboxd-harness-*")):
+            shutil.rmtree(spool, ignore_errors=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--harness", default=str(ROOT.parent / "postgresql-job-queue-benchmarking"))
     parser.add_argument("--harness-source", default=HARNESS_URL, help="where to clone it from")
+    parser.add_argument("--pg-bindir", help="the PostgreSQL server's binaries (initdb, pg_ctl, postgres) "
+                        "to run the harness on; by default pg_config's, else the newest under /usr/lib/postgresql")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--adapter-python", default=sys.executable, help=argparse.SUPPRESS)
     argv = sys.argv[1:]
@@ -155,7 +161,8 @@ def main():
     python = virtualenv(harness)
     # The adapter runs on this Python (it needs psycopg only), the harness on its own.
     command = [str(python), __file__, "--inside", "--harness", str(harness),
-               "--adapter-python", sys.executable, "--", *rest]
+               "--adapter-python", sys.executable,
+               *(["--pg-bindir", str(Path(args.pg_bindir).resolve())] if args.pg_bindir else []), "--", *rest]
     return subprocess.run(command, cwd=harness).returncode
 
 
