@@ -66,6 +66,8 @@ class Cluster:
     `bench`, the harness's postgres.conf."""
 
     def __init__(self, harness, bindir=None):
+        if bindir and not os.path.exists(os.path.join(bindir, "initdb")):
+            sys.exit(f"--pg-bindir {bindir}: no initdb there")
         bindir = bindir or subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
         if not os.path.exists(os.path.join(bindir, "initdb")):
             versions = sorted(os.listdir("/usr/lib/postgresql"), key=int)
